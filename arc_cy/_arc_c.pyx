@@ -1,0 +1,860 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+"""Compiled ARC core: the decisions of _arc_py, on C-level lists.
+
+Layout: every key the policy knows (t1, t2, b1, b2) has one node in a
+growable array; the four lists are doubly linked through node indices, and
+an open-addressing table maps a key's hash to its node. Moving an entry
+between lists relinks two nodes and never touches the table.
+"""
+
+cimport cython
+from cpython.object cimport PyObject, Py_EQ
+from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
+from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
+from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memset
+
+from arc_cy._common import (
+    ARC_DOC,
+    LIST_NAMES,
+    MSG_DUPLICATE,
+    MSG_MUTATED,
+    MSG_REENTRANT,
+    CachePolicy,
+    ListView,
+    check_capacity,
+    check_evict_n,
+    check_target,
+    chunk_ref_offset,
+    order_request_keys,
+)
+
+cdef extern from "Python.h":
+    Py_hash_t PyObject_Hash(object) except -1
+    int PyObject_RichCompareBool(PyObject*, PyObject*, int) except -1
+    int PySet_Contains(PyObject*, PyObject*) except -1
+    int PySequence_Contains(PyObject*, PyObject*) except -1
+    bint PyAnySet_CheckExact(object)
+    bint PyList_CheckExact(object)
+    Py_ssize_t PY_SSIZE_T_MAX
+
+cdef extern from *:
+    """
+    /* ctypes keeps an instance's buffer pointer right after the object
+       header (CDataObject.b_ptr); ref_cnt is read there, live. */
+    typedef struct { PyObject_HEAD char *b_ptr; } arc_cdata;
+    static inline int32_t arc_ref_cnt(PyObject *chunk, uint16_t off) {
+        return *(int32_t *)(((arc_cdata *)chunk)->b_ptr + off);
+    }
+    """
+    int32_t arc_ref_cnt(PyObject *chunk, uint16_t off) nogil
+
+
+cdef enum:
+    T1 = 0
+    T2 = 1
+    B1 = 2
+    B2 = 3
+    FREE = 4
+    EMPTY = -1
+    MIN_TABLE_BITS = 3
+
+# Names of the methods that can be running when user code calls back in.
+cdef tuple OP_NAMES = (
+    None, "get", "insert", "remove", "touch", "on_store_miss",
+    "on_request_finished", "evict", "clear", "target_t1_size",
+)
+cdef enum:
+    OP_GET = 1
+    OP_INSERT = 2
+    OP_REMOVE = 3
+    OP_TOUCH = 4
+    OP_STORE_MISS = 5
+    OP_FINISHED = 6
+    OP_EVICT = 7
+    OP_CLEAR = 8
+    OP_TARGET = 9
+
+cdef enum:
+    INSERTED_ONLY = 1
+    REUSED = 2
+
+
+ctypedef struct Node:
+    PyObject *key       # owned
+    PyObject *chunk     # owned; NULL for ghosts and free nodes
+    int32_t prev        # list links, or the free-list link in next
+    int32_t next
+    uint32_t h32        # folded hash, so the table never rehashes keys
+    uint16_t ref_off    # byte offset of ref_cnt inside the ctypes buffer
+    uint8_t where       # T1, T2, B1, B2 or FREE
+
+ctypedef struct Slot:
+    int32_t idx         # node index, or EMPTY
+    uint32_t h32
+
+
+cdef inline uint32_t fold(Py_hash_t h) noexcept nogil:
+    return <uint32_t>(<uint64_t>h ^ (<uint64_t>h >> 32))
+
+
+cdef class ARCCore:
+    cdef:
+        Node *nodes
+        int32_t nodes_cap
+        int32_t nodes_used      # high-water mark; below it, live or free
+        int32_t free_head
+        Slot *table
+        uint32_t table_bits
+        Py_ssize_t table_used
+        int32_t head[4]
+        int32_t tail[4]
+        Py_ssize_t size[4]
+        uint64_t version[4]     # bumped on every change to a list
+        Py_ssize_t capacity
+        object target
+        Py_ssize_t target_int   # int(target), clamped to Py_ssize_t
+        int busy                # OP_* of the running method, or 0
+        int32_t *scratch
+        Py_ssize_t scratch_cap
+        Py_ssize_t visits       # entries examined by evict() scans
+        object last_type
+        uint16_t last_off
+
+    def __cinit__(self, *args, **kwargs):
+        self.nodes = NULL
+        self.table = NULL
+        self.scratch = NULL
+        self._reset()
+        self.target = 0.0
+        self.target_int = 0
+        self.last_type = None
+
+    def __dealloc__(self):
+        ARCCore._release(self.nodes, self.nodes_used)
+        PyMem_Free(self.table)
+        PyMem_Free(self.scratch)
+
+    def __init__(self, cache_capacity):
+        self.capacity = check_capacity(cache_capacity)
+
+    # --- storage ---------------------------------------------------------
+
+    cdef int _reset(self) except -1:
+        """Point at fresh, empty storage (the old arrays are the caller's)."""
+        cdef int w
+        cdef Slot *table = <Slot *>PyMem_Malloc(sizeof(Slot) << MIN_TABLE_BITS)
+        if table is NULL:
+            raise MemoryError()
+        for w in range(1 << MIN_TABLE_BITS):
+            table[w].idx = EMPTY
+        self.table = table
+        self.table_bits = MIN_TABLE_BITS
+        self.table_used = 0
+        self.nodes = NULL
+        self.nodes_cap = 0
+        self.nodes_used = 0
+        self.free_head = EMPTY
+        for w in range(4):
+            self.head[w] = EMPTY
+            self.tail[w] = EMPTY
+            self.size[w] = 0
+            self.version[w] += 1
+        return 0
+
+    @staticmethod
+    cdef void _release(Node *nodes, int32_t used) noexcept:
+        cdef int32_t i
+        if nodes is NULL:
+            return
+        for i in range(used):
+            if nodes[i].where != FREE:
+                Py_XDECREF(nodes[i].key)
+                Py_XDECREF(nodes[i].chunk)
+        PyMem_Free(nodes)
+
+    cdef int32_t _new_node(self) except -1:
+        cdef int32_t i = self.free_head
+        cdef Py_ssize_t cap
+        cdef Node *grown
+        if i != EMPTY:
+            self.free_head = self.nodes[i].next
+            return i
+        if self.nodes_used == self.nodes_cap:
+            cap = max(64, 2 * <Py_ssize_t>self.nodes_cap)
+            if cap > 0x3FFFFFFF:
+                raise MemoryError("ARC policy is full (2**30 entries)")
+            grown = <Node *>PyMem_Realloc(self.nodes, cap * sizeof(Node))
+            if grown is NULL:
+                raise MemoryError()
+            self.nodes = grown
+            self.nodes_cap = <int32_t>cap
+        i = self.nodes_used
+        self.nodes_used += 1
+        return i
+
+    cdef inline void _free_node(self, int32_t i) noexcept:
+        cdef Node *node = &self.nodes[i]
+        node.key = NULL
+        node.chunk = NULL
+        node.where = FREE
+        node.next = self.free_head
+        self.free_head = i
+
+    cdef inline size_t _home(self, uint32_t h) noexcept nogil:
+        # Fibonacci hashing spreads sequential hashes (small ints) out.
+        return (<uint32_t>(h * 2654435769U)) >> (32 - self.table_bits)
+
+    cdef int32_t _find(self, object key, uint32_t h) except -2:
+        """Node index of key, or EMPTY. May run key.__eq__."""
+        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
+        cdef size_t s = self._home(h)
+        cdef int32_t i
+        cdef PyObject *other
+        while True:
+            i = self.table[s].idx
+            if i == EMPTY:
+                return EMPTY
+            if self.table[s].h32 == h:
+                other = self.nodes[i].key
+                if other is <PyObject *>key:
+                    return i
+                # Mutators are locked out while this runs (see busy), so
+                # neither array can move under us.
+                if PyObject_RichCompareBool(other, <PyObject *>key, Py_EQ):
+                    return i
+            s = (s + 1) & mask
+
+    cdef int _reserve_slot(self) except -1:
+        """Grow the table so that one more entry keeps the load <= 0.7."""
+        cdef uint32_t bits = self.table_bits
+        cdef size_t old_size = <size_t>1 << bits
+        cdef size_t size, s, mask, j
+        cdef Slot *old = self.table
+        cdef Slot *table
+        if (self.table_used + 1) * 10 <= <Py_ssize_t>old_size * 7:
+            return 0
+        bits += 1
+        size = <size_t>1 << bits
+        mask = size - 1
+        table = <Slot *>PyMem_Malloc(size * sizeof(Slot))
+        if table is NULL:
+            raise MemoryError()
+        for s in range(size):
+            table[s].idx = EMPTY
+        self.table = table
+        self.table_bits = bits
+        for j in range(old_size):
+            if old[j].idx != EMPTY:
+                s = self._home(old[j].h32)
+                while table[s].idx != EMPTY:
+                    s = (s + 1) & mask
+                table[s] = old[j]
+        PyMem_Free(old)
+        return 0
+
+    cdef inline void _table_add(self, int32_t i, uint32_t h) noexcept:
+        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
+        cdef size_t s = self._home(h)
+        while self.table[s].idx != EMPTY:
+            s = (s + 1) & mask
+        self.table[s].idx = i
+        self.table[s].h32 = h
+        self.table_used += 1
+
+    cdef void _table_del(self, int32_t i) noexcept:
+        """Drop node i's slot, shifting its probe run back (no tombstones)."""
+        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
+        cdef size_t s = self._home(self.nodes[i].h32)
+        cdef size_t j, home
+        while self.table[s].idx != i:
+            s = (s + 1) & mask
+        j = s
+        while True:
+            j = (j + 1) & mask
+            if self.table[j].idx == EMPTY:
+                break
+            home = self._home(self.table[j].h32)
+            # Move slot j into the hole at s unless its home lies in (s, j].
+            if ((j - home) & mask) >= ((j - s) & mask):
+                self.table[s] = self.table[j]
+                s = j
+        self.table[s].idx = EMPTY
+        self.table_used -= 1
+
+    # --- lists -----------------------------------------------------------
+
+    cdef inline void _link(self, int32_t i, uint8_t w) noexcept:
+        """Append node i at the MRU end of list w."""
+        cdef Node *node = &self.nodes[i]
+        cdef int32_t t = self.tail[w]
+        node.where = w
+        node.prev = t
+        node.next = EMPTY
+        if t == EMPTY:
+            self.head[w] = i
+        else:
+            self.nodes[t].next = i
+        self.tail[w] = i
+        self.size[w] += 1
+        self.version[w] += 1
+
+    cdef inline void _unlink(self, int32_t i) noexcept:
+        cdef Node *node = &self.nodes[i]
+        cdef uint8_t w = node.where
+        if node.prev == EMPTY:
+            self.head[w] = node.next
+        else:
+            self.nodes[node.prev].next = node.next
+        if node.next == EMPTY:
+            self.tail[w] = node.prev
+        else:
+            self.nodes[node.next].prev = node.prev
+        self.size[w] -= 1
+        self.version[w] += 1
+
+    cdef inline void _move(self, int32_t i, uint8_t w) noexcept:
+        self._unlink(i)
+        self._link(i, w)
+
+    # --- helpers ---------------------------------------------------------
+
+    cdef inline int _enter(self, int op) except -1:
+        if self.busy:
+            raise RuntimeError(
+                MSG_REENTRANT.format(OP_NAMES[op], OP_NAMES[self.busy]))
+        self.busy = op
+        return 0
+
+    cdef inline uint16_t _ref_off(self, object chunk) except? 0xFFFF:
+        tp = type(chunk)
+        if tp is not self.last_type:
+            self.last_off = chunk_ref_offset(tp)
+            self.last_type = tp
+        return self.last_off
+
+    cdef int32_t *_scratch(self, Py_ssize_t n) except NULL:
+        cdef int32_t *grown
+        if n > self.scratch_cap or self.scratch is NULL:
+            n = max(n, 64)
+            grown = <int32_t *>PyMem_Realloc(self.scratch, n * sizeof(int32_t))
+            if grown is NULL:
+                raise MemoryError()
+            self.scratch = grown
+            self.scratch_cap = n
+        return self.scratch
+
+    cdef int _set_target(self, value) except -1:
+        cdef object whole = int(value)
+        self.target = value
+        if whole > PY_SSIZE_T_MAX:
+            self.target_int = PY_SSIZE_T_MAX
+        elif whole < -PY_SSIZE_T_MAX:
+            self.target_int = -PY_SSIZE_T_MAX
+        else:
+            self.target_int = whole
+        return 0
+
+    cdef int _adapt(self, int32_t i) except -1:
+        """A ghost hit: shift target_t1_size toward the list that was hit."""
+        # Python arithmetic on purpose: target_t1_size keeps the exact value
+        # and type (int or float) that vLLM's expressions would give it.
+        cdef uint8_t w = self.nodes[i].where
+        cdef double ratio
+        cdef object delta, value, capacity
+        if w == B1:
+            ratio = self.size[B2] / <double>self.size[B1]
+        else:
+            ratio = self.size[B1] / <double>self.size[B2]
+        # max(1, ratio): the int 1 unless ratio is larger
+        if ratio > 1.0:
+            delta = ratio
+        else:
+            delta = 1
+        if w == B1:
+            value = self.target + delta
+            capacity = self.capacity
+            if capacity < value:  # min(value, capacity)
+                value = capacity
+        else:
+            value = self.target - delta
+            if 0 > value:  # max(value, 0)
+                value = 0
+        self._set_target(value)
+        self._move(i, w)
+        return 0
+
+    cdef Py_ssize_t _resolve(self, list keys, int32_t *found) except -1:
+        cdef Py_ssize_t j, n = len(keys)
+        for j in range(n):
+            key = keys[j]
+            found[j] = self._find(key, fold(PyObject_Hash(key)))
+        return n
+
+    # --- attributes ------------------------------------------------------
+
+    @property
+    def cache_capacity(self):
+        return self.capacity
+
+    @property
+    def target_t1_size(self):
+        return self.target
+
+    @target_t1_size.setter
+    def target_t1_size(self, value):
+        self._enter(OP_TARGET)
+        try:
+            self._set_target(check_target(value))
+        finally:
+            self.busy = 0
+
+    @property
+    def t1(self):
+        return ListView(self, T1)
+
+    @property
+    def t2(self):
+        return ListView(self, T2)
+
+    @property
+    def b1(self):
+        return ListView(self, B1)
+
+    @property
+    def b2(self):
+        return ListView(self, B2)
+
+    @property
+    def _scan_visits(self):
+        """Entries examined by evict() scans since the policy was made."""
+        return self.visits
+
+    # --- CachePolicy -----------------------------------------------------
+
+    def get(self, key):
+        cdef uint32_t h = fold(PyObject_Hash(key))
+        cdef int saved = self.busy
+        cdef int32_t i
+        # Reads may nest in a running method; they lock out mutators only.
+        if not saved:
+            self.busy = OP_GET
+        try:
+            i = self._find(key, h)
+        finally:
+            self.busy = saved
+        if i != EMPTY and self.nodes[i].where <= T2:
+            return <object>self.nodes[i].chunk
+        return None
+
+    def insert(self, key, chunk, req_context):
+        cdef uint16_t off
+        cdef uint32_t h
+        cdef int32_t i
+        cdef Node *node
+        cdef object old_key = None
+        self._enter(OP_INSERT)
+        try:
+            off = self._ref_off(chunk)
+            h = fold(PyObject_Hash(key))
+            i = self._find(key, h)
+            if i == EMPTY:
+                self._reserve_slot()
+                i = self._new_node()
+                self._table_add(i, h)
+                node = &self.nodes[i]
+                node.h32 = h
+            else:
+                node = &self.nodes[i]
+                if node.where <= T2:
+                    raise ValueError(
+                        MSG_DUPLICATE.format(key, LIST_NAMES[node.where]))
+                # A ghost comes back: reuse its node, keep the new key object.
+                self._unlink(i)
+                old_key = <object>node.key
+                Py_DECREF(old_key)
+            Py_INCREF(key)
+            Py_INCREF(chunk)
+            node.key = <PyObject *>key
+            node.chunk = <PyObject *>chunk
+            node.ref_off = off
+            self._link(i, T1)
+        finally:
+            self.busy = 0
+
+    def remove(self, key):
+        cdef uint32_t h
+        cdef int32_t i
+        cdef Node *node
+        cdef object old_key = None, old_chunk = None
+        self._enter(OP_REMOVE)
+        try:
+            h = fold(PyObject_Hash(key))
+            i = self._find(key, h)
+            if i != EMPTY and self.nodes[i].where <= T2:
+                node = &self.nodes[i]
+                self._unlink(i)
+                self._table_del(i)
+                # Dropped when this call returns, after busy is cleared, so
+                # a __del__ that calls back finds a consistent policy.
+                old_key = <object>node.key
+                old_chunk = <object>node.chunk
+                Py_DECREF(old_key)
+                Py_DECREF(old_chunk)
+                self._free_node(i)
+        finally:
+            self.busy = 0
+
+    def on_store_miss(self, keys, req_context):
+        cdef Py_ssize_t j, n
+        cdef int32_t *found
+        cdef int32_t i
+        self._enter(OP_STORE_MISS)
+        try:
+            keys = list(keys)  # a private copy: callbacks cannot resize it
+            found = self._scratch(len(keys))
+            n = self._resolve(keys, found)
+            for j in range(n - 1, -1, -1):
+                i = found[j]
+                if i != EMPTY and self.nodes[i].where >= B1:
+                    self._adapt(i)
+        finally:
+            self.busy = 0
+
+    def touch(self, keys, req_context):
+        cdef Py_ssize_t j, n
+        cdef int32_t *found
+        cdef int32_t i
+        cdef Node *node
+        self._enter(OP_TOUCH)
+        try:
+            keys = list(keys)  # a private copy: callbacks cannot resize it
+            found = self._scratch(len(keys))
+            n = self._resolve(keys, found)
+            for j in range(n - 1, -1, -1):
+                i = found[j]
+                if i == EMPTY:
+                    continue
+                node = &self.nodes[i]
+                if node.where == T1:
+                    if arc_ref_cnt(node.chunk, node.ref_off) < 0:
+                        # still being stored: not a second access
+                        self._move(i, T1)
+                    else:
+                        self._move(i, T2)
+                elif node.where == T2:
+                    self._move(i, T2)
+                else:
+                    self._adapt(i)
+        finally:
+            self.busy = 0
+
+    def on_request_access(self, keys, req_context):
+        return None
+
+    def on_request_finished(self, key_groups, insertion_only_keys, reused_keys,
+                            req_context):
+        cdef Py_ssize_t j, n
+        cdef int32_t *found
+        cdef int32_t i
+        cdef uint8_t w
+        cdef int kind
+        self._enter(OP_FINISHED)
+        try:
+            keys = list(order_request_keys(key_groups, req_context))
+            n = len(keys)
+            found = self._scratch(2 * n)
+            self._resolve(keys, found)
+            for j in range(n):
+                key = keys[j]
+                if key in insertion_only_keys:
+                    kind = INSERTED_ONLY
+                elif key in reused_keys:
+                    kind = REUSED
+                else:
+                    kind = 0
+                found[n + j] = kind
+            for j in range(n - 1, -1, -1):
+                i = found[j]
+                if i == EMPTY:
+                    continue
+                w = self.nodes[i].where
+                kind = found[n + j]
+                if kind == INSERTED_ONLY:
+                    # A store is not a frequency hit: refresh recency only.
+                    if w <= T2:
+                        self._move(i, w)
+                elif kind == REUSED and w <= T2:
+                    self._move(i, T2)
+        finally:
+            self.busy = 0
+
+    def evict(self, n, protected):
+        cdef Py_ssize_t want, k, vt1, n_t1 = 0, drop1, drop2
+        cdef int32_t *picked
+        cdef int32_t i
+        cdef Node *node
+        cdef _Cursor c1, c2
+        cdef bint fast
+        cdef list result, trash
+        self._enter(OP_EVICT)
+        try:
+            n = check_evict_n(n)
+            if n == 0:
+                return []
+            if n > self.size[T1] + self.size[T2]:
+                return None
+            want = n
+            picked = self._scratch(want)
+            fast = PyAnySet_CheckExact(protected)
+            c1 = _Cursor.start(self, T1)
+            c2 = _Cursor.start(self, T2)
+            # Select without changing anything; t1's size is tracked
+            # virtually. Both cursors only move forward (vLLM PR 50992).
+            vt1 = self.size[T1]
+            for k in range(want):
+                if vt1 >= self.target_int:
+                    i = c1.next_victim(protected, fast)
+                    if i != EMPTY:
+                        picked[k] = i
+                        vt1 -= 1
+                        continue
+                i = c2.next_victim(protected, fast)
+                if i != EMPTY:
+                    picked[k] = i
+                    continue
+                # t2 has no victim left: fall back to t1 (vLLM PR 55461).
+                i = c1.next_victim(protected, fast)
+                if i == EMPTY:
+                    return None
+                picked[k] = i
+                vt1 -= 1
+            n_t1 = self.size[T1] - vt1
+
+            # Allocate everything before the first change, so that the
+            # changes below cannot fail halfway.
+            result = [None] * want
+            for k in range(want):
+                node = &self.nodes[picked[k]]
+                result[k] = (<object>node.key, <object>node.chunk)
+            drop1 = max(0, self.size[B1] + n_t1 - self.capacity)
+            drop2 = max(0, self.size[B2] + (want - n_t1) - self.capacity)
+            trash = [None] * (drop1 + drop2)
+
+            for k in range(want):
+                i = picked[k]
+                node = &self.nodes[i]
+                self._move(i, B1 if node.where == T1 else B2)
+                Py_XDECREF(node.chunk)  # the result holds it now
+                node.chunk = NULL
+            k = 0
+            k = self._trim(B1, drop1, trash, k)
+            self._trim(B2, drop2, trash, k)
+            return result
+        finally:
+            self.busy = 0
+
+    cdef Py_ssize_t _trim(self, uint8_t w, Py_ssize_t drop, list trash,
+                          Py_ssize_t k) except -1:
+        """Forget the drop oldest ghosts of w; their keys go to trash."""
+        cdef int32_t i
+        cdef object key
+        while drop > 0:
+            i = self.head[w]
+            self._unlink(i)
+            self._table_del(i)
+            key = <object>self.nodes[i].key
+            Py_DECREF(key)
+            trash[k] = key  # released by the caller, after busy is cleared
+            k += 1
+            self._free_node(i)
+            drop -= 1
+        return k
+
+    def clear(self):
+        cdef Node *nodes = self.nodes
+        cdef int32_t used = self.nodes_used
+        cdef Slot *table = self.table
+        self._enter(OP_CLEAR)
+        try:
+            self._reset()  # changes nothing if it fails
+        finally:
+            self.busy = 0
+        PyMem_Free(table)
+        self._set_target(0.0)
+        # Released last: a __del__ that calls back finds an empty policy.
+        ARCCore._release(nodes, used)
+
+    def mark_evictable(self, key):
+        return None
+
+    def mark_non_evictable(self, key):
+        return None
+
+    # --- views and checks ------------------------------------------------
+
+    def _list_len(self, int which):
+        _check_which(which)
+        return self.size[which]
+
+    cdef int32_t _in_list(self, int which, key) except -2:
+        cdef int32_t i
+        cdef int saved = self.busy
+        _check_which(which)
+        if not saved:
+            self.busy = OP_GET
+        try:
+            i = self._find(key, fold(PyObject_Hash(key)))
+        finally:
+            self.busy = saved
+        if i != EMPTY and self.nodes[i].where != which:
+            return EMPTY
+        return i
+
+    def _list_contains(self, int which, key):
+        return self._in_list(which, key) != EMPTY
+
+    def _list_getitem(self, int which, key):
+        cdef int32_t i = self._in_list(which, key)
+        if i == EMPTY:
+            raise KeyError(key)
+        if which <= T2:
+            return <object>self.nodes[i].chunk
+        return None
+
+    def _list_iter(self, int which):
+        _check_which(which)
+        return _ListIter.start(self, which)
+
+    def _check_invariants(self):
+        """Raise AssertionError if the lists or the table are inconsistent."""
+        cdef int w
+        cdef int32_t i, prev, count_free = 0
+        cdef Py_ssize_t count, live = 0, slots = 0
+        cdef size_t s, size = <size_t>1 << self.table_bits
+        cdef Node *node
+        assert self.busy == 0, f"{OP_NAMES[self.busy]}() did not finish"
+        for w in range(4):
+            count = 0
+            prev = EMPTY
+            i = self.head[w]
+            while i != EMPTY:
+                assert 0 <= i < self.nodes_used, f"bad link {i} in {LIST_NAMES[w]}"
+                node = &self.nodes[i]
+                assert node.where == w, f"node {i} in {LIST_NAMES[w]} says {node.where}"
+                assert node.prev == prev, f"node {i} has prev {node.prev}, not {prev}"
+                assert node.key is not NULL
+                assert (node.chunk is not NULL) == (w <= T2), f"node {i} chunk"
+                if w <= T2:
+                    assert node.ref_off == chunk_ref_offset(type(<object>node.chunk))
+                assert fold(PyObject_Hash(<object>node.key)) == node.h32
+                count += 1
+                assert count <= self.nodes_used, f"cycle in {LIST_NAMES[w]}"
+                prev = i
+                i = node.next
+            assert self.tail[w] == prev, f"{LIST_NAMES[w]} tail is wrong"
+            assert count == self.size[w], f"{LIST_NAMES[w]} has {count}, size says {self.size[w]}"
+            live += count
+        for w in (B1, B2):
+            assert self.size[w] <= self.capacity, (
+                f"{LIST_NAMES[w]} holds {self.size[w]} > cache_capacity {self.capacity}")
+        i = self.free_head
+        while i != EMPTY:
+            assert self.nodes[i].where == FREE
+            count_free += 1
+            assert count_free <= self.nodes_used, "cycle in the free list"
+            i = self.nodes[i].next
+        assert live + count_free == self.nodes_used, "nodes leaked"
+        for s in range(size):
+            i = self.table[s].idx
+            if i != EMPTY:
+                slots += 1
+                assert self.nodes[i].where != FREE, f"slot {s} points at a free node"
+                assert self.nodes[i].h32 == self.table[s].h32
+        assert slots == live == self.table_used, "table and lists disagree"
+        assert self.table_used * 10 <= <Py_ssize_t>size * 7, "table overfull"
+        for w in range(4):
+            i = self.head[w]
+            while i != EMPTY:
+                assert self._find(<object>self.nodes[i].key, self.nodes[i].h32) == i
+                i = self.nodes[i].next
+
+
+cdef inline int _check_which(int which) except -1:
+    if not 0 <= which < 4:
+        raise IndexError(which)
+    return 0
+
+
+@cython.final
+@cython.freelist(8)
+cdef class _Cursor:
+    """Forward-only walk over one list, yielding evictable nodes."""
+    cdef:
+        ARCCore core
+        int32_t pos
+
+    @staticmethod
+    cdef _Cursor start(ARCCore core, uint8_t w):
+        cdef _Cursor c = _Cursor.__new__(_Cursor)
+        c.core = core
+        c.pos = core.head[w]
+        return c
+
+    cdef int32_t next_victim(self, object protected, bint fast) except -2:
+        """Next node with ref_cnt == 0 whose key is not protected, or EMPTY."""
+        cdef ARCCore core = self.core
+        cdef int32_t i = self.pos
+        cdef Node *node
+        cdef int hit
+        while i != EMPTY:
+            node = &core.nodes[i]
+            self.pos = node.next
+            core.visits += 1
+            if arc_ref_cnt(node.chunk, node.ref_off) == 0:
+                if fast:
+                    hit = PySet_Contains(<PyObject *>protected, node.key)
+                else:
+                    hit = PySequence_Contains(<PyObject *>protected, node.key)
+                if not hit:
+                    return i
+            i = self.pos
+        return EMPTY
+
+
+@cython.final
+cdef class _ListIter:
+    """(key, value) pairs of one list, LRU first; fails if the list changes."""
+    cdef:
+        ARCCore core
+        int32_t pos
+        uint8_t which
+        uint64_t version
+
+    @staticmethod
+    cdef _ListIter start(ARCCore core, uint8_t which):
+        cdef _ListIter it = _ListIter.__new__(_ListIter)
+        it.core = core
+        it.which = which
+        it.pos = core.head[which]
+        it.version = core.version[which]
+        return it
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef Node *node
+        if self.core.version[self.which] != self.version:
+            raise RuntimeError(MSG_MUTATED)
+        if self.pos == EMPTY:
+            raise StopIteration
+        node = &self.core.nodes[self.pos]
+        self.pos = node.next
+        if node.chunk is NULL:
+            return (<object>node.key, None)
+        return (<object>node.key, <object>node.chunk)
+
+
+class ARCCachePolicy(ARCCore, CachePolicy):
+    __doc__ = ARC_DOC

@@ -1,0 +1,297 @@
+"""Pure-Python twin of the compiled ARC core, for debugging and type checkers.
+
+It keeps vLLM's own layout (four OrderedDicts) so that a decision can be
+followed line by line against vLLM's ``arc.py``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Container, Iterable, Iterator, Sequence
+from typing import Any
+
+from ._common import (
+    ARC_DOC,
+    LIST_NAMES,
+    MSG_DUPLICATE,
+    MSG_MUTATED,
+    MSG_REENTRANT,
+    CachePolicy,
+    ChunkStatus,
+    ListView,
+    check_capacity,
+    check_evict_n,
+    check_target,
+    chunk_ref_offset,
+    order_request_keys,
+)
+
+__all__ = ["ARCCachePolicy"]
+
+
+class ARCCachePolicy(CachePolicy):
+    __doc__ = ARC_DOC
+
+    def __init__(self, cache_capacity: int) -> None:
+        self._capacity = check_capacity(cache_capacity)
+        self._target: float = 0.0
+        self._t1: OrderedDict[Any, ChunkStatus] = OrderedDict()
+        self._t2: OrderedDict[Any, ChunkStatus] = OrderedDict()
+        self._b1: OrderedDict[Any, None] = OrderedDict()
+        self._b2: OrderedDict[Any, None] = OrderedDict()
+        self._lists = (self._t1, self._t2, self._b1, self._b2)
+        self._views = tuple(ListView(self, i) for i in range(4))
+        # Name of the mutating method now running, while it may call back
+        # into user code (hashing, protected.__contains__, req_context).
+        self._busy: str | None = None
+
+    # --- attributes -------------------------------------------------------
+
+    @property
+    def cache_capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def target_t1_size(self) -> float:
+        return self._target
+
+    @target_t1_size.setter
+    def target_t1_size(self, value: float) -> None:
+        self._enter("target_t1_size")
+        self._target = check_target(value)
+
+    @property
+    def t1(self) -> ListView:
+        return self._views[0]
+
+    @property
+    def t2(self) -> ListView:
+        return self._views[1]
+
+    @property
+    def b1(self) -> ListView:
+        return self._views[2]
+
+    @property
+    def b2(self) -> ListView:
+        return self._views[3]
+
+    def _enter(self, name: str) -> None:
+        if self._busy is not None:
+            raise RuntimeError(MSG_REENTRANT.format(name, self._busy))
+
+    # --- CachePolicy ------------------------------------------------------
+
+    def get(self, key: Any) -> ChunkStatus | None:
+        return self._t1.get(key) or self._t2.get(key)
+
+    def insert(self, key: Any, chunk: ChunkStatus, req_context: Any) -> None:
+        self._enter("insert")
+        chunk_ref_offset(type(chunk))
+        self._busy = "insert"
+        try:
+            if key in self._t1:
+                raise ValueError(MSG_DUPLICATE.format(key, "t1"))
+            if key in self._t2:
+                raise ValueError(MSG_DUPLICATE.format(key, "t2"))
+            self._t1[key] = chunk
+            self._b1.pop(key, None)
+            self._b2.pop(key, None)
+        finally:
+            self._busy = None
+
+    def remove(self, key: Any) -> None:
+        self._enter("remove")
+        self._busy = "remove"
+        try:
+            if self._t1.pop(key, None) is None:
+                self._t2.pop(key, None)
+        finally:
+            self._busy = None
+
+    def _adapt_to_ghost_hit(self, key: Any) -> None:
+        b1, b2 = self._b1, self._b2
+        if key in b1:
+            delta = max(1, len(b2) / len(b1))
+            self._target = min(self._target + delta, self._capacity)
+            b1.move_to_end(key)
+        elif key in b2:
+            delta = max(1, len(b1) / len(b2))
+            self._target = max(self._target - delta, 0)
+            b2.move_to_end(key)
+
+    def _hashed(self, keys: Iterable[Any]) -> list[Any]:
+        # Hash every key first, so an unhashable one fails before any change.
+        keys = list(keys)
+        for key in keys:
+            hash(key)
+        return keys
+
+    def on_store_miss(self, keys: Iterable[Any], req_context: Any) -> None:
+        self._enter("on_store_miss")
+        self._busy = "on_store_miss"
+        try:
+            for key in reversed(self._hashed(keys)):
+                self._adapt_to_ghost_hit(key)
+        finally:
+            self._busy = None
+
+    def touch(self, keys: Iterable[Any], req_context: Any) -> None:
+        self._enter("touch")
+        self._busy = "touch"
+        try:
+            t1, t2 = self._t1, self._t2
+            for key in reversed(self._hashed(keys)):
+                if key in t1:
+                    chunk = t1.pop(key)
+                    if chunk.ref_cnt < 0:
+                        # still being stored: not a second access
+                        t1[key] = chunk
+                    else:
+                        t2[key] = chunk
+                elif key in t2:
+                    t2.move_to_end(key)
+                else:
+                    self._adapt_to_ghost_hit(key)
+        finally:
+            self._busy = None
+
+    def on_request_access(self, keys: Iterable[Any], req_context: Any) -> None:
+        return
+
+    def on_request_finished(
+        self,
+        key_groups: Sequence[Sequence[Any]],
+        insertion_only_keys: Container[Any],
+        reused_keys: Container[Any],
+        req_context: Any,
+    ) -> None:
+        self._enter("on_request_finished")
+        self._busy = "on_request_finished"
+        try:
+            t1, t2 = self._t1, self._t2
+            keys = self._hashed(order_request_keys(key_groups, req_context))
+            for key in reversed(keys):
+                if key in insertion_only_keys:
+                    # A store is not a frequency hit: refresh recency only.
+                    if key in t1:
+                        t1.move_to_end(key)
+                    elif key in t2:
+                        t2.move_to_end(key)
+                    continue
+                if key in reused_keys:
+                    if key in t1:
+                        t2[key] = t1.pop(key)
+                    elif key in t2:
+                        t2.move_to_end(key)
+        finally:
+            self._busy = None
+
+    def evict(
+        self, n: int, protected: Container[Any]
+    ) -> list[tuple[Any, ChunkStatus]] | None:
+        self._enter("evict")
+        n = check_evict_n(n)
+        if n == 0:
+            return []
+        t1, t2 = self._t1, self._t2
+        if n > len(t1) + len(t2):
+            return None
+        self._busy = "evict"
+        try:
+            # Select without changing anything; t1's size is tracked
+            # virtually. Both scans only move forward (vLLM PR 50992).
+            t1_iter = iter(t1.items())
+            t2_iter = iter(t2.items())
+            virtual_t1_size = len(t1)
+            threshold = int(self._target)
+            picked: list[tuple[Any, ChunkStatus, bool]] = []
+            for _ in range(n):
+                if virtual_t1_size >= threshold:
+                    entry = _next_victim(t1_iter, protected)
+                    if entry is not None:
+                        picked.append((*entry, True))
+                        virtual_t1_size -= 1
+                        continue
+                entry = _next_victim(t2_iter, protected)
+                if entry is not None:
+                    picked.append((*entry, False))
+                    continue
+                # t2 has no victim left: fall back to t1 (vLLM PR 55461).
+                entry = _next_victim(t1_iter, protected)
+                if entry is None:
+                    return None
+                picked.append((*entry, True))
+                virtual_t1_size -= 1
+        finally:
+            self._busy = None
+
+        b1, b2 = self._b1, self._b2
+        result = []
+        for key, chunk, from_t1 in picked:
+            if from_t1:
+                del t1[key]
+                b1[key] = None
+            else:
+                del t2[key]
+                b2[key] = None
+            result.append((key, chunk))
+        for ghost in (b1, b2):
+            for _ in range(len(ghost) - self._capacity):
+                ghost.popitem(last=False)
+        return result
+
+    def clear(self) -> None:
+        self._enter("clear")
+        for od in self._lists:
+            od.clear()
+        self._target = 0.0
+
+    def mark_evictable(self, key: Any) -> None:
+        return
+
+    def mark_non_evictable(self, key: Any) -> None:
+        return
+
+    # --- views and checks -------------------------------------------------
+
+    def _list_len(self, which: int) -> int:
+        return len(self._lists[which])
+
+    def _list_contains(self, which: int, key: Any) -> bool:
+        return key in self._lists[which]
+
+    def _list_getitem(self, which: int, key: Any) -> Any:
+        return self._lists[which][key]
+
+    def _list_iter(self, which: int) -> Iterator[tuple[Any, Any]]:
+        try:
+            yield from self._lists[which].items()
+        except RuntimeError:
+            raise RuntimeError(MSG_MUTATED) from None
+
+    def _check_invariants(self) -> None:
+        """Raise AssertionError if the lists are inconsistent."""
+        seen: dict[Any, str] = {}
+        for name, od in zip(LIST_NAMES, self._lists):
+            for key, value in od.items():
+                assert key not in seen, f"{key!r} is in {seen[key]} and {name}"
+                seen[key] = name
+                if name in ("t1", "t2"):
+                    chunk_ref_offset(type(value))
+                else:
+                    assert value is None, f"ghost {key!r} holds {value!r}"
+        for name, od in zip(("b1", "b2"), (self._b1, self._b2)):
+            assert len(od) <= self._capacity, (
+                f"{name} holds {len(od)} > cache_capacity {self._capacity}"
+            )
+        assert self._busy is None, f"{self._busy}() did not finish"
+
+
+def _next_victim(
+    entries: Iterator[tuple[Any, ChunkStatus]], protected: Container[Any]
+) -> tuple[Any, ChunkStatus] | None:
+    for key, chunk in entries:
+        if chunk.ref_cnt == 0 and key not in protected:
+            return key, chunk
+    return None

@@ -1,0 +1,209 @@
+"""Pieces shared by the compiled core and the pure-Python twin.
+
+Everything both implementations must agree on lives here once: vLLM's base
+classes (or stand-ins when vLLM is not installed), argument validation and
+the exact text of every error, so the twins cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import numbers
+import operator
+from collections.abc import ItemsView, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+try:
+    from vllm.v1.kv_offload.cpu.policies.base import (
+        CachePolicy,
+        ChunkStatus,
+        order_request_keys,
+    )
+
+    HAVE_VLLM = True
+except ImportError:
+    HAVE_VLLM = False
+
+    class ChunkStatus(ctypes.Structure):  # type: ignore[no-redef]
+        """Stand-in for vLLM's ChunkStatus with the same memory layout.
+
+        ref_cnt is the number of transfers reading the chunk; -1 means the
+        chunk is still being written. chunk_id is the CPU buffer slot.
+        """
+
+        _fields_ = [("ref_cnt", ctypes.c_int32), ("chunk_id", ctypes.c_int64)]
+
+        def __init__(self, chunk_id: int):
+            super().__init__()
+            self.ref_cnt = -1
+            self.chunk_id = chunk_id
+
+        @property
+        def is_ready(self) -> bool:
+            return self.ref_cnt >= 0
+
+    class CachePolicy:  # type: ignore[no-redef]
+        """Stand-in for vLLM's CachePolicy base when vLLM is not installed."""
+
+        def __init__(self, cache_capacity: int) -> None:
+            self.cache_capacity = cache_capacity
+
+    def order_request_keys(  # type: ignore[misc]
+        key_groups: Sequence[Sequence[Any]], req_context: Any
+    ) -> list[Any]:
+        keys = [key for group in key_groups for key in group]
+        positions = {
+            key: position
+            for key in keys
+            if (position := req_context.get_offload_key_position(key)) is not None
+        }
+        if len(positions) == len(keys):
+            keys.sort(key=positions.__getitem__)
+        return keys
+
+
+# The text of every error either implementation raises.
+MSG_NEGATIVE_N = "evict() needs n >= 0, got {!r}"
+MSG_NEGATIVE_CAPACITY = "cache_capacity must be >= 0, got {!r}"
+MSG_TARGET_TYPE = "target_t1_size must be a real number, got {!r}"
+MSG_TARGET_FINITE = "target_t1_size must be finite, got {!r}"
+MSG_DUPLICATE = "key {!r} is already cached (in {}); remove() it before insert()"
+MSG_CHUNK = (
+    "chunk must be a ctypes structure with a c_int32 'ref_cnt' field, "
+    "like vLLM's ChunkStatus; got {}"
+)
+MSG_REENTRANT = "{}() called on the ARC policy while {}() is still running"
+MSG_MUTATED = "ARC list changed during iteration"
+
+# Names of the four lists, in the order the compiled core numbers them.
+LIST_NAMES = ("t1", "t2", "b1", "b2")
+
+_ref_offsets: dict[type, int] = {}
+
+
+def chunk_ref_offset(tp: type) -> int:
+    """Byte offset of the c_int32 ``ref_cnt`` field in instances of ``tp``.
+
+    Raises TypeError for types whose instances cannot be read that way.
+    """
+    try:
+        return _ref_offsets[tp]
+    except KeyError:
+        pass
+    field_type = None
+    if issubclass(tp, (ctypes.Structure, ctypes.Union)):
+        for klass in tp.__mro__:
+            for field in klass.__dict__.get("_fields_", ()):
+                if field[0] == "ref_cnt" and len(field) == 2:
+                    field_type = field[1]
+                    break
+            if field_type is not None:
+                break
+    if field_type is not ctypes.c_int32:
+        raise TypeError(MSG_CHUNK.format(tp.__qualname__))
+    offset = tp.ref_cnt.offset
+    if offset > 0xFFFF:  # the compiled core keeps it in 16 bits
+        raise TypeError(MSG_CHUNK.format(tp.__qualname__))
+    _ref_offsets[tp] = offset
+    return offset
+
+
+def check_evict_n(n: Any) -> int:
+    n = operator.index(n)
+    if n < 0:
+        raise ValueError(MSG_NEGATIVE_N.format(n))
+    return n
+
+
+def check_capacity(capacity: Any) -> int:
+    capacity = operator.index(capacity)
+    if capacity < 0:
+        raise ValueError(MSG_NEGATIVE_CAPACITY.format(capacity))
+    return capacity
+
+
+def check_target(value: Any) -> Any:
+    # Stored as given (int or float), as vLLM does, so arithmetic on it
+    # produces the same types and values in both implementations.
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(MSG_TARGET_TYPE.format(value))
+    if not math.isfinite(value):
+        raise ValueError(MSG_TARGET_FINITE.format(value))
+    return value
+
+
+class _ListSource(Protocol):
+    def _list_len(self, which: int) -> int: ...
+    def _list_contains(self, which: int, key: Any) -> bool: ...
+    def _list_getitem(self, which: int, key: Any) -> Any: ...
+    def _list_iter(self, which: int) -> Iterator[tuple[Any, Any]]: ...
+
+
+class ListView(Mapping):
+    """Read-only, ordered view of one ARC list (LRU first).
+
+    Values are the ChunkStatus objects for t1/t2 and None for b1/b2.
+    """
+
+    __slots__ = ("_policy", "_which")
+
+    def __init__(self, policy: _ListSource, which: int) -> None:
+        self._policy = policy
+        self._which = which
+
+    def __len__(self) -> int:
+        return self._policy._list_len(self._which)
+
+    def __contains__(self, key: object) -> bool:
+        return self._policy._list_contains(self._which, key)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._policy._list_getitem(self._which, key)
+
+    def __iter__(self) -> Iterator[Any]:
+        for key, _ in self._policy._list_iter(self._which):
+            yield key
+
+    def items(self) -> Any:
+        return _Items(self)
+
+    def __repr__(self) -> str:
+        return f"{LIST_NAMES[self._which]}({list(self.keys())!r})"
+
+
+class _Items(ItemsView):
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        view = self._mapping
+        return view._policy._list_iter(view._which)
+
+
+ARC_DOC = """ARC (Adaptive Replacement Cache) policy for vLLM's CPU KV offloading.
+
+Makes exactly the decisions of vLLM 0.33.0's ``ARCCachePolicy``.
+
+Lists, each ordered from LRU to MRU:
+    t1: resident chunks seen once (or not yet ready).
+    t2: resident chunks reused by a request (or touched when ready).
+    b1, b2: ghost keys recently evicted from t1 and t2.
+    target_t1_size: the adaptive target for t1's size.
+
+insert() puts a new chunk at the MRU end of t1 and forgets its ghost.
+touch() moves a ready t1 chunk to t2 (a pending one to t1's MRU end) and a
+t2 chunk to t2's MRU end; on_request_finished() does the same for the
+chunks a request reused, and only refreshes recency for those it inserted.
+A key found in b1 raises target_t1_size by max(1, len(b2) / len(b1)),
+capped at cache_capacity; one found in b2 lowers it by
+max(1, len(b1) / len(b2)), floored at 0 (touch() and on_store_miss()).
+
+evict(n, protected) picks n victims: chunks with ref_cnt == 0 that are not
+in ``protected``. For each victim it prefers t1 while t1's virtual size (its
+size less the victims already taken from it) is at least
+int(target_t1_size), else t2; when t2 has no victim left it falls back to
+t1. Each call walks t1 and t2 once, from their LRU ends. Either all n are
+found, moved to b1/b2 and returned as (key, chunk) pairs, after which both
+ghost lists are trimmed to cache_capacity, or None is returned and nothing
+changes.
+"""
