@@ -1,0 +1,34 @@
+"""Test helpers shared by several test modules (not fixtures)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm.v1.kv_offload.base import ReqContext
+from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy as VllmARC
+from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
+
+__all__ = ["ChunkStatus", "ReqContext", "VllmARC", "snapshot", "assert_same_state"]
+
+
+def snapshot(policy: Any) -> tuple:
+    """Everything observable about an ARC policy's state, in order.
+
+    Chunks are compared by identity: the same ChunkStatus objects must sit
+    at the same places.
+    """
+    return (
+        [(k, id(v)) for k, v in policy.t1.items()],
+        [(k, id(v)) for k, v in policy.t2.items()],
+        list(policy.b1.keys()),
+        list(policy.b2.keys()),
+        policy.target_t1_size,
+        type(policy.target_t1_size),
+    )
+
+
+def assert_same_state(oracle: Any, *policies: Any) -> None:
+    expected = snapshot(oracle)
+    for policy in policies:
+        assert snapshot(policy) == expected, type(policy).__module__
+        policy._check_invariants()
