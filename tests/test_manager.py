@@ -1,0 +1,211 @@
+"""arc_cy inside vLLM's real CPUOffloadingManager, against vLLM's own ARC."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
+from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
+
+import arc_cy
+from conftest import _MODULES
+
+
+def key(i: int) -> bytes:
+    return make_offload_key(f"block-{i}".encode(), 0)
+
+
+def keys(*ids: int) -> list[bytes]:
+    return [key(i) for i in ids]
+
+
+def make_manager(impl: str | None, num_chunks: int) -> CPUOffloadingManager:
+    """impl None is vLLM's own ARC; else an arc_cy implementation."""
+    if impl is None:
+        return CPUOffloadingManager(num_chunks=num_chunks, cache_policy="arc")
+    return CPUOffloadingManager(
+        num_chunks=num_chunks,
+        cache_policy="ARCCachePolicy",
+        cache_policy_module_path=_MODULES[impl],
+    )
+
+
+def store(
+    manager: CPUOffloadingManager, ids: list[int], req: str, finish: bool = True
+) -> list[bytes]:
+    ctx = ReqContext(req_id=req)
+    out = manager.prepare_store(keys(*ids), ctx)
+    assert out is not None
+    manager.complete_store(out.keys_to_store, ctx)
+    if finish:
+        # refreshes recency head-to-tail: the first block ends up MRU
+        manager.on_request_finished(ctx)
+    return out.evicted_keys
+
+
+def policy_state(manager: CPUOffloadingManager) -> tuple:
+    policy = manager._policy
+    return (
+        [(k, c.chunk_id, c.ref_cnt) for k, c in policy.t1.items()],
+        [(k, c.chunk_id, c.ref_cnt) for k, c in policy.t2.items()],
+        list(policy.b1),
+        list(policy.b2),
+        policy.target_t1_size,
+    )
+
+
+def adaptive_state(impl: str | None) -> CPUOffloadingManager:
+    """The state of vLLM PR 55461's tests: target 3, T1=[3,4], T2=[6,5]."""
+    manager = make_manager(impl, num_chunks=4)
+    assert store(manager, [1, 2, 3, 4], "r1", finish=False) == []
+    assert store(manager, [5, 6], "r2", finish=False) == keys(1, 2)
+    ctx = ReqContext(req_id="touch")
+    manager.touch(keys(1, 2), ctx)  # two b1 ghost hits
+    manager.touch(keys(1), ctx)  # one more
+    manager.touch(keys(5, 6), ctx)  # ready chunks move to t2
+    policy = manager._policy
+    assert policy.target_t1_size == 3
+    assert list(policy.t1) == keys(3, 4)
+    assert list(policy.t2) == keys(6, 5)
+    return manager
+
+
+# pinned, protected, new, evicted (None: the store fails and nothing changes)
+PR_55461_CASES = [
+    ((), (), (7, 8, 9), (6, 5, 3)),
+    ((), (), (7, 8, 9, 10), (6, 5, 3, 4)),
+    ((5, 6), (), (7, 8), (3, 4)),
+    ((), (5, 6), (7, 8), (3, 4)),
+    ((5, 6), (3,), (7,), (4,)),
+    ((5, 6), (3,), (7, 8), None),
+]
+
+
+@pytest.mark.parametrize("oracle", [False, True], ids=["arc_cy", "vllm-arc"])
+@pytest.mark.parametrize("pinned,protected,new,evicted", PR_55461_CASES)
+def test_pr_55461_fallback_to_t1(impl, oracle, pinned, protected, new, evicted):
+    manager = adaptive_state(None if oracle else impl)
+    if pinned:
+        manager.prepare_load(keys(*pinned), ReqContext(req_id="load"))
+    before = policy_state(manager)
+    out = manager.prepare_store(keys(*protected, *new), ReqContext(req_id="store"))
+    if evicted is None:
+        assert out is None
+        assert policy_state(manager) == before
+    else:
+        assert out is not None
+        assert out.evicted_keys == keys(*evicted)
+        assert out.keys_to_store == keys(*new)
+
+
+@pytest.mark.parametrize("pinned,protected,new,evicted", PR_55461_CASES)
+def test_pr_55461_state_matches_vllm(impl, pinned, protected, new, evicted):
+    managers = [adaptive_state(None), adaptive_state(impl)]
+    for manager in managers:
+        if pinned:
+            manager.prepare_load(keys(*pinned), ReqContext(req_id="load"))
+        manager.prepare_store(keys(*protected, *new), ReqContext(req_id="store"))
+    assert policy_state(managers[1]) == policy_state(managers[0])
+
+
+def full_cycle(manager: CPUOffloadingManager) -> None:
+    """Store, complete, look up, load, and evict through the manager."""
+    assert store(manager, [1, 2, 3], "a") == []
+    ctx = ReqContext(req_id="b")
+    assert [manager.lookup(k, ctx) for k in keys(1, 2, 3, 4)] == [
+        LookupResult.HIT,
+        LookupResult.HIT,
+        LookupResult.HIT,
+        LookupResult.MISS,
+    ]
+    spec = manager.prepare_load(keys(1), ctx)
+    assert len(spec.block_ids) == 1
+    out = manager.prepare_store(keys(4, 5), ctx)  # evicts 2: 1 is loading
+    assert out is not None and out.evicted_keys == keys(3, 2)  # 1 was MRU
+    assert manager.lookup(key(4), ctx) == LookupResult.HIT_PENDING
+    manager.complete_store(out.keys_to_store, ctx)
+    manager.complete_load(keys(1), ctx)
+    manager.on_request_finished(ctx)
+    assert manager.lookup(key(2), ctx) == LookupResult.MISS
+    assert manager.lookup(key(4), ctx) == LookupResult.HIT
+
+
+def test_swap_by_module_path(impl):
+    manager = make_manager(impl, num_chunks=3)
+    assert type(manager._policy) is arc_cy_class(impl)
+    full_cycle(manager)
+
+
+def test_swap_by_module_path_of_the_package():
+    manager = CPUOffloadingManager(
+        num_chunks=3, cache_policy="ARCCachePolicy", cache_policy_module_path="arc_cy"
+    )
+    assert type(manager._policy) is arc_cy.ARCCachePolicy
+    full_cycle(manager)
+
+
+def test_swap_by_plugin_name():
+    import vllm.plugins
+
+    from arc_cy.plugin import register
+
+    vllm.plugins.load_general_plugins()
+    register()  # again: vLLM may load plugins more than once
+    register()
+    manager = CPUOffloadingManager(num_chunks=3, cache_policy="arc_cy")
+    assert type(manager._policy) is arc_cy.ARCCachePolicy
+    full_cycle(manager)
+
+
+def test_plugin_entry_point_in_fresh_processes():
+    code = (
+        "import vllm.plugins, arc_cy.plugin\n"
+        "vllm.plugins.load_general_plugins()\n"
+        "vllm.plugins.load_general_plugins()\n"
+        "arc_cy.plugin.register()\n"
+        "from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager\n"
+        "m = CPUOffloadingManager(num_chunks=2, cache_policy='arc_cy')\n"
+        "print(type(m._policy).__module__)\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-P", "-c", code],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        assert out.strip().splitlines()[-1] == "arc_cy._arc_c"
+
+
+def test_plugin_refuses_a_foreign_registration(monkeypatch):
+    from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+
+    from arc_cy.plugin import register
+
+    registry = dict(CachePolicyFactory._registry)
+    registry.pop("arc_cy", None)
+    monkeypatch.setattr(CachePolicyFactory, "_registry", registry)
+    CachePolicyFactory.register_cache_policy(
+        "arc_cy", "vllm.v1.kv_offload.cpu.policies.lru", "LRUCachePolicy"
+    )
+    with pytest.raises(RuntimeError, match="already registered"):
+        register()
+
+
+def test_is_a_vllm_cache_policy(policy_cls):
+    assert issubclass(policy_cls, CachePolicy)
+    assert isinstance(policy_cls(4), CachePolicy)
+
+
+def arc_cy_class(impl: str) -> type:
+    from conftest import load_policy_class
+
+    return load_policy_class(impl)
