@@ -1,0 +1,234 @@
+"""Differential tests: arc_cy against vLLM's ARCCachePolicy on random traffic.
+
+Two levels: the policy API driven directly (shared key and ChunkStatus
+objects, so chunk identity is compared too), and three real
+CPUOffloadingManagers fed the same manager-shaped traffic.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from helpers import ChunkStatus, ReqContext, VllmARC, assert_same_state
+from vllm.v1.kv_offload.base import make_offload_key
+from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+from conftest import _MODULES, load_policy_class
+
+
+def run_policy_sequence(seed: int, steps: int, capacity: int, universe: int) -> int:
+    """Drive vLLM's ARC and both arc_cy classes with the same calls."""
+    rng = random.Random(seed)
+    oracle = VllmARC(capacity)
+    policies = [load_policy_class(name)(capacity) for name in _MODULES]
+    allp = [oracle, *policies]
+    keys = [make_offload_key(f"k{i}".encode(), i % 2) for i in range(universe)]
+    chunks: dict[bytes, ChunkStatus] = {}  # resident key -> its chunk
+    next_id = 0
+    evictions = failures = 0
+
+    def same(results):
+        first = results[0]
+        for other in results[1:]:
+            assert other == first
+
+    for _ in range(steps):
+        op = rng.random()
+        ctx = ReqContext(req_id=f"r{rng.randrange(8)}")
+        if op < 0.30:  # a store: misses observed, then eviction, then insert
+            batch = rng.sample(keys, rng.randint(1, min(6, universe)))
+            new = [k for k in batch if k not in chunks]
+            for p in allp:
+                p.on_store_miss(new, ctx)
+            need = len(chunks) + len(new) - capacity
+            if need > 0:
+                protected = set(batch)
+                results = [p.evict(need, protected) for p in allp]
+                if results[0] is None:
+                    failures += 1
+                    assert all(r is None for r in results)
+                    continue
+                evictions += 1
+                same([[(k, id(c)) for k, c in r] for r in results])
+                for k, _ in results[0]:
+                    del chunks[k]
+            for k in new:
+                chunk = ChunkStatus(next_id)
+                next_id += 1
+                chunks[k] = chunk
+                for p in allp:
+                    p.insert(k, chunk, ctx)
+        elif op < 0.45:  # complete (or fail) pending stores
+            pending = [k for k, c in chunks.items() if c.ref_cnt < 0]
+            for k in rng.sample(pending, min(len(pending), rng.randint(0, 4))):
+                if rng.random() < 0.85:
+                    chunks[k].ref_cnt = 0
+                    for p in allp:
+                        p.mark_evictable(k)
+                else:
+                    del chunks[k]
+                    for p in allp:
+                        p.remove(k)
+        elif op < 0.55:  # pin or unpin (loads in flight)
+            ready = [k for k, c in chunks.items() if c.ref_cnt >= 0]
+            if ready:
+                chunk = chunks[rng.choice(ready)]
+                if chunk.ref_cnt > 0 and rng.random() < 0.6:
+                    chunk.ref_cnt -= 1
+                else:
+                    chunk.ref_cnt += 1
+        elif op < 0.70:
+            batch = [rng.choice(keys) for _ in range(rng.randint(0, 5))]
+            for p in allp:
+                p.touch(batch, ctx)
+        elif op < 0.85:  # a finished request with token positions
+            group = rng.sample(keys, rng.randint(1, min(6, universe)))
+            for pos, k in enumerate(group):
+                if rng.random() < 0.9:
+                    ctx.set_offload_key_position(k, rng.randrange(100))
+            inserted = {k for k in group if rng.random() < 0.3}
+            reused = {k for k in group if k not in inserted and rng.random() < 0.6}
+            for p in allp:
+                p.on_request_finished((tuple(group),), inserted, reused, ctx)
+        elif op < 0.93:  # eviction with protected entries, may fail
+            n = rng.randint(0, capacity + 1)
+            protected = set(rng.sample(keys, rng.randint(0, 3)))
+            results = [p.evict(n, protected) for p in allp]
+            if results[0] is None:
+                failures += 1
+                assert all(r is None for r in results)
+            else:
+                evictions += 1
+                same([[(k, id(c)) for k, c in r] for r in results])
+                for k, _ in results[0]:
+                    del chunks[k]
+        elif op < 0.96:
+            k = rng.choice(keys)
+            chunks.pop(k, None)
+            for p in allp:
+                p.remove(k)
+        elif op < 0.98:
+            value = rng.choice([0, 1, 2.5, capacity, capacity / 3])
+            for p in allp:
+                p.target_t1_size = value
+        else:
+            chunks.clear()
+            for p in allp:
+                p.clear()
+        for k in rng.sample(keys, 3):
+            same([p.get(k) for p in allp])
+        assert_same_state(oracle, *policies)
+    return evictions * 1000 + failures
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_policy_sequences(seed):
+    capacity = [1, 2, 3, 5, 8, 13][seed % 6]
+    outcome = run_policy_sequence(seed, 2500, capacity, universe=4 * capacity + 3)
+    evictions, failures = divmod(outcome, 1000)
+    # the sequences must exercise both successful and failed evictions
+    assert evictions > 50 and failures > 5
+
+
+def manager_key(i: int) -> bytes:
+    return make_offload_key(f"blk{i}".encode(), 0)
+
+
+def manager_state(manager: CPUOffloadingManager) -> tuple:
+    policy = manager._policy
+    return (
+        [(k, c.chunk_id, c.ref_cnt) for k, c in policy.t1.items()],
+        [(k, c.chunk_id, c.ref_cnt) for k, c in policy.t2.items()],
+        list(policy.b1),
+        list(policy.b2),
+        policy.target_t1_size,
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_manager_traffic(seed):
+    """Conversations sharing prefixes, loads in flight, failed stores, resets."""
+    rng = random.Random(1000 + seed)
+    num_chunks = rng.choice([8, 16, 40])
+    managers = [CPUOffloadingManager(num_chunks=num_chunks, cache_policy="arc")] + [
+        CPUOffloadingManager(
+            num_chunks=num_chunks,
+            cache_policy="ARCCachePolicy",
+            cache_policy_module_path=module,
+        )
+        for module in _MODULES.values()
+    ]
+    system_prompts = [[manager_key(1000 * s + i) for i in range(6)] for s in range(3)]
+    conversations: list[list[bytes]] = []
+    inflight_loads: list[tuple[ReqContext, list[bytes]]] = []
+    inflight_stores: list[tuple[ReqContext, list[bytes]]] = []
+    next_block = 0
+    stats = {"evicted": 0, "rejected": 0, "hits": 0}
+
+    def each(fn):
+        results = [fn(m) for m in managers]
+        for r in results[1:]:
+            assert r == results[0]
+        return results[0]
+
+    for step in range(1500):
+        op = rng.random()
+        if op < 0.45:  # a request: look up its prefix, load hits, store the rest
+            if conversations and rng.random() < 0.6:
+                prefix = rng.choice(conversations)
+            else:
+                prefix = list(rng.choice(system_prompts))
+            turn = [manager_key(next_block + i) for i in range(rng.randint(1, 5))]
+            next_block += len(turn)
+            blocks = prefix + turn
+            conversations.append(blocks)
+            ctx = [ReqContext(req_id=f"q{step}") for _ in managers]
+            for c in ctx:
+                for pos, k in enumerate(blocks):
+                    c.set_offload_key_position(k, pos)
+            hits = 0
+            for k in blocks:
+                res = each(lambda m: m.lookup(k, ctx[managers.index(m)]).name)
+                if res != "HIT":
+                    break
+                hits += 1
+            stats["hits"] += hits
+            if hits:
+                for m, c in zip(managers, ctx):
+                    m.prepare_load(blocks[:hits], c)
+                inflight_loads.append((ctx, blocks[:hits]))
+            outs = [m.prepare_store(blocks, c) for m, c in zip(managers, ctx)]
+            if outs[0] is None:
+                stats["rejected"] += 1
+                assert all(o is None for o in outs)
+            else:
+                summary = [(o.keys_to_store, o.evicted_keys) for o in outs]
+                assert all(s == summary[0] for s in summary)
+                stats["evicted"] += len(outs[0].evicted_keys)
+                inflight_stores.append((ctx, outs[0].keys_to_store))
+        elif op < 0.70 and inflight_stores:
+            ctx, stored = inflight_stores.pop(rng.randrange(len(inflight_stores)))
+            ok = rng.random() < 0.9
+            for m, c in zip(managers, ctx):
+                m.complete_store(stored, c, success=ok)
+                m.on_request_finished(c)
+        elif op < 0.92 and inflight_loads:
+            ctx, loaded = inflight_loads.pop(rng.randrange(len(inflight_loads)))
+            for m, c in zip(managers, ctx):
+                m.complete_load(loaded, c)
+                m.on_request_finished(c)
+        elif op < 0.97:
+            batch = rng.choice(conversations) if conversations else []
+            ctx = ReqContext(req_id="t")
+            for m in managers:
+                m.touch(batch, ctx)
+        elif op < 0.975:
+            for m in managers:
+                m.reset_cache()
+            inflight_loads.clear()
+            inflight_stores.clear()
+        each(manager_state)
+        for m in managers[1:]:
+            m._policy._check_invariants()
+    assert stats["evicted"] > 100 and stats["hits"] > 20, stats
