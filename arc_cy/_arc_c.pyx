@@ -384,12 +384,19 @@ cdef class ARCCore:
         self._move(i, w)
         return 0
 
-    cdef Py_ssize_t _resolve(self, list keys, int32_t *found) except -1:
-        cdef Py_ssize_t j, n = len(keys)
+    cdef list _resolve(self, keys, bint with_flags):
+        """Look up a private copy of keys (callbacks cannot resize it).
+
+        Afterwards scratch[j] is the node of keys[j] or EMPTY; with_flags
+        leaves room for one more int per key after those.
+        """
+        cdef list copy = list(keys)
+        cdef Py_ssize_t j, n = len(copy)
+        cdef int32_t *found = self._scratch(2 * n if with_flags else n)
         for j in range(n):
-            key = keys[j]
+            key = copy[j]
             found[j] = self._find(key, fold(PyObject_Hash(key)))
-        return n
+        return copy
 
     # --- attributes ------------------------------------------------------
 
@@ -511,9 +518,8 @@ cdef class ARCCore:
         cdef int32_t i
         self._enter(OP_STORE_MISS)
         try:
-            keys = list(keys)  # a private copy: callbacks cannot resize it
-            found = self._scratch(len(keys))
-            n = self._resolve(keys, found)
+            n = len(self._resolve(keys, False))
+            found = self.scratch
             for j in range(n - 1, -1, -1):
                 i = found[j]
                 if i != EMPTY and self.nodes[i].where >= B1:
@@ -528,9 +534,8 @@ cdef class ARCCore:
         cdef Node *node
         self._enter(OP_TOUCH)
         try:
-            keys = list(keys)  # a private copy: callbacks cannot resize it
-            found = self._scratch(len(keys))
-            n = self._resolve(keys, found)
+            n = len(self._resolve(keys, False))
+            found = self.scratch
             for j in range(n - 1, -1, -1):
                 i = found[j]
                 if i == EMPTY:
@@ -561,10 +566,9 @@ cdef class ARCCore:
         cdef int kind
         self._enter(OP_FINISHED)
         try:
-            keys = list(order_request_keys(key_groups, req_context))
+            keys = self._resolve(order_request_keys(key_groups, req_context), True)
             n = len(keys)
-            found = self._scratch(2 * n)
-            self._resolve(keys, found)
+            found = self.scratch
             for j in range(n):
                 key = keys[j]
                 if key in insertion_only_keys:

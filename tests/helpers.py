@@ -8,7 +8,14 @@ from vllm.v1.kv_offload.base import ReqContext
 from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy as VllmARC
 from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
 
-__all__ = ["ChunkStatus", "ReqContext", "VllmARC", "snapshot", "assert_same_state"]
+__all__ = [
+    "ChunkStatus",
+    "ReqContext",
+    "VllmARC",
+    "assert_same_state",
+    "manager_state",
+    "snapshot",
+]
 
 
 def snapshot(policy: Any) -> tuple:
@@ -32,3 +39,19 @@ def assert_same_state(oracle: Any, *policies: Any) -> None:
     for policy in policies:
         assert snapshot(policy) == expected, type(policy).__module__
         policy._check_invariants()
+
+
+def manager_state(manager: Any) -> tuple:
+    """The policy state of a CPUOffloadingManager, comparable across managers.
+
+    Managers allocate their own ChunkStatus objects, so chunks are compared
+    by chunk_id and ref_cnt instead of identity.
+    """
+    policy = manager._policy
+    return (
+        [(k, c.chunk_id, c.ref_cnt) for k, c in policy.t1.items()],
+        [(k, c.chunk_id, c.ref_cnt) for k, c in policy.t2.items()],
+        list(policy.b1),
+        list(policy.b2),
+        policy.target_t1_size,
+    )

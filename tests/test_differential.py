@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from helpers import ChunkStatus, ReqContext, VllmARC, assert_same_state
+from helpers import ChunkStatus, ReqContext, VllmARC, assert_same_state, manager_state
 from vllm.v1.kv_offload.base import make_offload_key
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
@@ -133,17 +133,6 @@ def test_random_policy_sequences(seed):
 
 def manager_key(i: int) -> bytes:
     return make_offload_key(f"blk{i}".encode(), 0)
-
-
-def manager_state(manager: CPUOffloadingManager) -> tuple:
-    policy = manager._policy
-    return (
-        [(k, c.chunk_id, c.ref_cnt) for k, c in policy.t1.items()],
-        [(k, c.chunk_id, c.ref_cnt) for k, c in policy.t2.items()],
-        list(policy.b1),
-        list(policy.b2),
-        policy.target_t1_size,
-    )
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -12,6 +12,7 @@ from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
 
 import arc_cy
 from conftest import _MODULES
+from helpers import manager_state
 
 
 def key(i: int) -> bytes:
@@ -44,17 +45,6 @@ def store(
         # refreshes recency head-to-tail: the first block ends up MRU
         manager.on_request_finished(ctx)
     return out.evicted_keys
-
-
-def policy_state(manager: CPUOffloadingManager) -> tuple:
-    policy = manager._policy
-    return (
-        [(k, c.chunk_id, c.ref_cnt) for k, c in policy.t1.items()],
-        [(k, c.chunk_id, c.ref_cnt) for k, c in policy.t2.items()],
-        list(policy.b1),
-        list(policy.b2),
-        policy.target_t1_size,
-    )
 
 
 def adaptive_state(impl: str | None) -> CPUOffloadingManager:
@@ -90,11 +80,11 @@ def test_pr_55461_fallback_to_t1(impl, oracle, pinned, protected, new, evicted):
     manager = adaptive_state(None if oracle else impl)
     if pinned:
         manager.prepare_load(keys(*pinned), ReqContext(req_id="load"))
-    before = policy_state(manager)
+    before = manager_state(manager)
     out = manager.prepare_store(keys(*protected, *new), ReqContext(req_id="store"))
     if evicted is None:
         assert out is None
-        assert policy_state(manager) == before
+        assert manager_state(manager) == before
     else:
         assert out is not None
         assert out.evicted_keys == keys(*evicted)
@@ -108,7 +98,7 @@ def test_pr_55461_state_matches_vllm(impl, pinned, protected, new, evicted):
         if pinned:
             manager.prepare_load(keys(*pinned), ReqContext(req_id="load"))
         manager.prepare_store(keys(*protected, *new), ReqContext(req_id="store"))
-    assert policy_state(managers[1]) == policy_state(managers[0])
+    assert manager_state(managers[1]) == manager_state(managers[0])
 
 
 def full_cycle(manager: CPUOffloadingManager) -> None:
