@@ -518,7 +518,8 @@ cdef class ARCCore:
         cdef int32_t i
         self._enter(OP_STORE_MISS)
         try:
-            n = len(self._resolve(keys, False))
+            keys = self._resolve(keys, False)
+            n = len(keys)
             found = self.scratch
             for j in range(n - 1, -1, -1):
                 i = found[j]
@@ -534,7 +535,8 @@ cdef class ARCCore:
         cdef Node *node
         self._enter(OP_TOUCH)
         try:
-            n = len(self._resolve(keys, False))
+            keys = self._resolve(keys, False)
+            n = len(keys)
             found = self.scratch
             for j in range(n - 1, -1, -1):
                 i = found[j]
