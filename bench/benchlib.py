@@ -1,0 +1,392 @@
+"""Helpers shared by the arc_cy benchmarks (bench/*.py).
+
+Contenders, key and chunk factories, timing statistics, progress output and
+machine information. Every benchmark drives vLLM 0.33.0's real objects:
+CPUOffloadingManager for the manager-level figures, the policy classes
+themselves for the policy-level ones.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+# (name, cache_policy, cache_policy_module_path): the four contenders of
+# every run. arc_cy is selected exactly as a user would, through vLLM's
+# CachePolicyFactory with a module path.
+CONTENDERS: tuple[tuple[str, str, str | None], ...] = (
+    ("vllm_arc", "arc", None),
+    ("vllm_lru", "lru", None),
+    ("arc_cy", "ARCCachePolicy", "arc_cy._arc_c"),
+    ("arc_cy_pure", "ARCCachePolicy", "arc_cy._arc_py"),
+)
+NAMES = tuple(c[0] for c in CONTENDERS)
+ARC_LIKE = ("vllm_arc", "arc_cy", "arc_cy_pure")  # must decide identically
+BASELINE = "vllm_arc"
+LABELS = {
+    "vllm_arc": "vLLM arc",
+    "vllm_lru": "vLLM lru",
+    "arc_cy": "arc_cy compiled",
+    "arc_cy_pure": "arc_cy pure",
+}
+
+GROUP_SUFFIX = (0).to_bytes(4, "big", signed=False)
+
+_T0 = time.perf_counter()
+
+
+def progress(tag: str, msg: str) -> None:
+    print(f"[{time.perf_counter() - _T0:7.1f}s] {tag}: {msg}", file=sys.stderr, flush=True)
+
+
+def quiet_vllm() -> None:
+    """Silence vLLM's import-time log chatter (warnings stay on stderr)."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+quiet_vllm()
+
+
+def policy_class(name: str) -> type:
+    from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+
+    _, policy, module = next(c for c in CONTENDERS if c[0] == name)
+    return CachePolicyFactory.get_cache_policy_cls(policy, module)
+
+
+def make_manager(name: str, num_chunks: int) -> Any:
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    _, policy, module = next(c for c in CONTENDERS if c[0] == name)
+    return CPUOffloadingManager(
+        num_chunks=num_chunks, cache_policy=policy, cache_policy_module_path=module
+    )
+
+
+class KeyStream:
+    """Deterministic OffloadKeys: 32 random hash bytes + 4-byte group index 0,
+    like vLLM's make_offload_key(block_hash, 0)."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = random.Random(seed)
+        self._n = 0
+
+    def take(self, n: int) -> list[bytes]:
+        raw = self._rng.randbytes(32 * n)
+        self._n += n
+        return [raw[i : i + 32] + GROUP_SUFFIX for i in range(0, 32 * n, 32)]
+
+
+def label_key(label: str) -> bytes:
+    """A stable OffloadKey for a named block (for traces with shared prefixes)."""
+    import hashlib
+
+    return hashlib.sha256(label.encode()).digest() + GROUP_SUFFIX
+
+
+def ready_chunks(n: int, start: int = 0) -> list[Any]:
+    """n vLLM ChunkStatus objects with ref_cnt 0 (stored, evictable)."""
+    from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
+
+    out = []
+    for i in range(start, start + n):
+        c = ChunkStatus(i)
+        c.ref_cnt = 0
+        out.append(c)
+    return out
+
+
+def stats(samples_ns: Sequence[int], per: float = 1.0) -> dict[str, float]:
+    """p50/p90/p99/max/mean in microseconds, divided by ``per`` (e.g. keys)."""
+    a = np.asarray(samples_ns, dtype=np.float64) / 1000.0 / per
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {
+        "p50": round(float(p50), 4),
+        "p90": round(float(p90), 4),
+        "p99": round(float(p99), 4),
+        "max": round(float(a.max()), 4),
+        "mean": round(float(a.mean()), 4),
+        "n": int(a.size),
+    }
+
+
+def add_ratios(per_contender: dict[str, dict[str, Any]], field: str) -> None:
+    """Add ``speedup_vs_vllm_arc`` (vLLM arc stat / contender stat; > 1 means
+    faster than vLLM arc) for each percentile of ``field``."""
+    base = per_contender.get(BASELINE, {}).get(field)
+    if not base:
+        return
+    for name, d in per_contender.items():
+        s = d.get(field)
+        if not s:
+            continue
+        d.setdefault("speedup_vs_vllm_arc", {})[field] = {
+            q: round(base[q] / s[q], 3) if s[q] > 0 else None
+            for q in ("p50", "p90", "p99", "max")
+        }
+
+
+class timed_phase:
+    """gc.collect() before, gc.disable() during, gc.enable() after."""
+
+    def __enter__(self) -> "timed_phase":
+        gc.collect()
+        gc.disable()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.enable()
+
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cores": os.cpu_count(),
+    }
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu_model"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        info["cpu_model"] = platform.processor()
+    try:
+        import psutil
+
+        info["memory_gib"] = round(psutil.virtual_memory().total / 2**30, 1)
+    except Exception:  # pragma: no cover - psutil is in the bench venv
+        pass
+    for mod in ("vllm", "Cython", "numpy", "torch"):
+        try:
+            info[mod] = __import__(mod).__version__
+        except Exception:
+            info[mod] = None
+    try:
+        import arc_cy
+
+        info["arc_cy"] = getattr(arc_cy, "__version__", None)
+        info["arc_cy_IMPLEMENTATION"] = arc_cy.IMPLEMENTATION
+        info["arc_cy_file"] = arc_cy.__file__
+    except Exception as exc:
+        info["arc_cy_error"] = repr(exc)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        info["git_commit"] = subprocess.run(
+            ["git", "-C", root, "rev-parse", "HEAD"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        info["git_dirty"] = bool(subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip())
+    except Exception:
+        info["git_commit"] = None
+    try:
+        info["loadavg"] = os.getloadavg()
+    except OSError:
+        pass
+    return info
+
+
+def write_json(path: str | None, data: dict[str, Any]) -> None:
+    if not path:
+        json.dump(data, sys.stdout, indent=1)
+        print()
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+
+
+# --- traces shared by store_latency.py (chat latency) and hit_ratio.py -----
+
+def chat_trace(
+    n_requests: int,
+    *,
+    seed: int = 1,
+    active: int = 32,
+    n_system: int = 8,
+    system_blocks: int = 64,
+    user_blocks: tuple[int, int] = (4, 32),
+    reply_blocks: tuple[int, int] = (4, 32),
+    max_turns: int = 8,
+) -> list[list[bytes]]:
+    """Multi-turn chat with prefix sharing: every conversation starts with one
+    of ``n_system`` system prompts; turn t's prompt is the system prompt, all
+    earlier turns (user and assistant blocks) and the new user blocks.
+    ``active`` conversations are interleaved; a finished one is replaced."""
+    rng = random.Random(seed)
+    systems = [
+        [label_key(f"sys{p}:{j}") for j in range(system_blocks)] for p in range(n_system)
+    ]
+    next_id = 0
+
+    def new_conv() -> dict[str, Any]:
+        nonlocal next_id
+        next_id += 1
+        p = min(int(rng.paretovariate(1.2)) - 1, n_system - 1)  # popular prompts
+        return {"id": next_id, "keys": list(systems[p]), "left": rng.randint(1, max_turns)}
+
+    def extend(conv: dict[str, Any], n: int) -> None:
+        base = len(conv["keys"])
+        conv["keys"].extend(label_key(f"c{conv['id']}:{base + j}") for j in range(n))
+
+    convs = [new_conv() for _ in range(active)]
+    out = []
+    for _ in range(n_requests):
+        i = rng.randrange(active)
+        conv = convs[i]
+        extend(conv, rng.randint(*user_blocks))
+        out.append(list(conv["keys"]))
+        extend(conv, rng.randint(*reply_blocks))
+        conv["left"] -= 1
+        if conv["left"] == 0:
+            convs[i] = new_conv()
+    return out
+
+
+def loop_trace(n_requests: int, loop_blocks: int, request_blocks: int = 16) -> list[list[bytes]]:
+    """A looping scan over ``loop_blocks`` distinct blocks, ``request_blocks``
+    per request (a classic LRU-defeating pattern when the loop > capacity)."""
+    keys = [label_key(f"loop:{j}") for j in range(loop_blocks)]
+    out = []
+    pos = 0
+    for _ in range(n_requests):
+        req = [keys[(pos + j) % loop_blocks] for j in range(request_blocks)]
+        pos = (pos + request_blocks) % loop_blocks
+        out.append(req)
+    return out
+
+
+def zipf_trace(
+    n_requests: int,
+    *,
+    seed: int = 2,
+    n_docs: int = 400,
+    doc_blocks: int = 32,
+    unique_blocks: tuple[int, int] = (2, 16),
+    s: float = 1.0,
+) -> list[list[bytes]]:
+    """Zipf-popular shared documents (prefix) + a unique question (suffix)."""
+    rng = random.Random(seed)
+    docs = [[label_key(f"doc{d}:{j}") for j in range(doc_blocks)] for d in range(n_docs)]
+    weights = [1.0 / (r + 1) ** s for r in range(n_docs)]
+    choice = rng.choices(range(n_docs), weights=weights, k=n_requests)
+    out = []
+    for i, d in enumerate(choice):
+        u = rng.randint(*unique_blocks)
+        out.append(docs[d] + [label_key(f"q{i}:{j}") for j in range(u)])
+    return out
+
+
+class TraceDriver:
+    """Runs requests through one real CPUOffloadingManager the way the
+    scheduler-side connector does: lookup the prefix, prepare_load the hits,
+    prepare_store the misses in batches (chunked prefill), and complete the
+    transfers and finish the request ``inflight`` requests later, so loads
+    and stores of different requests interleave.
+
+    Records hits, evictions and, if ``timed``, per-call latencies.
+    """
+
+    def __init__(self, manager: Any, *, inflight: int = 4, store_batch: int = 256,
+                 timed: bool = False) -> None:
+        from vllm.v1.kv_offload.base import LookupResult
+
+        self.m = manager
+        self.HIT = LookupResult.HIT
+        self.inflight = inflight
+        self.store_batch = store_batch
+        self.timed = timed
+        self.queue: list[tuple[Any, list[bytes], list[list[bytes]], list[int]]] = []
+        self.requests = 0
+        self.keys = 0
+        self.hits = 0
+        self.store_failures = 0
+        self.stored = 0
+        self.evicted = 0
+        self.per_request: list[tuple[int, tuple[bytes, ...]]] = []  # (hits, evicted)
+        self.t_store: list[int] = []       # prepare_store ns, per call
+        self.t_store_keys: list[int] = []  # keys offered per call
+        self.t_cycle: list[int] = []       # prepare_store + complete_store + finish, per request
+        self.cycle_keys: list[int] = []
+
+    def step(self, keys: list[bytes], req_id: str) -> None:
+        from vllm.v1.kv_offload.base import ReqContext
+
+        m = self.m
+        ctx = ReqContext(req_id)
+        for j, k in enumerate(keys):
+            ctx.set_offload_key_position(k, (j + 1) * 16)
+        m.on_new_request(ctx)
+        hits = 0
+        for k in keys:
+            if m.lookup(k, ctx) is not self.HIT:
+                break
+            hits += 1
+        hit_keys = keys[:hits]
+        if hit_keys:
+            m.prepare_load(hit_keys, ctx)
+        evicted: list[bytes] = []
+        stores: list[list[bytes]] = []
+        spent = [0, 0]  # ns in prepare_store, keys offered
+        pc = time.perf_counter_ns
+        for b in range(hits, len(keys), self.store_batch):
+            batch = keys[b : b + self.store_batch]
+            t0 = pc()
+            out = m.prepare_store(batch, ctx)
+            t1 = pc()
+            if self.timed:
+                self.t_store.append(t1 - t0)
+                self.t_store_keys.append(len(batch))
+            spent[0] += t1 - t0
+            spent[1] += len(batch)
+            if out is None:
+                self.store_failures += 1
+                continue
+            evicted.extend(out.evicted_keys)
+            if out.keys_to_store:
+                stores.append(out.keys_to_store)
+                self.stored += len(out.keys_to_store)
+        self.requests += 1
+        self.keys += len(keys)
+        self.hits += hits
+        self.evicted += len(evicted)
+        self.per_request.append((hits, tuple(evicted)))
+        self.queue.append((ctx, hit_keys, stores, spent))
+        if len(self.queue) > self.inflight:
+            self._complete(self.queue.pop(0))
+
+    def _complete(self, item: tuple[Any, list[bytes], list[list[bytes]], list[int]]) -> None:
+        ctx, hit_keys, stores, spent = item
+        m = self.m
+        if hit_keys:
+            m.complete_load(hit_keys, ctx)
+        pc = time.perf_counter_ns
+        t0 = pc()
+        for keys in stores:
+            m.complete_store(keys, ctx)
+        m.on_request_finished(ctx)
+        t1 = pc()
+        if self.timed and spent[1]:
+            self.t_cycle.append(spent[0] + t1 - t0)
+            self.cycle_keys.append(spent[1])
+
+    def drain(self) -> None:
+        while self.queue:
+            self._complete(self.queue.pop(0))
+
+    def hit_ratio(self) -> float:
+        return self.hits / self.keys if self.keys else 0.0

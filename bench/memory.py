@@ -1,0 +1,160 @@
+"""Bytes per entry of each policy's own bookkeeping, T1, T2, B1 and B2
+populated, for vLLM arc, vLLM lru, arc_cy compiled and arc_cy pure.
+
+Each measurement runs in a fresh subprocess. The keys, the ChunkStatus
+objects and a ReqContext are created (and the policy class imported) before
+the baseline reading, so they are not charged to the policy; then the policy
+is populated through its public API and the RSS growth (psutil, after
+gc.collect() and malloc_trim(0), so C allocations count) is divided by the
+number of entries. A second policy is then built the same way under
+tracemalloc, which sees PyMem/PyObject allocations (the compiled core's
+arrays included).
+
+Population for capacity C: insert C chunks; touch the first C/2 (T2);
+evict C/4 (T1's oldest -> B1); raise target_t1_size to C (public setter) and
+evict C/4 more (T2's oldest -> B2); insert C/2 new chunks (T1). That leaves
+T1 = 3C/4, T2 = C/4, B1 = C/4, B2 = C/4: 1.5*C entries. vLLM lru has no
+ghost lists: it ends with C resident entries (its only entries).
+
+Run: $PY -P bench/memory.py [--full] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import benchlib as bl  # noqa: E402
+
+TAG = "memory"
+
+
+def _trim() -> None:
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:  # not glibc
+        pass
+
+
+def populate(p: Any, keys: list[bytes], refill: list[bytes], chunks: list[Any], ctx: Any) -> None:
+    c = len(chunks)
+    for k, ch in zip(keys, chunks):
+        p.insert(k, ch, ctx)
+    p.touch(keys[: c // 2], ctx)
+    ev = p.evict(c // 4, set())
+    if hasattr(p, "target_t1_size"):
+        p.target_t1_size = c
+    ev += p.evict(c // 4, set())
+    for k, (_, ch) in zip(refill, ev):
+        p.insert(k, ch, ctx)
+    del ev
+
+
+def entries_of(p: Any) -> dict[str, int]:
+    if hasattr(p, "b1"):
+        return {w: len(getattr(p, w)) for w in ("t1", "t2", "b1", "b2")}
+    return {"resident": len(p.chunks)}
+
+
+def child(name: str, capacity: int) -> dict[str, Any]:
+    import psutil
+    import tracemalloc
+    from vllm.v1.kv_offload.base import ReqContext
+
+    proc = psutil.Process()
+    stream = bl.KeyStream(capacity)
+    keys = stream.take(capacity)
+    refill = stream.take(capacity // 2)
+    chunks = bl.ready_chunks(capacity)
+    ctx = ReqContext("memory")
+    cls = bl.policy_class(name)
+    warm = cls(16)  # any lazy class-level set-up happens before the baseline
+    populate(warm, keys[:16], refill[:8], chunks[:16], ctx)
+    del warm
+    _trim()
+    rss0 = proc.memory_info().rss
+    t = time.perf_counter()
+    p = cls(capacity)
+    populate(p, keys, refill, chunks, ctx)
+    build_s = time.perf_counter() - t
+    _trim()
+    rss1 = proc.memory_info().rss
+    ent = entries_of(p)
+    n = sum(ent.values())
+    res: dict[str, Any] = {
+        "contender": name, "capacity": capacity, "entries": ent, "n_entries": n,
+        "rss_delta_bytes": rss1 - rss0,
+        "rss_bytes_per_entry": round((rss1 - rss0) / n, 1),
+        "rss_bytes_per_resident_chunk": round((rss1 - rss0) / capacity, 1),
+        "build_s": round(build_s, 2),
+    }
+    # tracemalloc: a second, identical policy (the first one stays alive, so
+    # the chunks and keys are shared and nothing of theirs is counted).
+    _trim()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    p2 = cls(capacity)
+    populate(p2, keys, refill, chunks, ctx)
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    res["tracemalloc_delta_bytes"] = after - before
+    res["tracemalloc_bytes_per_entry"] = round((after - before) / n, 1)
+    assert entries_of(p2) == ent
+    del p, p2
+    return res
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--full", action="store_true")
+    ap.add_argument("--json", help="write results here (default: stdout)")
+    ap.add_argument("--child", nargs=2, metavar=("CONTENDER", "CAPACITY"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print("RESULT " + json.dumps(child(args.child[0], int(args.child[1]))), flush=True)
+        return {}
+    t0 = time.perf_counter()
+    caps = [100_000, 1_000_000] if args.full else [100_000]
+    results = []
+    for cap in caps:
+        per: dict[str, Any] = {}
+        for name in bl.NAMES:
+            t = time.perf_counter()
+            proc = subprocess.run(
+                [sys.executable, "-P", os.path.abspath(__file__), "--child", name, str(cap)],
+                capture_output=True, text=True, check=False,
+            )
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+            if proc.returncode != 0 or not lines:
+                sys.stderr.write(proc.stderr[-3000:])
+                raise SystemExit(f"memory child {name} {cap} failed ({proc.returncode})")
+            per[name] = json.loads(lines[-1][len("RESULT "):])
+            bl.progress(TAG, f"cap {cap} {name}: {per[name]['rss_bytes_per_entry']} B/entry RSS, "
+                        f"{per[name]['tracemalloc_bytes_per_entry']} B/entry tracemalloc "
+                        f"({time.perf_counter() - t:.1f}s)")
+        base = per["vllm_arc"]
+        for d in per.values():
+            d["rss_vs_vllm_arc"] = round(d["rss_bytes_per_entry"] / base["rss_bytes_per_entry"], 3)
+            d["tracemalloc_vs_vllm_arc"] = round(
+                d["tracemalloc_bytes_per_entry"] / base["tracemalloc_bytes_per_entry"], 3)
+        results.append({"capacity": cap, "contenders": per})
+    out = {"benchmark": TAG, "full": args.full, "argv": sys.argv,
+           "wall_s": round(time.perf_counter() - t0, 1), "results": results}
+    bl.write_json(args.json, out)
+    bl.progress(TAG, f"done in {out['wall_s']}s")
+    return out
+
+
+if __name__ == "__main__":
+    main()

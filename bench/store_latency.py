@@ -1,0 +1,334 @@
+"""Latency of CPUOffloadingManager.prepare_store and of the full store cycle
+(prepare_store, complete_store, on_request_finished), cache full, every
+store evicting, for vLLM arc, vLLM lru, arc_cy compiled and arc_cy pure.
+
+Each contender has its own identically built vLLM 0.33.0 CPUOffloadingManager
+(arc_cy through cache_policy="ARCCachePolicy", cache_policy_module_path=
+"arc_cy._arc_c" / "arc_cy._arc_py"). Repetitions are interleaved round-robin
+(the starting contender rotates), every contender gets the same keys, and
+only the manager calls are timed (time.perf_counter_ns, gc disabled).
+
+Scenarios:
+  full      steady state, fresh keys each store, pinned fraction 0 or 0.5
+            (the oldest resident chunks held by in-flight loads: prepare_load,
+            released after the phase with complete_load)
+  fallback  T1 below target_t1_size and every T2 chunk pinned by a load, so
+            each eviction scans T2 and falls back to T1 (state built with
+            stores, a reuse, ghost-list touches and loads; checked each rep)
+  chat      a multi-turn, prefix-sharing chat trace (loads and stores of
+            different requests interleaved)
+
+Run: $PY -P bench/store_latency.py [--full] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import benchlib as bl  # noqa: E402
+
+TAG = "store_latency"
+
+
+def fill(managers: dict[str, Any], keys: list[bytes], prefix: str, batch: int = 1024) -> None:
+    """Store ``keys`` through every manager in batches and finish each request."""
+    from vllm.v1.kv_offload.base import ReqContext
+
+    for name, m in managers.items():
+        for b in range(0, len(keys), batch):
+            part = keys[b : b + batch]
+            ctx = ReqContext(f"{prefix}{b}")
+            out = m.prepare_store(part, ctx)
+            assert out is not None, (name, "fill failed")
+            m.complete_store(out.keys_to_store, ctx)
+            m.on_request_finished(ctx)
+
+
+def arc_policy(m: Any) -> Any:
+    # vLLM's manager keeps its policy in _policy (read-only use here: the
+    # public t1/t2/target_t1_size of the policy, to check the state).
+    return m._policy
+
+
+def steady_phase(
+    managers: dict[str, Any],
+    stream: bl.KeyStream,
+    stored: list[bytes],
+    *,
+    batch: int,
+    reps: int,
+    warmup: int,
+    label: str,
+    check: Any = None,
+) -> dict[str, Any]:
+    """Timed stores of fresh keys; every store must evict ``batch`` chunks."""
+    from vllm.v1.kv_offload.base import ReqContext
+
+    names = list(managers)
+    t_prep: dict[str, list[int]] = {n: [] for n in names}
+    t_cyc: dict[str, list[int]] = {n: [] for n in names}
+    mismatches = 0
+    pc = time.perf_counter_ns
+    last = time.perf_counter()
+    with bl.timed_phase():
+        for r in range(warmup + reps):
+            keys = stream.take(batch)
+            stored.extend(keys)
+            evicted: dict[str, list[bytes]] = {}
+            for j in range(len(names)):
+                name = names[(r + j) % len(names)]
+                m = managers[name]
+                ctx = ReqContext(f"{label}:{r}")
+                for p, k in enumerate(keys):
+                    ctx.set_offload_key_position(k, (p + 1) * 16)
+                if check is not None:
+                    check(name, m)
+                t0 = pc()
+                out = m.prepare_store(keys, ctx)
+                t1 = pc()
+                m.complete_store(out.keys_to_store, ctx)
+                m.on_request_finished(ctx)
+                t2 = pc()
+                assert out is not None and len(out.keys_to_store) == batch, (name, label)
+                assert len(out.evicted_keys) == batch, (name, label, "store did not evict")
+                evicted[name] = out.evicted_keys
+                if r >= warmup:
+                    t_prep[name].append(t1 - t0)
+                    t_cyc[name].append(t2 - t0)
+            arc = [evicted[n] for n in bl.ARC_LIKE if n in evicted]
+            if any(e != arc[0] for e in arc):
+                mismatches += 1
+            if time.perf_counter() - last > 10:
+                bl.progress(TAG, f"{label}: rep {r + 1}/{warmup + reps}")
+                last = time.perf_counter()
+    res: dict[str, Any] = {"contenders": {}, "arc_decisions_mismatched_reps": mismatches}
+    for n in names:
+        res["contenders"][n] = {
+            "prepare_store": bl.stats(t_prep[n]),
+            "prepare_store_per_key": bl.stats(t_prep[n], per=batch),
+            "store_cycle": bl.stats(t_cyc[n]),
+            "store_cycle_per_key": bl.stats(t_cyc[n], per=batch),
+        }
+    for f in ("prepare_store", "store_cycle"):
+        bl.add_ratios(res["contenders"], f)
+    return res
+
+
+def full_cache_case(
+    capacity: int,
+    batches: list[int],
+    pinned_fracs: list[float],
+    reps_for: Any,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """Build one full cache per contender, then run every (pinned, batch)."""
+    from vllm.v1.kv_offload.base import LookupResult, ReqContext
+
+    stream = bl.KeyStream(seed)
+    t = time.perf_counter()
+    managers = {n: bl.make_manager(n, capacity) for n in bl.NAMES}
+    stored = stream.take(capacity)
+    with bl.timed_phase():
+        fill(managers, stored, "fill")
+    bl.progress(TAG, f"capacity {capacity}: 4 full caches built in {time.perf_counter() - t:.1f}s")
+    out = []
+    for frac in sorted(pinned_fracs):
+        pinned: list[bytes] = []
+        loads: dict[str, Any] = {}
+        if frac > 0:
+            # The oldest resident chunks (T1's LRU end, read from vLLM arc's
+            # policy; all ARC contenders hold the same order): held by
+            # in-flight loads for the whole phase.
+            t1 = arc_policy(managers["vllm_arc"]).t1
+            assert len(t1) == capacity
+            pinned = [k for k, _ in zip(t1, range(int(frac * capacity)))]
+            for n, m in managers.items():
+                ctx = ReqContext(f"loads{frac}")
+                m.on_new_request(ctx)
+                assert all(m.lookup(k, ctx) is LookupResult.HIT for k in pinned), n
+                if n in bl.ARC_LIKE:
+                    assert list(zip(arc_policy(m).t1, range(len(pinned)))) == list(
+                        zip(pinned, range(len(pinned)))), n
+                m.prepare_load(pinned, ctx)
+                loads[n] = ctx
+        for batch in batches:
+            reps, warmup = reps_for(capacity, batch, frac)
+            t = time.perf_counter()
+            res = steady_phase(
+                managers, stream, stored, batch=batch, reps=reps, warmup=warmup,
+                label=f"cap{capacity}/b{batch}/pin{frac}",
+            )
+            res.update(scenario="full", capacity=capacity, batch=batch,
+                       pinned_fraction=frac, pinned=len(pinned), reps=reps, warmup=warmup)
+            out.append(res)
+            c = res["contenders"]
+            bl.progress(TAG, (
+                f"cap {capacity} batch {batch} pinned {frac:.0%}: prepare_store p50 "
+                + ", ".join(f"{n} {c[n]['prepare_store']['p50']:.1f}us" for n in c)
+                + f" ({time.perf_counter() - t:.1f}s)"))
+        for n, ctx in loads.items():
+            managers[n].complete_load(pinned, ctx)
+            managers[n].on_request_finished(ctx)
+    return out
+
+
+def fallback_case(capacity: int, batch: int, reps: int, warmup: int, seed: int) -> dict[str, Any]:
+    """T1 below its target and all of T2 pinned: evict() falls back to T1."""
+    from vllm.v1.kv_offload.base import LookupResult, ReqContext
+
+    stream = bl.KeyStream(seed)
+    t = time.perf_counter()
+    managers = {n: bl.make_manager(n, capacity) for n in bl.NAMES}
+    half = capacity // 2
+    a_keys = stream.take(half)            # reused once -> T2
+    b_keys = stream.take(capacity - half)  # stored once -> T1
+    ghosts = stream.take(batch)           # stored last: evicts b's oldest to B1
+    n_touch = (capacity - half + 4 * batch) // batch + 1
+    loads = {}
+    with bl.timed_phase():
+        fill(managers, a_keys, "a")
+        for n, m in managers.items():
+            ctx = ReqContext("reuse")
+            m.prepare_load(a_keys, ctx)
+            m.complete_load(a_keys, ctx)
+            m.on_request_finished(ctx)  # a request reused A: A moves to T2
+        fill(managers, b_keys, "b")
+        for n, m in managers.items():
+            ctx = ReqContext("g")
+            out = m.prepare_store(ghosts, ctx)  # evicts T1's oldest to B1
+            assert out is not None and len(out.evicted_keys) == batch, n
+            evicted_b = out.evicted_keys
+            if n in bl.ARC_LIKE:
+                assert all(k in arc_policy(m).b1 for k in evicted_b), n
+            m.complete_store(out.keys_to_store, ctx)
+            m.on_request_finished(ctx)
+            ctx = ReqContext("ghost-touch")
+            for _ in range(n_touch):    # each B1 ghost hit raises target_t1_size by 1
+                m.touch(evicted_b, ctx)
+            lctx = ReqContext("long-loads")
+            # every T2 chunk pinned by a load (vLLM lru evicted some of A)
+            held = [k for k in a_keys if m.lookup(k, lctx) is LookupResult.HIT]
+            m.prepare_load(held, lctx)
+            loads[n] = (lctx, held)
+    for n in bl.ARC_LIKE:
+        p = arc_policy(managers[n])
+        assert len(p.t2) == half and all(c.ref_cnt > 0 for c in p.t2.values()), n
+        assert len(p.t1) < int(p.target_t1_size), (n, len(p.t1), p.target_t1_size)
+    state = {n: (len(arc_policy(managers[n]).t1), arc_policy(managers[n]).target_t1_size)
+             for n in bl.ARC_LIKE}
+    bl.progress(TAG, f"fallback state built in {time.perf_counter() - t:.1f}s: "
+                f"(len(t1), target) = {state['vllm_arc']}, t2 = {half} all pinned")
+    a_set = set(a_keys)
+    checked = {"reps_checked": 0}
+
+    def check(name: str, m: Any) -> None:
+        if name in bl.ARC_LIKE:
+            p = arc_policy(m)
+            # T1 under target: evict() tries T2 first, finds every chunk
+            # pinned, and falls back to T1.
+            assert len(p.t1) < int(p.target_t1_size), name
+            assert len(p.t2) == half, name
+            checked["reps_checked"] += 1
+
+    stored = a_keys + b_keys + ghosts
+    res = steady_phase(managers, stream, stored, batch=batch, reps=reps, warmup=warmup,
+                       label=f"fallback{capacity}", check=check)
+    for n in bl.ARC_LIKE:
+        p = arc_policy(managers[n])
+        assert all(k in p.t2 for k in a_keys[:64]), n  # nothing left T2
+        assert a_set.isdisjoint(p.b2), n
+    for n, m in managers.items():
+        m.complete_load(loads[n][1], loads[n][0])
+    res.update(scenario="fallback", capacity=capacity, batch=batch, pinned=half,
+               reps=reps, warmup=warmup, state_t1_target=state["vllm_arc"],
+               fallback_checked_reps=checked["reps_checked"])
+    c = res["contenders"]
+    bl.progress(TAG, "fallback prepare_store p50 " + ", ".join(
+        f"{n} {c[n]['prepare_store']['p50']:.1f}us" for n in c))
+    return res
+
+
+def chat_case(capacity: int, n_requests: int, seed: int) -> dict[str, Any]:
+    t = time.perf_counter()
+    trace = bl.chat_trace(n_requests, seed=seed)
+    drivers = {n: bl.TraceDriver(bl.make_manager(n, capacity), timed=True) for n in bl.NAMES}
+    names = list(drivers)
+    with bl.timed_phase():
+        for i, keys in enumerate(trace):
+            for j in range(len(names)):
+                drivers[names[(i + j) % len(names)]].step(keys, f"chat{i}")
+    for d in drivers.values():
+        d.drain()
+    res: dict[str, Any] = {"scenario": "chat", "capacity": capacity, "requests": n_requests,
+                           "contenders": {}}
+    for n, d in drivers.items():
+        nonzero = [(t_, k) for t_, k in zip(d.t_store, d.t_store_keys) if k]
+        per_key = [t_ / k for t_, k in nonzero]
+        cyc_per_key = [t_ / k for t_, k in zip(d.t_cycle, d.cycle_keys)]
+        res["contenders"][n] = {
+            "prepare_store": bl.stats(d.t_store),
+            "prepare_store_per_key": bl.stats(per_key),
+            "store_cycle": bl.stats(d.t_cycle),
+            "store_cycle_per_key": bl.stats(cyc_per_key),
+            "hit_ratio": round(d.hit_ratio(), 4),
+            "evicted": d.evicted,
+            "store_failures": d.store_failures,
+            "mean_keys_per_store": round(sum(d.t_store_keys) / max(1, len(d.t_store_keys)), 1),
+        }
+    ref = drivers["vllm_arc"].per_request
+    res["arc_decisions_mismatched_requests"] = sum(
+        sum(a != b for a, b in zip(ref, drivers[n].per_request)) for n in ("arc_cy", "arc_cy_pure"))
+    for f in ("prepare_store", "store_cycle"):
+        bl.add_ratios(res["contenders"], f)
+    c = res["contenders"]
+    bl.progress(TAG, f"chat (cap {capacity}, {n_requests} requests, "
+                f"{time.perf_counter() - t:.1f}s): prepare_store p50 "
+                + ", ".join(f"{n} {c[n]['prepare_store']['p50']:.1f}us" for n in c))
+    return res
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--full", action="store_true", help="the whole grid (long)")
+    ap.add_argument("--json", help="write results here (default: stdout)")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    results: list[dict[str, Any]] = []
+
+    def reps_default(capacity: int, batch: int, frac: float) -> tuple[int, int]:
+        if capacity == 50_000 and batch == 256:
+            return (1000 if frac == 0 else 400), 30
+        return (300 if frac == 0 else 150), 20
+
+    def reps_full(capacity: int, batch: int, frac: float) -> tuple[int, int]:
+        if capacity >= 1_000_000 and frac > 0:
+            return 60, 5
+        return (600 if batch < 1024 else 300), 20
+
+    if args.full:
+        for cap in (10_000, 50_000, 100_000, 1_000_000):
+            batches = [256] if cap == 50_000 else [16, 256, 1024]
+            results += full_cache_case(cap, batches, [0.0, 0.5], reps_full, seed=cap)
+        results.append(fallback_case(100_000, 1024, 300, 20, seed=7))
+        results.append(fallback_case(1_000_000, 1024, 60, 5, seed=8))
+        results.append(chat_case(20_000, 4000, seed=11))
+    else:
+        results += full_cache_case(50_000, [256], [0.0, 0.5], reps_default, seed=50)
+        results += full_cache_case(100_000, [1024], [0.0, 0.5], reps_default, seed=100)
+        results.append(fallback_case(100_000, 1024, 150, 20, seed=7))
+        results.append(chat_case(10_000, 1500, seed=11))
+    out = {"benchmark": TAG, "full": args.full, "argv": sys.argv,
+           "wall_s": round(time.perf_counter() - t0, 1), "results": results}
+    bl.write_json(args.json, out)
+    bl.progress(TAG, f"done in {out['wall_s']}s")
+    return out
+
+
+if __name__ == "__main__":
+    main()
