@@ -1,0 +1,176 @@
+"""``python -m arc_cy``: report the installation and run a self-check.
+
+Prints which implementation ``import arc_cy`` selected, the versions of
+Cython, vLLM and Python, whether vLLM's general plugins register the
+``"arc_cy"`` cache policy name, and the result of one store/evict cycle:
+through vLLM's ``CPUOffloadingManager`` with ``cache_policy="arc_cy"`` (as an
+operator configures it) when vLLM is installed, else through the policy
+alone. Exits 0 when the self-check passes, 1 when it fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import sys
+from importlib import metadata
+from typing import Any
+
+import arc_cy
+from arc_cy._common import HAVE_VLLM, ChunkStatus
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _key(i: int) -> bytes:
+    # Shaped like vLLM's OffloadKey: a 32-byte block hash + 4-byte group index.
+    return bytes([i]) * 32 + (0).to_bytes(4, "big")
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _load_plugins() -> tuple[Any, list[str]]:
+    """Load vLLM's general plugins; return the class registered as "arc_cy"
+    (None if none) and arc_cy's plugin log messages."""
+    import vllm.plugins
+    from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+
+    from arc_cy.plugin import POLICY_NAME, logger
+
+    capture = _Capture()
+    level = logger.level
+    logger.addHandler(capture)
+    logger.setLevel(logging.INFO)
+    try:
+        vllm.plugins.load_general_plugins()
+    finally:
+        logger.removeHandler(capture)
+        logger.setLevel(level)
+    try:
+        cls = CachePolicyFactory.get_cache_policy_cls(POLICY_NAME)
+    except Exception:
+        cls = None
+    return cls, capture.messages
+
+
+def _check_manager() -> str:
+    """One store/evict cycle through CPUOffloadingManager(cache_policy="arc_cy"),
+    compared with the same cycle on vLLM's own ARC."""
+    from vllm.v1.kv_offload.base import LookupResult, ReqContext
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    def cycle(policy: str) -> tuple[Any, list[Any]]:
+        manager = CPUOffloadingManager(num_chunks=2, cache_policy=policy)
+        ctx = ReqContext(req_id="arc_cy-self-check")
+        trace: list[Any] = []
+        first = [_key(1), _key(2)]
+        out = manager.prepare_store(first, ctx)
+        assert out is not None and out.keys_to_store == first, out
+        manager.complete_store(first, ctx)
+        trace.append(out.evicted_keys)
+        # Full: storing a third chunk evicts the least recently stored one.
+        out = manager.prepare_store([_key(3)], ctx)
+        assert out is not None, "store rejected"
+        trace.append(out.evicted_keys)
+        manager.complete_store([_key(3)], ctx)
+        trace.append([manager.lookup(_key(i), ctx) for i in (1, 2, 3)])
+        return manager, trace
+
+    manager, trace = cycle("arc_cy")
+    policy = manager._policy
+    if type(policy) is not arc_cy.ARCCachePolicy:
+        raise AssertionError(
+            f'cache_policy="arc_cy" built {type(policy).__module__}.'
+            f"{type(policy).__qualname__}, not arc_cy.ARCCachePolicy"
+        )
+    _, oracle = cycle("arc")
+    expected = [
+        [],
+        [_key(1)],
+        [LookupResult.MISS, LookupResult.HIT, LookupResult.HIT],
+    ]
+    assert trace == expected, f"arc_cy: {trace}, expected {expected}"
+    assert trace == oracle, f"arc_cy: {trace}, vLLM arc: {oracle}"
+    assert list(policy.b1) == [_key(1)], list(policy.b1)
+    policy._check_invariants()
+    return (
+        'ok: stored 2 chunks, a third evicted the oldest, through vLLM\'s '
+        'CPUOffloadingManager(cache_policy="arc_cy"); same as vLLM\'s arc'
+    )
+
+
+def _check_policy() -> str:
+    """One store/evict cycle through the policy alone (no vLLM)."""
+    policy = arc_cy.ARCCachePolicy(cache_capacity=2)
+    for i in (1, 2):
+        chunk = ChunkStatus(i)
+        policy.insert(_key(i), chunk, None)
+        chunk.ref_cnt = 0  # stored
+    evicted = policy.evict(1, set())
+    assert evicted is not None and [k for k, _ in evicted] == [_key(1)], evicted
+    assert list(policy.t1) == [_key(2)] and list(policy.b1) == [_key(1)]
+    policy._check_invariants()
+    return "ok: inserted 2 chunks and evicted the oldest through the policy alone"
+
+
+def main() -> int:
+    env = os.environ.get("ARC_CY_NO_EXTENSIONS")
+    module = arc_cy.ARCCachePolicy.__module__
+    print(f"arc_cy {arc_cy.__version__}")
+    print(f"implementation: {arc_cy.IMPLEMENTATION} ({module})")
+    print(f"ARC_CY_NO_EXTENSIONS: {'unset' if env is None else repr(env)}")
+    print(f"Cython: {_version('Cython')}")
+    print(f"vLLM: {_version('vllm') if HAVE_VLLM else 'not installed'}")
+    print(f"Python: {platform.python_version()} ({sys.executable})")
+
+    ok = True
+    if HAVE_VLLM:
+        try:
+            cls, messages = _load_plugins()
+        except Exception as exc:  # a broken plugin load is a failed check
+            cls, messages = None, []
+            print(f"plugin: loading vLLM's general plugins failed: {exc!r}")
+        if cls is None:
+            ok = False
+            print(
+                'plugin: "arc_cy" NOT registered after vLLM loaded its general '
+                "plugins (is arc_cy installed with its vllm.general_plugins "
+                "entry point? is it excluded by VLLM_PLUGINS?)"
+            )
+        else:
+            print(
+                'plugin: "arc_cy" registered -> '
+                f"{cls.__module__}.{cls.__qualname__}"
+            )
+        for message in messages:
+            print(f"plugin log: {message}")
+    else:
+        print("plugin: n/a (vLLM not installed)")
+
+    try:
+        result = _check_manager() if HAVE_VLLM and ok else _check_policy()
+    except Exception as exc:
+        ok = False
+        result = f"FAILED: {type(exc).__name__}: {exc}"
+    else:
+        if not ok:  # vLLM is installed but cannot find "arc_cy"
+            result = 'FAILED: vLLM does not know "arc_cy" (policy alone: ' + result + ")"
+    print(f"self-check: {result}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""End to end: vLLM's real v1 Scheduler + OffloadingConnector on CPU.
+
+The same multi-turn chat workload (shared system prompts, conversations that
+grow by their earlier turns, preemptions, aborts, loads in flight across
+steps) runs through vLLM 0.33.0's ``Scheduler`` with the CPU offloading
+manager on:
+
+- ``"arc"``: vLLM's own ARC policy (the oracle);
+- ``"arc_cy"``: the name the plugin registers, after
+  ``vllm.plugins.load_general_plugins()``, as an operator configures it; it
+  must resolve to the compiled core;
+- ``"ARCCachePolicy"`` + ``cache_policy_module_path="arc_cy"``: the
+  documented route without the plugin;
+- ``"arc_cy"`` in a fresh process with ``ARC_CY_NO_EXTENSIONS=1``: the pure
+  Python twin, chosen the operator way.
+
+Every run must make exactly the decisions of vLLM's ARC: the same lookups
+hit, the same keys stored, evicted, loaded and rejected in the same order,
+and the same final T1/T2/B1/B2 state. The stub spec and the harness are in
+``tests/offload_stub.py``.
+
+The child process runs vLLM's ARC too, and the twin is compared with that
+run: vLLM's scheduler iterates sets of request ids (e.g. finished requests'
+final stores), so the order of manager calls, and with it the decisions,
+depends on the process's string hash seed. Runs are comparable within one
+process, or across processes with the same PYTHONHASHSEED.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import offload_stub
+from offload_stub import SCENARIOS, recorded_run, write_model_config
+
+TESTS_DIR = Path(__file__).resolve().parent
+VLLM_ARC = "vllm.v1.kv_offload.cpu.policies.arc.ARCCachePolicy"
+COMPILED = "arc_cy._arc_c.ARCCachePolicy"
+TWIN = "arc_cy._arc_py.ARCCachePolicy"
+
+
+class _TwinProcess:
+    """vLLM's ARC and the pure twin on every scenario, in a child process
+    (started at once, so it overlaps the in-process runs)."""
+
+    def __init__(self, model_dir: str, out: Path) -> None:
+        env = dict(os.environ)
+        env["ARC_CY_NO_EXTENSIONS"] = "1"
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(TESTS_DIR), env.get("PYTHONPATH")) if p
+        )
+        self.out = out
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-P",
+                "-m",
+                "offload_stub",
+                "--model-dir",
+                model_dir,
+                "--policies",
+                "arc,arc_cy",
+                "--load-plugins",
+                "--scenarios",
+                ",".join(SCENARIOS),
+                "--out",
+                str(out),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self._results: dict[str, Any] | None = None
+
+    def results(self) -> dict[str, Any]:
+        if self._results is None:
+            output, _ = self.proc.communicate(timeout=600)
+            assert self.proc.returncode == 0, output[-5000:]
+            self._results = json.loads(self.out.read_text())
+        return self._results
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return write_model_config(str(tmp_path_factory.mktemp("tiny-llama")))
+
+
+@pytest.fixture(scope="module")
+def twin(model_dir: str, tmp_path_factory: pytest.TempPathFactory):
+    process = _TwinProcess(model_dir, tmp_path_factory.mktemp("twin") / "runs.json")
+    yield process
+    if process.proc.poll() is None:
+        process.proc.kill()
+        process.proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def plugins_loaded() -> None:
+    import vllm.plugins
+
+    vllm.plugins.load_general_plugins()
+
+
+def _by_kind(log: list[list[Any]]) -> dict[str, list[Any]]:
+    """The log split into the sequences the policies must agree on."""
+    return {
+        "hits": [e[1] for e in log if e[0] == "hit"],
+        "loads": [e[1] for e in log if e[0] == "load"],
+        "stores": [e[2] for e in log if e[0] == "store"],
+        "evictions": [e[3] for e in log if e[0] == "store"],
+        "rejects": [e[1] for e in log if e[0] == "reject"],
+    }
+
+
+def _assert_same_run(oracle: dict[str, Any], other: dict[str, Any]) -> None:
+    label = other["policy_class"]
+    expected, actual = _by_kind(oracle["log"]), _by_kind(other["log"])
+    for kind in expected:
+        assert actual[kind] == expected[kind], f"{label}: {kind} differ"
+    # No store that vLLM's ARC accepts is ever rejected (or vice versa).
+    oracle_verdicts = [e[0] for e in oracle["log"] if e[0] in ("store", "reject")]
+    verdicts = [e[0] for e in other["log"] if e[0] in ("store", "reject")]
+    for i, (want, got) in enumerate(zip(oracle_verdicts, verdicts)):
+        assert got == want, f"{label}: store #{i} {got}, vLLM arc {want}"
+    assert len(verdicts) == len(oracle_verdicts)
+    # The whole interleaving, the same raw keys, the same end state.
+    assert other["log"] == oracle["log"], label
+    assert other["keys_sha256"] == oracle["keys_sha256"], label
+    assert other["state"] == oracle["state"], label
+    assert other["stats"] == oracle["stats"], label
+    assert other["worker"] == oracle["worker"], label
+    assert other["stores_skipped"] == oracle["stores_skipped"], label
+
+
+def _assert_workload_exercised(run: dict[str, Any], scenario: str) -> None:
+    """The run did what the scenario is there for (no vacuous pass)."""
+    log, stats = run["log"], run["stats"]
+    kinds = Counter(e[0] for e in log)
+    evicting = [e for e in log if e[0] == "store" and e[3]]
+    evicted_while_loading = [e for e in evicting if e[4] > 0]
+
+    # Every conversation turn ended, normally or by abort.
+    assert stats["requests"] == stats["finished"] + stats["aborted"]
+    assert stats["finished"] > 100
+    assert stats["aborted"] > 0
+    assert stats["preempted"] > 0
+    assert kinds["store"] > 50
+    assert len(evicting) > 20
+    assert sum(len(e[3]) for e in evicting) > 200
+    assert kinds["hit"] > 0 and kinds["load"] > 0
+    assert evicted_while_loading, "no store evicted while a load was in flight"
+    # Every load job the scheduler sent reached the worker and completed.
+    assert run["worker"]["loads"] == stats["load_jobs"] == kinds["load"]
+    assert run["worker"]["stores"] == stats["store_jobs"]
+    state = run["state"]
+    assert len(state["b1"]) + len(state["b2"]) > 0
+    if scenario == "roomy":
+        assert kinds["load"] >= 10
+        assert len(evicted_while_loading) >= 10
+        assert stats["aborted_while_loading"] > 0
+        # Reused chunks were promoted to T2 and evicted from it, and ghost
+        # hits moved the adaptive target.
+        assert state["t2"] and state["b2"]
+        assert state["target_t1_size"] > 0
+    if scenario == "tight":
+        assert run["num_chunks"] == 24  # from cpu_bytes_to_use
+        assert kinds["reject"] > 0
+    else:
+        assert run["num_chunks"] == SCENARIOS[scenario]["num_chunks"]
+    if scenario == "threshold":
+        assert run["store_threshold"] == 2
+        assert run["stores_skipped"] > 0
+    else:
+        assert run["stores_skipped"] == 0
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_scheduler_runs_identical_with_arc_cy(
+    scenario: str, model_dir: str, twin: _TwinProcess, plugins_loaded: None
+) -> None:
+    import arc_cy
+
+    oracle = recorded_run(model_dir, "arc", scenario)
+    assert oracle["policy_class"] == VLLM_ARC
+    _assert_workload_exercised(oracle, scenario)
+
+    by_name = recorded_run(model_dir, "arc_cy", scenario)
+    assert by_name["policy_class"] == COMPILED, (
+        f"'arc_cy' resolved to {by_name['policy_class']} "
+        f"(arc_cy.IMPLEMENTATION={arc_cy.IMPLEMENTATION}); run without "
+        "ARC_CY_NO_EXTENSIONS and with the compiled build installed"
+    )
+    _assert_same_run(oracle, by_name)
+
+    by_module = recorded_run(
+        model_dir, "ARCCachePolicy", scenario, cache_policy_module_path="arc_cy"
+    )
+    assert by_module["policy_class"] == COMPILED
+    _assert_same_run(oracle, by_module)
+
+    child = twin.results()
+    child_oracle, twin_run = child["arc"][scenario], child["arc_cy"][scenario]
+    assert child_oracle["policy_class"] == VLLM_ARC
+    _assert_workload_exercised(child_oracle, scenario)
+    assert twin_run["arc_cy_implementation"] == "python"
+    assert twin_run["policy_class"] == TWIN
+    _assert_same_run(child_oracle, twin_run)
+
+
+def test_stub_spec_is_loaded_out_of_tree(model_dir: str) -> None:
+    """vLLM built the connector's spec from spec_module_path, and its
+    manager is the real CPUOffloadingManager (recording subclass)."""
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    harness = offload_stub.SchedulerHarness(
+        model_dir,
+        offload_stub.offloading_extra_config("lru", num_chunks=8, record=False),
+        **offload_stub.TEST_HARNESS,
+    )
+    assert type(harness.manager) is CPUOffloadingManager
+    assert harness.manager._num_chunks == 8
+    assert isinstance(harness.stub_worker, offload_stub.StubOffloadingWorker)
+    with pytest.raises(ValueError, match="num_chunks or cpu_bytes_to_use"):
+        offload_stub.SchedulerHarness(
+            model_dir,
+            offload_stub.offloading_extra_config("lru"),
+            **offload_stub.TEST_HARNESS,
+        )
