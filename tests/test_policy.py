@@ -320,3 +320,18 @@ def test_missing_extension_warns_and_falls_back():
     lines = proc.stdout.splitlines()
     assert lines[0] == "python"
     assert "compiled core is not available" in lines[1]
+
+
+def test_ghost_hit_deltas_use_the_ratio_of_ghost_sizes(policy_cls):
+    # b1 = [a, b], b2 = [c, d, e]: a b1 hit adds 3/2, a b2 hit takes 2/3 -> 1
+    policy, _ = filled(policy_cls, 5, t1=[b"a", b"b"], t2=[b"c", b"d", b"e"])
+    policy.target_t1_size = 2
+    # t1 while its virtual size >= 2, then t2, then the fallback to t1
+    assert [k for k, _ in policy.evict(5, set())] == [b"a", b"c", b"d", b"e", b"b"]
+    assert list(policy.b1) == [b"a", b"b"] and list(policy.b2) == [b"c", b"d", b"e"]
+    policy.on_store_miss([b"a"], CTX)
+    assert policy.target_t1_size == 3.5
+    policy.touch([b"c"], CTX)
+    assert policy.target_t1_size == 2.5
+    policy.touch([b"d", b"a"], CTX)  # tail first: a (+1.5), then d (-1)
+    assert policy.target_t1_size == 3.0
