@@ -1,0 +1,384 @@
+"""Soak test of the compiled ARC core: memory must not grow under churn.
+
+Drives ``arc_cy._arc_c.ARCCachePolicy`` (the compiled class, imported
+directly) through vLLM's CachePolicy API with traffic shaped like
+``CPUOffloadingManager``'s, for ``--ops`` policy calls (default 10**7) at
+``--capacity`` chunks (default 100_000), and reports:
+
+* RSS (psutil), in a first run without tracemalloc, sampled every
+  ``--sample-every`` calls; the growth is measured from the end of the warmup (``--warmup`` fraction of the calls,
+  default 0.2) to the end, and from the middle of the run to the end.
+* tracemalloc, in a second run of the same traffic (tracemalloc's own
+  tables grow as it traces, which would blur the RSS figures): tracing
+  starts at the end of the warmup; snapshot A is taken
+  at ``--snapshot-a`` (default 0.4) of the run, after the resident set and
+  the ghost lists have turned over, snapshot B at the end (with the
+  defaults both lie 1M calls after a clear(), so the policy is equally full). The B - A
+  difference is reported for arc_cy's own files and, because the compiled
+  core has no Python frames, for the lines of this script that call the
+  policy (tracemalloc charges the core's PyMem allocations to them), plus
+  the largest differences anywhere.
+
+One "op" is one call of a policy method. The traffic is a loop of
+requests; each request takes 1-16 consecutive keys from a universe of
+4 x capacity key ids (skewed towards low ids, so that there are hits and
+ghost hits) and does what the manager does:
+
+    get()                  one per key (lookup), and per key of a store offer
+    touch()                the keys that hit
+    mark_non_evictable()   per hit chunk whose ref_cnt goes 0 -> 1 (a load
+                           pins it: ref_cnt += 1)
+    on_store_miss()        the keys that missed
+    evict(n, protected)    when the misses do not fit in the free chunks;
+                           protected = the request's keys (a set)
+    insert()               per missed key, into a chunk with ref_cnt -1
+    on_request_finished()  one per request, with offload-key positions set
+  and, two requests later (transfers are asynchronous):
+    complete_store         ref_cnt -1 -> 0 + mark_evictable() (95 %), or
+                           remove() (5 %, a failed store)
+    complete_load          ref_cnt -= 1, + mark_evictable() when it hits 0
+  and one clear() every ``--clear-every`` calls (default 3_000_000).
+
+Keys are fresh ``bytes`` objects built per request (as vLLM's hashes are),
+so every key the policy holds was made at run time and churns.
+
+Usage:
+    source .ci/env.sh
+    "$ARC_CY_PY" -P bench/soak.py                 # full: 10**7 calls
+    "$ARC_CY_PY" -P bench/soak.py --ops 1000000   # shorter
+Writes bench/results/soak.json and bench/results/soak.md (or --out PREFIX).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import json
+import os
+import platform
+import random
+import shlex
+import sys
+import time
+import tracemalloc
+
+import psutil
+from vllm.v1.kv_offload.base import ReqContext
+from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
+
+import arc_cy
+from arc_cy._arc_c import ARCCachePolicy
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _key(i: int) -> bytes:
+    return i.to_bytes(8, "little")
+
+
+class Driver:
+    """Manager-shaped traffic; counts policy calls in self.ops."""
+
+    def __init__(self, capacity: int, seed: int) -> None:
+        self.capacity = capacity
+        self.universe = 4 * capacity
+        self.rng = random.Random(seed)
+        self.policy = ARCCachePolicy(capacity)
+        self.free = [ChunkStatus(i) for i in range(capacity)]
+        self.pending = collections.deque()  # (due request, kind, keys)
+        self.requests = 0
+        self.ops = 0
+        self.evict_none = 0
+        self.clears = 0
+
+    def reset_after_clear(self) -> None:
+        # vLLM's reset_cache(): every chunk goes back to the pool.
+        self.free = [ChunkStatus(i) for i in range(self.capacity)]
+        self.pending.clear()
+
+    def request(self) -> None:
+        rng, policy = self.rng, self.policy
+        self.requests += 1
+        req = self.requests
+        ctx = ReqContext(req_id=str(req))
+        length = rng.randint(1, 16)
+        start = int(self.universe * rng.random() ** 2)
+        keys = [_key((start + j) % self.universe) for j in range(length)]
+        for pos, key in enumerate(keys):
+            ctx.set_offload_key_position(key, pos)
+        ops = 0
+        hits, misses = [], []
+        for key in keys:  # lookup
+            chunk = policy.get(key)
+            ops += 1
+            if chunk is None:
+                misses.append(key)
+            elif chunk.ref_cnt >= 0:
+                hits.append(key)
+        reused = []
+        if hits:  # prepare_load of the hits
+            policy.touch(hits, ctx)
+            ops += 1
+            for key in hits:
+                chunk = policy.get(key)
+                ops += 1
+                if chunk.ref_cnt == 0:
+                    policy.mark_non_evictable(key)
+                    ops += 1
+                chunk.ref_cnt += 1
+            reused = hits
+            self.pending.append((req + 2, "load", hits))
+        inserted = []
+        if misses:  # prepare_store of the misses
+            policy.on_store_miss(misses, ctx)
+            ops += 1
+            need = len(misses) - len(self.free)
+            ok = True
+            if need > 0:
+                evicted = policy.evict(need, set(keys))
+                ops += 1
+                if evicted is None:
+                    self.evict_none += 1
+                    ok = False
+                else:
+                    for _, chunk in evicted:
+                        self.free.append(chunk)
+            if ok:
+                for key in misses:
+                    chunk = self.free.pop()
+                    chunk.ref_cnt = -1
+                    policy.insert(key, chunk, ctx)
+                    ops += 1
+                inserted = misses
+                self.pending.append((req + 2, "store", misses))
+        reused_set = set(reused)
+        policy.on_request_finished(
+            (tuple(keys),), set(inserted) - reused_set, reused_set, ctx
+        )
+        ops += 1
+        while self.pending and self.pending[0][0] <= req:
+            _, kind, done = self.pending.popleft()
+            if kind == "load":
+                for key in done:
+                    chunk = policy.get(key)
+                    ops += 1
+                    chunk.ref_cnt -= 1
+                    if chunk.ref_cnt == 0:
+                        policy.mark_evictable(key)
+                        ops += 1
+            elif rng.random() < 0.95:
+                for key in done:
+                    chunk = policy.get(key)
+                    ops += 1
+                    if chunk is not None and chunk.ref_cnt < 0:
+                        chunk.ref_cnt = 0
+                        policy.mark_evictable(key)
+                        ops += 1
+            else:
+                for key in done:
+                    chunk = policy.get(key)
+                    ops += 1
+                    if chunk is not None and chunk.ref_cnt < 0:
+                        policy.remove(key)
+                        ops += 1
+                        self.free.append(chunk)
+        self.ops += ops
+
+
+def rss() -> int:
+    return psutil.Process().memory_info().rss
+
+
+def _stat_dict(stat: tracemalloc.StatisticDiff) -> dict:
+    frame = stat.traceback[0]
+    return {
+        "where": f"{os.path.relpath(frame.filename)}:{frame.lineno}",
+        "size_diff": stat.size_diff,
+        "count_diff": stat.count_diff,
+        "size": stat.size,
+    }
+
+
+def run_phase(args: argparse.Namespace, traced: bool) -> dict:
+    """One soak run; with traced, tracemalloc runs from the end of warmup."""
+    drv = Driver(args.capacity, args.seed)
+    warmup_at = int(args.ops * args.warmup)
+    snap_a_at = int(args.ops * args.snapshot_a)
+    samples: list[tuple[int, int]] = [(0, rss())]
+    next_sample = args.sample_every
+    next_clear = args.clear_every
+    rss_warm = rss_mid = None
+    snap_a = None
+    t0 = time.perf_counter()
+    while drv.ops < args.ops:
+        drv.request()
+        if drv.ops >= next_clear:
+            drv.policy.clear()
+            drv.ops += 1
+            drv.clears += 1
+            drv.reset_after_clear()
+            next_clear += args.clear_every
+        if drv.ops >= next_sample:
+            samples.append((drv.ops, rss()))
+            next_sample += args.sample_every
+        if rss_warm is None and drv.ops >= warmup_at:
+            gc.collect()
+            rss_warm = (drv.ops, rss())
+            if traced:
+                tracemalloc.start(1)
+        if rss_mid is None and drv.ops >= snap_a_at:
+            gc.collect()
+            rss_mid = (drv.ops, rss())
+            if traced:
+                snap_a = tracemalloc.take_snapshot()
+    elapsed = time.perf_counter() - t0
+    gc.collect()
+    rss_end = (drv.ops, rss())
+    samples.append(rss_end)
+    drv.policy._check_invariants()
+    pol = drv.policy
+    result: dict = {
+        "ops": drv.ops,
+        "requests": drv.requests,
+        "evict_none": drv.evict_none,
+        "clears": drv.clears,
+        "elapsed_s": round(elapsed, 2),
+        "ops_per_s": round(drv.ops / elapsed),
+        "final_sizes": {n: len(getattr(pol, n)) for n in ("t1", "t2", "b1", "b2")},
+        "final_target_t1_size": pol.target_t1_size,
+    }
+    if not traced:
+        result.update(
+            {
+                "rss_start": samples[0][1],
+                "rss_after_warmup": rss_warm,
+                "rss_mid": rss_mid,
+                "rss_end": rss_end,
+                "rss_max_after_warmup": max(
+                    r for o, r in samples if o >= rss_warm[0]
+                ),
+                "rss_growth_after_warmup": rss_end[1] - rss_warm[1],
+                "rss_growth_second_half": rss_end[1] - rss_mid[1],
+                "rss_samples": samples,
+            }
+        )
+        return result
+    snap_b = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    package = os.path.dirname(os.path.abspath(arc_cy.__file__))
+    ours = tracemalloc.Filter(True, os.path.join(package, "*"))
+    driver = tracemalloc.Filter(True, os.path.abspath(__file__))
+    diff_ours = snap_b.filter_traces([ours]).compare_to(
+        snap_a.filter_traces([ours]), "lineno"
+    )
+    diff_driver = snap_b.filter_traces([driver]).compare_to(
+        snap_a.filter_traces([driver]), "lineno"
+    )
+    diff_all = snap_b.compare_to(snap_a, "filename")
+    result["tracemalloc"] = {
+        "started_at_op": rss_warm[0],
+        "snapshot_a_at_op": rss_mid[0],
+        "snapshot_b_at_op": rss_end[0],
+        "arc_cy_files_size_diff": sum(s.size_diff for s in diff_ours),
+        "arc_cy_files_size_at_b": sum(s.size for s in diff_ours),
+        "arc_cy_files_top": [_stat_dict(s) for s in diff_ours[:10]],
+        "driver_lines_size_diff": sum(s.size_diff for s in diff_driver),
+        "driver_lines_top": [_stat_dict(s) for s in diff_driver[:10]],
+        "all_files_size_diff": sum(s.size_diff for s in diff_all),
+        "all_files_top": [_stat_dict(s) for s in diff_all[:10]],
+    }
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ops", type=int, default=10_000_000)
+    ap.add_argument("--capacity", type=int, default=100_000)
+    ap.add_argument("--warmup", type=float, default=0.2)
+    ap.add_argument("--snapshot-a", type=float, default=0.4)
+    ap.add_argument("--sample-every", type=int, default=100_000)
+    ap.add_argument("--clear-every", type=int, default=3_000_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-tracemalloc", action="store_true")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "soak"))
+    args = ap.parse_args(argv)
+
+    result: dict = {
+        "command": "$ARC_CY_PY -P bench/soak.py " + shlex.join(sys.argv[1:]),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "capacity": args.capacity,
+        "seed": args.seed,
+        "rss_run": run_phase(args, traced=False),
+    }
+    if not args.no_tracemalloc:
+        result["tracemalloc_run"] = run_phase(args, traced=True)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out + ".json", "w") as f:
+        json.dump(result, f, indent=1)
+    md = _markdown(result)
+    with open(args.out + ".md", "w") as f:
+        f.write(md)
+    print(md)
+    return 0
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:+.1f} MiB" if n < 0 or n > 0 else "+0.0 MiB"
+
+
+def _markdown(res: dict) -> str:
+    r = res["rss_run"]
+    lines = [
+        "# Soak: compiled ARC core under manager-shaped churn",
+        "",
+        f"Command: `{res['command']}` (Python {res['python']}, "
+        f"{res['machine']}, {res['cpus']} CPUs)",
+        "",
+        "RSS run (no tracemalloc):",
+        "",
+        f"- {r['ops']:,} policy calls ({r['requests']:,} requests), capacity "
+        f"{res['capacity']:,}, {r['clears']} clear(), {r['evict_none']:,} failed "
+        f"evictions; {r['elapsed_s']} s ({r['ops_per_s']:,} calls/s, "
+        "driver included)",
+        f"- final sizes {r['final_sizes']}, target_t1_size "
+        f"{r['final_target_t1_size']}",
+        f"- RSS: start {r['rss_start'] / 2**20:.1f} MiB, after warmup "
+        f"(op {r['rss_after_warmup'][0]:,}) {r['rss_after_warmup'][1] / 2**20:.1f}"
+        f" MiB, middle (op {r['rss_mid'][0]:,}) {r['rss_mid'][1] / 2**20:.1f} MiB,"
+        f" end {r['rss_end'][1] / 2**20:.1f} MiB, max after warmup "
+        f"{r['rss_max_after_warmup'] / 2**20:.1f} MiB",
+        f"- RSS growth after warmup: {_mib(r['rss_growth_after_warmup'])}; "
+        f"over the second half: {_mib(r['rss_growth_second_half'])}",
+    ]
+    t = res.get("tracemalloc_run")
+    if t:
+        tm = t["tracemalloc"]
+        lines += [
+            "",
+            f"tracemalloc run (same traffic, {t['elapsed_s']} s; tracing from op "
+            f"{tm['started_at_op']:,}; snapshot A at op {tm['snapshot_a_at_op']:,},"
+            f" B at op {tm['snapshot_b_at_op']:,}):",
+            "",
+            f"- arc_cy package files: B - A = {tm['arc_cy_files_size_diff']:+,} "
+            f"bytes ({tm['arc_cy_files_size_at_b']:,} bytes live at B)",
+            "- this script's lines (the compiled core has no Python frames, so "
+            "its PyMem allocations are charged to the lines calling it): "
+            f"B - A = {tm['driver_lines_size_diff']:+,} bytes",
+            f"- all files: B - A = {tm['all_files_size_diff']:+,} bytes",
+            "",
+            "| where | size diff | count diff | size at B |",
+            "|---|---:|---:|---:|",
+        ]
+        for s in tm["all_files_top"][:5] + tm["driver_lines_top"][:6]:
+            lines.append(
+                f"| {s['where']} | {s['size_diff']:+,} | {s['count_diff']:+,} | "
+                f"{s['size']:,} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

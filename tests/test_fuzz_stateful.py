@@ -1,0 +1,462 @@
+"""Stateful differential fuzzing: vLLM's ARC vs both arc_cy implementations.
+
+A hypothesis RuleBasedStateMachine applies every operation to vLLM
+0.33.0's ARCCachePolicy (the oracle) and to ``arc_cy._arc_c`` and
+``arc_cy._arc_py`` ARCCachePolicy, with the same key objects and the same
+ChunkStatus objects (ref_cnt is read live, so all three see one value),
+and after every step checks that the three agree (t1/t2 order and chunk
+identity, b1/b2 order, target_t1_size value and type, get() of every key)
+and that each arc_cy policy passes ``_check_invariants()``.
+
+Capacities are tiny (0-12) and so is the key universe, so ghost hits,
+t2 -> t1 fallback, failed evictions and ghost trimming happen all the time.
+
+Profiles (hypothesis settings profiles, applied to this module's test only):
+
+    arc_cy-fuzz-ci    the default; 600 examples x up to 60 steps (~30k
+                      steps, ~30 s on a 2-core machine).
+    arc_cy-fuzz-long  ARC_CY_FUZZ_PROFILE=long: 16_000 examples x up to
+                      100 steps (over a million steps; ~25 minutes).
+                      It prints the number of steps run at the end:
+
+    ARC_CY_FUZZ_PROFILE=long "$ARC_CY_PY" -P -m pytest -s \
+        tests/test_fuzz_stateful.py -k StateMachine
+
+A second, plain (non-hypothesis) test replays long seeded random sequences
+(200_000 policy calls each) shaped like CPUOffloadingManager's traffic on
+the same three policies, to cover long histories that shrinking-friendly
+hypothesis examples do not reach.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+from helpers import ChunkStatus, ReqContext, VllmARC, assert_same_state, snapshot
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+from vllm.v1.kv_offload.base import make_offload_key
+
+from arc_cy._arc_c import ARCCachePolicy as CPolicy
+from arc_cy._arc_py import ARCCachePolicy as PyPolicy
+
+settings.register_profile(
+    "arc_cy-fuzz-ci",
+    max_examples=600,
+    stateful_step_count=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.register_profile(
+    "arc_cy-fuzz-long",
+    max_examples=16_000,
+    stateful_step_count=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+PROFILE = {"ci": "arc_cy-fuzz-ci", "long": "arc_cy-fuzz-long"}[
+    os.environ.get("ARC_CY_FUZZ_PROFILE", "ci")
+]
+
+STEPS = {"steps": 0, "examples": 0}
+
+key_index = st.integers(0, 31)
+key_indexes = st.lists(key_index, max_size=6)
+target_values = st.one_of(
+    st.integers(-3, 15),
+    st.floats(-3, 15, allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.5, 1.5, 2.999999, 10**20, -(10**20), 1e300]),
+)
+
+
+class ARCMachine(RuleBasedStateMachine):
+    """The three policies, driven in lockstep."""
+
+    @initialize(capacity=st.integers(0, 12), extra=st.integers(1, 12))
+    def setup(self, capacity: int, extra: int) -> None:
+        STEPS["examples"] += 1
+        self.capacity = capacity
+        universe = min(32, capacity + extra + 1)
+        self.keys = [
+            make_offload_key(f"k{i}".encode(), i % 2) for i in range(universe)
+        ]
+        self.oracle = VllmARC(capacity)
+        self.c = CPolicy(capacity)
+        self.py = PyPolicy(capacity)
+        self.next_id = 0
+
+    # --- helpers -----------------------------------------------------------
+
+    @property
+    def all(self):
+        return (self.oracle, self.c, self.py)
+
+    def key(self, i: int, fresh: bool = False):
+        key = self.keys[i % len(self.keys)]
+        # An equal key that is a different object, as vLLM's hashes are.
+        return bytes(bytearray(key)) if fresh else key
+
+    def resident(self, pred=lambda chunk: True):
+        return [
+            k
+            for k, chunk in [*self.oracle.t1.items(), *self.oracle.t2.items()]
+            if pred(chunk)
+        ]
+
+    def ctx(self):
+        return ReqContext(req_id="r")
+
+    def same_error(self, call):
+        """call(policy) must raise the same error in both arc_cy classes and
+        change nothing."""
+        errors = []
+        for p in (self.c, self.py):
+            before = snapshot(p)
+            with pytest.raises(Exception) as info:
+                call(p)
+            assert snapshot(p) == before
+            errors.append((type(info.value), str(info.value)))
+        assert errors[0] == errors[1]
+        return errors[0][0]
+
+    # --- rules -------------------------------------------------------------
+
+    @rule(i=key_index, fresh=st.booleans(), ready=st.booleans())
+    def insert(self, i, fresh, ready):
+        key = self.key(i, fresh)
+        if key in self.oracle.t1 or key in self.oracle.t2:
+            # vLLM would silently keep two entries; arc_cy refuses.
+            chunk = ChunkStatus(-1)
+            assert self.same_error(lambda p: p.insert(key, chunk, None)) is ValueError
+            return
+        chunk = ChunkStatus(self.next_id)
+        self.next_id += 1
+        if ready:
+            chunk.ref_cnt = 0
+        ctx = self.ctx()
+        for p in self.all:
+            p.insert(key, chunk, ctx)
+
+    @rule(i=key_index, mark=st.booleans())
+    def complete_store(self, i, mark):
+        pending = self.resident(lambda c: c.ref_cnt < 0)
+        if pending:
+            key = pending[i % len(pending)]
+            self.oracle.get(key).ref_cnt = 0
+            if mark:
+                for p in self.all:
+                    p.mark_evictable(key)
+
+    @rule(i=key_index, fresh=st.booleans())
+    def fail_store(self, i, fresh):
+        pending = self.resident(lambda c: c.ref_cnt < 0)
+        if pending:
+            key = pending[i % len(pending)]
+            if fresh:
+                key = bytes(bytearray(key))
+            for p in self.all:
+                p.remove(key)
+
+    @rule(i=key_index, mark=st.booleans())
+    def pin(self, i, mark):
+        ready = self.resident(lambda c: c.ref_cnt >= 0)
+        if ready:
+            key = ready[i % len(ready)]
+            chunk = self.oracle.get(key)
+            if chunk.ref_cnt == 0 and mark:
+                for p in self.all:
+                    p.mark_non_evictable(key)
+            chunk.ref_cnt += 1
+
+    @rule(i=key_index, mark=st.booleans())
+    def unpin(self, i, mark):
+        pinned = self.resident(lambda c: c.ref_cnt > 0)
+        if pinned:
+            key = pinned[i % len(pinned)]
+            chunk = self.oracle.get(key)
+            chunk.ref_cnt -= 1
+            if chunk.ref_cnt == 0 and mark:
+                for p in self.all:
+                    p.mark_evictable(key)
+
+    @rule(idx=key_indexes, fresh=st.booleans())
+    def touch(self, idx, fresh):
+        keys = [self.key(i, fresh) for i in idx]
+        ctx = self.ctx()
+        for p in self.all:
+            p.touch(keys, ctx)
+
+    @rule(idx=key_indexes, as_tuple=st.booleans())
+    def on_store_miss(self, idx, as_tuple):
+        keys = [self.key(i) for i in idx]
+        ctx = self.ctx()
+        for p in self.all:
+            p.on_store_miss(tuple(keys) if as_tuple else iter(keys), ctx)
+
+    @rule(idx=key_indexes)
+    def on_request_access(self, idx):
+        keys = [self.key(i) for i in idx]
+        ctx = self.ctx()
+        for p in self.all:
+            assert p.on_request_access(keys, ctx) is None
+
+    @rule(
+        groups=st.lists(key_indexes, min_size=1, max_size=3),
+        ins=st.frozensets(key_index, max_size=8),
+        reused=st.frozensets(key_index, max_size=8),
+        positions=st.sampled_from(["all", "partial", "none"]),
+        order=st.randoms(use_true_random=False),
+    )
+    def on_request_finished(self, groups, ins, reused, positions, order):
+        key_groups = tuple(tuple(self.key(i) for i in g) for g in groups)
+        flat = [k for g in key_groups for k in g]
+        ctx = self.ctx()
+        if positions != "none":
+            ranks = list(range(len(flat)))
+            order.shuffle(ranks)
+            for j, (key, rank) in enumerate(zip(flat, ranks)):
+                if positions == "all" or j % 2:
+                    ctx.set_offload_key_position(key, rank)
+        insertion_only = {self.key(i) for i in ins}
+        reused_keys = {self.key(i) for i in reused}
+        for p in self.all:
+            p.on_request_finished(key_groups, insertion_only, reused_keys, ctx)
+
+    @rule(
+        n=st.integers(0, 16),
+        prot=st.frozensets(key_index, max_size=6),
+        kind=st.sampled_from(["set", "frozenset", "list", "dict", "empty-tuple"]),
+    )
+    def evict(self, n, prot, kind):
+        keys = {self.key(i) for i in prot}
+        protected = {
+            "set": lambda: set(keys),
+            "frozenset": lambda: frozenset(keys),
+            "list": lambda: list(keys),
+            "dict": lambda: dict.fromkeys(keys),
+            "empty-tuple": lambda: (),
+        }[kind]()
+        before = snapshot(self.oracle)
+        results = [p.evict(n, protected) for p in self.all]
+        if results[0] is None:
+            for p, r in zip(self.all, results):
+                assert r is None
+                assert snapshot(p) == before
+            return
+        expected = [(k, id(c)) for k, c in results[0]]
+        assert len(expected) == n
+        for r in results[1:]:
+            assert isinstance(r, list)
+            assert [(k, id(c)) for k, c in r] == expected
+        for key, chunk in results[0]:
+            assert chunk.ref_cnt == 0 and key not in protected
+
+    @rule(i=key_index, fresh=st.booleans())
+    def remove(self, i, fresh):
+        key = self.key(i, fresh)
+        for p in self.all:
+            p.remove(key)
+
+    @precondition(lambda self: len(self.oracle.b1) + len(self.oracle.b2) > 0)
+    @rule()
+    def clear(self):
+        for p in self.all:
+            p.clear()
+
+    @rule(value=target_values)
+    def set_target(self, value):
+        for p in self.all:
+            p.target_t1_size = value
+
+    # --- checks ------------------------------------------------------------
+
+    @invariant()
+    def agree(self):
+        STEPS["steps"] += 1
+        assert_same_state(self.oracle, self.c, self.py)
+        for key in self.keys:
+            chunk = self.oracle.get(key)
+            assert self.c.get(key) is chunk
+            assert self.py.get(key) is chunk
+        assert self.c.cache_capacity == self.py.cache_capacity == self.capacity
+
+
+ARCMachine.TestCase.settings = settings.get_profile(PROFILE)
+TestStateMachine = ARCMachine.TestCase
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report_steps():
+    yield
+    if PROFILE != "arc_cy-fuzz-ci" or os.environ.get("ARC_CY_FUZZ_REPORT"):
+        print(
+            f"\n[{PROFILE}] {STEPS['examples']} examples, {STEPS['steps']} checked steps"
+        )
+
+
+# --- long plain random sequences ---------------------------------------------
+
+
+class Traffic:
+    """Manager-shaped random calls applied to several policies in lockstep."""
+
+    def __init__(self, seed: int, capacity: int, universe: int) -> None:
+        self.rng = random.Random(seed)
+        self.capacity = capacity
+        self.policies = [VllmARC(capacity), CPolicy(capacity), PyPolicy(capacity)]
+        self.keys = [
+            make_offload_key(f"s{seed}-{i}".encode(), i % 3) for i in range(universe)
+        ]
+        self.chunks: dict[bytes, ChunkStatus] = {}  # resident key -> chunk
+        self.pending: list[tuple[int, str, list]] = []
+        self.next_id = 0
+        self.calls = 0
+        self.stats = dict.fromkeys(["evictions", "evict_none", "ghost_hits"], 0)
+
+    def each(self, method: str, *args):
+        results = [getattr(p, method)(*args) for p in self.policies]
+        self.calls += 1
+        return results
+
+    def fresh(self, key: bytes) -> bytes:
+        return bytes(bytearray(key)) if self.rng.random() < 0.5 else key
+
+    def request(self, req: int) -> None:
+        rng = self.rng
+        ctx = ReqContext(req_id=f"r{req}")
+        start = int(len(self.keys) * rng.random() ** 2)
+        keys = [
+            self.fresh(self.keys[(start + j) % len(self.keys)])
+            for j in range(rng.randint(1, 8))
+        ]
+        keys = list(dict.fromkeys(keys))
+        for pos, key in enumerate(keys):
+            if rng.random() < 0.95:
+                ctx.set_offload_key_position(key, pos)
+        hits, misses = [], []
+        for key in keys:
+            found = self.each("get", key)
+            assert found[1] is found[0] and found[2] is found[0]
+            if found[0] is None:
+                misses.append(key)
+            elif found[0].ref_cnt >= 0:
+                hits.append(key)
+        if hits:
+            self.each("touch", hits, ctx)
+            for key in hits:
+                chunk = self.chunks[key]
+                if chunk.ref_cnt == 0:
+                    self.each("mark_non_evictable", key)
+                chunk.ref_cnt += 1
+            self.pending.append((req + rng.randint(1, 3), "load", hits))
+        inserted = []
+        if misses:
+            self.stats["ghost_hits"] += sum(
+                k in self.policies[0].b1 or k in self.policies[0].b2 for k in misses
+            )
+            self.each("on_store_miss", misses, ctx)
+            need = len(self.chunks) + len(misses) - self.capacity
+            ok = True
+            if need > 0:
+                protected = set(keys)
+                results = self.each("evict", need, protected)
+                if results[0] is None:
+                    assert results[1] is None and results[2] is None
+                    self.stats["evict_none"] += 1
+                    ok = False
+                else:
+                    self.stats["evictions"] += 1
+                    expected = [(k, id(c)) for k, c in results[0]]
+                    for r in results[1:]:
+                        assert [(k, id(c)) for k, c in r] == expected
+                    for k, _ in results[0]:
+                        del self.chunks[k]
+            if ok:
+                for key in misses:
+                    chunk = ChunkStatus(self.next_id)
+                    self.next_id += 1
+                    self.chunks[key] = chunk
+                    self.each("insert", key, chunk, ctx)
+                inserted = misses
+                self.pending.append((req + rng.randint(0, 3), "store", misses))
+        reused = set(hits)
+        self.each(
+            "on_request_finished", (tuple(keys),), set(inserted) - reused, reused, ctx
+        )
+        if rng.random() < 0.3:
+            self.each("on_request_access", keys, ctx)
+
+    def complete(self, req: int) -> None:
+        due = [p for p in self.pending if p[0] <= req]
+        self.pending = [p for p in self.pending if p[0] > req]
+        for _, kind, keys in due:
+            for key in keys:
+                chunk = self.chunks.get(key)
+                if chunk is None:
+                    continue
+                if kind == "load":
+                    chunk.ref_cnt -= 1
+                    if chunk.ref_cnt == 0:
+                        self.each("mark_evictable", key)
+                elif chunk.ref_cnt < 0:
+                    if self.rng.random() < 0.93:
+                        chunk.ref_cnt = 0
+                        self.each("mark_evictable", key)
+                    else:
+                        self.each("remove", self.fresh(key))
+                        del self.chunks[key]
+
+    def run(self, calls: int, check_every: int) -> None:
+        rng = self.rng
+        req = 0
+        next_check = 0
+        while self.calls < calls:
+            req += 1
+            self.request(req)
+            self.complete(req)
+            r = rng.random()
+            if r < 0.002:
+                self.each("clear")
+                self.chunks.clear()
+                self.pending.clear()
+            elif r < 0.01:
+                value = rng.choice([rng.randint(0, self.capacity), rng.random() * 9])
+                for p in self.policies:
+                    p.target_t1_size = value
+            elif r < 0.03:
+                self.each("remove", self.fresh(rng.choice(self.keys)))
+                self.chunks = {
+                    k: c
+                    for k, c in self.chunks.items()
+                    if self.policies[0].get(k) is not None
+                }
+            elif r < 0.08:
+                self.each("touch", rng.sample(self.keys, 3), ReqContext(req_id="t"))
+            if self.calls >= next_check:
+                assert_same_state(*self.policies)
+                next_check += check_every
+        assert_same_state(*self.policies)
+
+
+@pytest.mark.parametrize(
+    ("seed", "capacity", "universe", "check_every"),
+    [(1, 5, 16, 1), (2, 12, 40, 1), (3, 64, 200, 25), (4, 300, 1000, 200)],
+)
+def test_long_random_sequences(seed, capacity, universe, check_every):
+    traffic = Traffic(seed, capacity, universe)
+    traffic.run(200_000, check_every)
+    stats = traffic.stats
+    # The traffic must actually reach the interesting paths.
+    assert stats["evictions"] > 50 and stats["ghost_hits"] > 50, stats
+    assert stats["evict_none"] > 0 or capacity > 12, stats
