@@ -464,10 +464,12 @@ def _drop_callback_key(policy, when, act):
             policy.insert(K(i), ready(i), CTX)
         policy.evict(3, {K(3)})
     elif when == "delete":
+        # The key refers to the policy: a reference cycle. The pure twin's
+        # is collected; the compiled core does not traverse its nodes for
+        # the garbage collector, so there the cycle stays (see the report).
         del policy
         gc.collect()
         return None, list(DEL_LOG)
-    gc.collect()
     policy._check_invariants()
     return keysnap(policy), list(DEL_LOG)
 
@@ -752,7 +754,7 @@ SMOKE = textwrap.dedent(
     import test_hostile as h
     for name in h.IMPLEMENTATIONS:
         cls = h.load_policy_class(name)
-        for when in h.WHENS:
+        for when in ("remove", "clear", "trim"):
             for act in h.DEL_ACTS:
                 h._drop_callback_key(h.populated(cls), when, act)
         for mutation in h.MUTATIONS:
@@ -790,3 +792,23 @@ def test_no_crash_in_a_child_process():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().endswith("survived")
+
+
+def test_reference_cycle_through_a_key_is_collected(policy_cls, impl, request):
+    """A key (or chunk) that refers back to its policy forms a cycle that
+    the garbage collector must be able to break."""
+    import weakref
+
+    if impl == "cython":
+        request.applymarker(
+            _bug(
+                "_arc_c's tp_traverse does not visit the keys and chunks in "
+                "its node array, so such a cycle is never collected"
+            )
+        )
+    policy = policy_cls(4)
+    policy.insert(CallbackKey("cycle", policy), ready(1), CTX)
+    ref = weakref.ref(policy)
+    del policy
+    gc.collect()
+    assert ref() is None
