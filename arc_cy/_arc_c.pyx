@@ -73,6 +73,7 @@ cdef enum:
 cdef tuple OP_NAMES = (
     None, "get", "insert", "remove", "touch", "on_store_miss",
     "on_request_finished", "evict", "clear", "target_t1_size",
+    "_check_invariants",
 )
 cdef enum:
     OP_GET = 1
@@ -84,24 +85,31 @@ cdef enum:
     OP_EVICT = 7
     OP_CLEAR = 8
     OP_TARGET = 9
+    OP_CHECK = 10
 
 cdef enum:
     INSERTED_ONLY = 1
     REUSED = 2
 
+# Sets of lists, as bit masks of (1 << where), for _find.
+cdef enum:
+    IN_T = (1 << T1) | (1 << T2)
+    IN_B = (1 << B1) | (1 << B2)
+    IN_ANY = IN_T | IN_B
+
 
 ctypedef struct Node:
     PyObject *key       # owned
     PyObject *chunk     # owned; NULL for ghosts and free nodes
+    Py_hash_t hash      # the key's hash: the table never rehashes keys
     int32_t prev        # list links, or the free-list link in next
     int32_t next
-    uint32_t h32        # folded hash, so the table never rehashes keys
     uint16_t ref_off    # byte offset of ref_cnt inside the ctypes buffer
     uint8_t where       # T1, T2, B1, B2 or FREE
 
 ctypedef struct Slot:
     int32_t idx         # node index, or EMPTY
-    uint32_t h32
+    uint32_t h32        # fold(hash): probes skip most nodes without a load
 
 
 cdef inline uint32_t fold(Py_hash_t h) noexcept nogil:
@@ -121,7 +129,8 @@ cdef class ARCCore:
         int32_t tail[4]
         Py_ssize_t size[4]
         uint64_t version[4]     # bumped on every change to a list
-        Py_ssize_t capacity
+        Py_ssize_t capacity     # cache_capacity, clamped to Py_ssize_t
+        object capacity_obj     # cache_capacity as given (a Python int)
         object target
         Py_ssize_t target_int   # int(target), clamped to Py_ssize_t
         int busy                # OP_* of the running method, or 0
@@ -146,7 +155,11 @@ cdef class ARCCore:
         PyMem_Free(self.scratch)
 
     def __init__(self, cache_capacity):
-        self.capacity = check_capacity(cache_capacity)
+        capacity = check_capacity(cache_capacity)
+        if self.table_used or self.target != 0.0:
+            self.clear()  # __init__ called again: start empty, like the twin
+        self.capacity_obj = capacity
+        self.capacity = min(capacity, PY_SSIZE_T_MAX)
 
     # --- storage ---------------------------------------------------------
 
@@ -215,24 +228,30 @@ cdef class ARCCore:
         # Fibonacci hashing spreads sequential hashes (small ints) out.
         return (<uint32_t>(h * 2654435769U)) >> (32 - self.table_bits)
 
-    cdef int32_t _find(self, object key, uint32_t h) except -2:
-        """Node index of key, or EMPTY. May run key.__eq__."""
+    cdef int32_t _find(self, object key, Py_hash_t hash, int lists) except -2:
+        """Node index of key if it is in one of lists (a mask), else EMPTY.
+
+        Like the dicts vLLM searches, it runs key.__eq__ only against keys
+        of the same hash in the lists searched.
+        """
         cdef size_t mask = (<size_t>1 << self.table_bits) - 1
+        cdef uint32_t h = fold(hash)
         cdef size_t s = self._home(h)
         cdef int32_t i
-        cdef PyObject *other
+        cdef Node *node
         while True:
             i = self.table[s].idx
             if i == EMPTY:
                 return EMPTY
             if self.table[s].h32 == h:
-                other = self.nodes[i].key
-                if other is <PyObject *>key:
-                    return i
-                # Mutators are locked out while this runs (see busy), so
-                # neither array can move under us.
-                if PyObject_RichCompareBool(other, <PyObject *>key, Py_EQ):
-                    return i
+                node = &self.nodes[i]
+                if node.hash == hash and (1 << node.where) & lists:
+                    if node.key is <PyObject *>key:
+                        return i
+                    # Mutators are locked out while this runs (see busy), so
+                    # neither array can move under us.
+                    if PyObject_RichCompareBool(node.key, <PyObject *>key, Py_EQ):
+                        return i
             s = (s + 1) & mask
 
     cdef int _reserve_slot(self) except -1:
@@ -263,8 +282,9 @@ cdef class ARCCore:
         PyMem_Free(old)
         return 0
 
-    cdef inline void _table_add(self, int32_t i, uint32_t h) noexcept:
+    cdef inline void _table_add(self, int32_t i, Py_hash_t hash) noexcept:
         cdef size_t mask = (<size_t>1 << self.table_bits) - 1
+        cdef uint32_t h = fold(hash)
         cdef size_t s = self._home(h)
         while self.table[s].idx != EMPTY:
             s = (s + 1) & mask
@@ -275,7 +295,7 @@ cdef class ARCCore:
     cdef void _table_del(self, int32_t i) noexcept:
         """Drop node i's slot, shifting its probe run back (no tombstones)."""
         cdef size_t mask = (<size_t>1 << self.table_bits) - 1
-        cdef size_t s = self._home(self.nodes[i].h32)
+        cdef size_t s = self._home(fold(self.nodes[i].hash))
         cdef size_t j, home
         while self.table[s].idx != i:
             s = (s + 1) & mask
@@ -383,7 +403,7 @@ cdef class ARCCore:
             delta = 1
         if w == B1:
             value = self.target + delta
-            capacity = self.capacity
+            capacity = self.capacity_obj
             if capacity < value:  # min(value, capacity)
                 value = capacity
         else:
@@ -394,25 +414,33 @@ cdef class ARCCore:
         self._move(i, w)
         return 0
 
-    cdef list _resolve(self, keys, bint with_flags):
-        """Look up a private copy of keys (callbacks cannot resize it).
+    cdef int _resolve(self, list keys, Py_ssize_t n, int lists) except -1:
+        """scratch[j] = the node of keys[j] in lists, or EMPTY, for j < n.
 
-        Afterwards scratch[j] is the node of keys[j] or EMPTY; with_flags
-        leaves room for one more int per key after those.
+        keys must be private to the caller, so callbacks cannot resize it.
         """
-        cdef list copy = list(keys)
-        cdef Py_ssize_t j, n = len(copy)
-        cdef int32_t *found = self._scratch(2 * n if with_flags else n)
+        cdef Py_ssize_t j
+        cdef int32_t *found = self.scratch
         for j in range(n):
-            key = copy[j]
-            found[j] = self._find(key, fold(PyObject_Hash(key)))
-        return copy
+            key = keys[j]
+            found[j] = self._find(key, PyObject_Hash(key), lists)
+        return 0
+
+    cdef inline void _set_key(self, int32_t i, object key, list trash,
+                              Py_ssize_t k) noexcept:
+        """Store the caller's key object in node i, as vLLM's dict
+        assignments do; the old one goes to trash (released later)."""
+        cdef Node *node = &self.nodes[i]
+        if node.key is not <PyObject *>key:
+            Py_INCREF(key)
+            PyList_SET_ITEM(trash, k, node.key)
+            node.key = <PyObject *>key
 
     # --- attributes ------------------------------------------------------
 
     @property
     def cache_capacity(self):
-        return self.capacity
+        return self.capacity_obj
 
     @property
     def target_t1_size(self):
@@ -450,37 +478,39 @@ cdef class ARCCore:
     # --- CachePolicy -----------------------------------------------------
 
     def get(self, key):
-        cdef uint32_t h = fold(PyObject_Hash(key))
+        cdef Py_hash_t h = PyObject_Hash(key)
         cdef int saved = self.busy
         cdef int32_t i
         # Reads may nest in a running method; they lock out mutators only.
         if not saved:
             self.busy = OP_GET
         try:
-            i = self._find(key, h)
+            i = self._find(key, h, IN_T)
         finally:
             self.busy = saved
-        if i != EMPTY and self.nodes[i].where <= T2:
-            return <object>self.nodes[i].chunk
-        return None
+        if i == EMPTY:
+            return None
+        chunk = <object>self.nodes[i].chunk
+        # vLLM returns `t1.get(key) or t2.get(key)`: a falsy chunk is None
+        return chunk if chunk else None
 
     def insert(self, key, chunk, req_context):
         cdef uint16_t off
-        cdef uint32_t h
+        cdef Py_hash_t h
         cdef int32_t i
         cdef Node *node
         cdef object old_key = None
         self._enter(OP_INSERT)
         try:
             off = self._ref_off(chunk)
-            h = fold(PyObject_Hash(key))
-            i = self._find(key, h)
+            h = PyObject_Hash(key)
+            i = self._find(key, h, IN_ANY)
             if i == EMPTY:
                 self._reserve_slot()
                 i = self._new_node()
                 self._table_add(i, h)
                 node = &self.nodes[i]
-                node.h32 = h
+                node.hash = h
             else:
                 node = &self.nodes[i]
                 if node.where <= T2:
@@ -500,15 +530,13 @@ cdef class ARCCore:
             self.busy = 0
 
     def remove(self, key):
-        cdef uint32_t h
         cdef int32_t i
         cdef Node *node
         cdef object old_key = None, old_chunk = None
         self._enter(OP_REMOVE)
         try:
-            h = fold(PyObject_Hash(key))
-            i = self._find(key, h)
-            if i != EMPTY and self.nodes[i].where <= T2:
+            i = self._find(key, PyObject_Hash(key), IN_T)
+            if i != EMPTY:
                 node = &self.nodes[i]
                 self._unlink(i)
                 self._table_del(i)
@@ -528,12 +556,14 @@ cdef class ARCCore:
         cdef int32_t i
         self._enter(OP_STORE_MISS)
         try:
-            keys = self._resolve(keys, False)
+            keys = list(keys)
             n = len(keys)
-            found = self.scratch
+            found = self._scratch(n)
+            # Every lookup first: a failing one changes nothing.
+            self._resolve(keys, n, IN_B)
             for j in range(n - 1, -1, -1):
                 i = found[j]
-                if i != EMPTY and self.nodes[i].where >= B1:
+                if i != EMPTY:
                     self._adapt(i)
         finally:
             self.busy = 0
@@ -543,17 +573,24 @@ cdef class ARCCore:
         cdef int32_t *found
         cdef int32_t i
         cdef Node *node
+        cdef list trash
         self._enter(OP_TOUCH)
         try:
-            keys = self._resolve(keys, False)
+            keys = list(keys)
             n = len(keys)
-            found = self.scratch
+            found = self._scratch(n)
+            # Every lookup first: a failing one changes nothing.
+            self._resolve(keys, n, IN_ANY)
+            trash = PyList_New(n)  # NULL items: safe to free
             for j in range(n - 1, -1, -1):
                 i = found[j]
                 if i == EMPTY:
                     continue
                 node = &self.nodes[i]
                 if node.where == T1:
+                    # vLLM pops the entry and stores it again under the
+                    # caller's key object.
+                    self._set_key(i, keys[j], trash, j)
                     if arc_ref_cnt(node.chunk, node.ref_off) < 0:
                         # still being stored: not a second access
                         self._move(i, T1)
@@ -576,12 +613,15 @@ cdef class ARCCore:
         cdef int32_t i
         cdef uint8_t w
         cdef int kind
+        cdef list keys, trash
         self._enter(OP_FINISHED)
         try:
-            keys = self._resolve(order_request_keys(key_groups, req_context), True)
+            keys = list(order_request_keys(key_groups, req_context))
             n = len(keys)
-            found = self.scratch
-            for j in range(n):
+            found = self._scratch(2 * n)
+            # Classify (tail first, as vLLM asks), then look up only the
+            # keys vLLM would look up; a failure in either changes nothing.
+            for j in range(n - 1, -1, -1):
                 key = keys[j]
                 if key in insertion_only_keys:
                     kind = INSERTED_ONLY
@@ -591,16 +631,23 @@ cdef class ARCCore:
                     kind = 0
                 found[n + j] = kind
             for j in range(n - 1, -1, -1):
+                if found[n + j]:
+                    key = keys[j]
+                    found[j] = self._find(key, PyObject_Hash(key), IN_T)
+                else:
+                    found[j] = EMPTY
+            trash = PyList_New(n)  # NULL items: safe to free
+            for j in range(n - 1, -1, -1):
                 i = found[j]
                 if i == EMPTY:
                     continue
                 w = self.nodes[i].where
-                kind = found[n + j]
-                if kind == INSERTED_ONLY:
+                if found[n + j] == INSERTED_ONLY:
                     # A store is not a frequency hit: refresh recency only.
-                    if w <= T2:
-                        self._move(i, w)
-                elif kind == REUSED and w <= T2:
+                    self._move(i, w)
+                else:  # REUSED
+                    if w == T1:
+                        self._set_key(i, keys[j], trash, j)
                     self._move(i, T2)
         finally:
             self.busy = 0
@@ -672,7 +719,7 @@ cdef class ARCCore:
 
     cdef inline int32_t _prefetch_ghost(self, int32_t i) noexcept:
         cdef Node *node = &self.nodes[i]
-        arc_prefetch(&self.table[self._home(node.h32)])
+        arc_prefetch(&self.table[self._home(fold(node.hash))])
         arc_prefetch(node.key)
         return node.next
 
@@ -734,11 +781,9 @@ cdef class ARCCore:
         if not saved:
             self.busy = OP_GET
         try:
-            i = self._find(key, fold(PyObject_Hash(key)))
+            i = self._find(key, PyObject_Hash(key), 1 << which)
         finally:
             self.busy = saved
-        if i != EMPTY and self.nodes[i].where != which:
-            return EMPTY
         return i
 
     def _list_contains(self, int which, key):
@@ -758,12 +803,20 @@ cdef class ARCCore:
 
     def _check_invariants(self):
         """Raise AssertionError if the lists or the table are inconsistent."""
+        assert self.busy == 0, f"{OP_NAMES[self.busy]}() did not finish"
+        # The check hashes and compares keys: user code, locked out of changes.
+        self.busy = OP_CHECK
+        try:
+            self._check()
+        finally:
+            self.busy = 0
+
+    cdef int _check(self) except -1:
         cdef int w
         cdef int32_t i, prev, count_free = 0
         cdef Py_ssize_t count, live = 0, slots = 0
         cdef size_t s, size = <size_t>1 << self.table_bits
         cdef Node *node
-        assert self.busy == 0, f"{OP_NAMES[self.busy]}() did not finish"
         for w in range(4):
             count = 0
             prev = EMPTY
@@ -777,7 +830,7 @@ cdef class ARCCore:
                 assert (node.chunk is not NULL) == (w <= T2), f"node {i} chunk"
                 if w <= T2:
                     assert node.ref_off == chunk_ref_offset(type(<object>node.chunk))
-                assert fold(PyObject_Hash(<object>node.key)) == node.h32
+                assert PyObject_Hash(<object>node.key) == node.hash
                 count += 1
                 assert count <= self.nodes_used, f"cycle in {LIST_NAMES[w]}"
                 prev = i
@@ -800,14 +853,76 @@ cdef class ARCCore:
             if i != EMPTY:
                 slots += 1
                 assert self.nodes[i].where != FREE, f"slot {s} points at a free node"
-                assert self.nodes[i].h32 == self.table[s].h32
+                assert fold(self.nodes[i].hash) == self.table[s].h32
         assert slots == live == self.table_used, "table and lists disagree"
         assert self.table_used * 10 <= <Py_ssize_t>size * 7, "table overfull"
         for w in range(4):
             i = self.head[w]
             while i != EMPTY:
-                assert self._find(<object>self.nodes[i].key, self.nodes[i].h32) == i
+                assert self._find(<object>self.nodes[i].key, self.nodes[i].hash,
+                                  1 << self.nodes[i].where) == i
                 i = self.nodes[i].next
+        return 0
+
+
+# The keys and chunks live in C arrays, out of the garbage collector's
+# sight; these slots show them to it, so a cycle through a key or a chunk
+# (one that refers back to its policy) can be collected.
+cdef extern from "Python.h":
+    ctypedef int (*gc_visitproc "visitproc")(PyObject *, void *) noexcept
+    ctypedef int (*gc_traverseproc "traverseproc")(
+        PyObject *, gc_visitproc, void *) noexcept
+    ctypedef int (*gc_inquiry "inquiry")(PyObject *) noexcept
+    ctypedef struct gc_type "PyTypeObject":
+        gc_traverseproc tp_traverse
+        gc_inquiry tp_clear
+
+cdef gc_traverseproc _base_traverse = (<gc_type *>ARCCore).tp_traverse
+cdef gc_inquiry _base_clear = (<gc_type *>ARCCore).tp_clear
+
+
+cdef int _core_traverse(PyObject *o, gc_visitproc visit, void *arg) noexcept:
+    cdef ARCCore core = <ARCCore>o
+    cdef Node *nodes = core.nodes
+    cdef int32_t i
+    cdef int r = _base_traverse(o, visit, arg)
+    if r:
+        return r
+    for i in range(core.nodes_used):
+        if nodes[i].where != FREE:
+            r = visit(nodes[i].key, arg)
+            if r:
+                return r
+            if nodes[i].chunk is not NULL:
+                r = visit(nodes[i].chunk, arg)
+                if r:
+                    return r
+    return 0
+
+
+cdef int _core_clear(PyObject *o) noexcept:
+    # Breaking a garbage cycle: drop every entry without allocating.
+    cdef ARCCore core = <ARCCore>o
+    cdef Node *nodes = core.nodes
+    cdef int32_t used = core.nodes_used
+    cdef int w
+    core.nodes = NULL
+    core.nodes_cap = 0
+    core.nodes_used = 0
+    core.free_head = EMPTY
+    memset(core.table, 0xFF, sizeof(Slot) << core.table_bits)  # all EMPTY
+    core.table_used = 0
+    for w in range(4):
+        core.head[w] = EMPTY
+        core.tail[w] = EMPTY
+        core.size[w] = 0
+        core.version[w] += 1
+    ARCCore._release(nodes, used)
+    return _base_clear(o)
+
+
+(<gc_type *>ARCCore).tp_traverse = _core_traverse
+(<gc_type *>ARCCore).tp_clear = _core_clear
 
 
 cdef inline int _check_which(int which) except -1:
@@ -878,6 +993,7 @@ cdef class _ListIter:
         ARCCore core
         int32_t pos
         uint8_t which
+        bint done
         uint64_t version
 
     @staticmethod
@@ -894,10 +1010,12 @@ cdef class _ListIter:
 
     def __next__(self):
         cdef Node *node
+        # Like OrderedDict's iterators: at the end, a change goes unnoticed.
+        if self.done or self.pos == EMPTY:
+            self.done = True
+            raise StopIteration
         if self.core.version[self.which] != self.version:
             raise RuntimeError(MSG_MUTATED)
-        if self.pos == EMPTY:
-            raise StopIteration
         node = &self.core.nodes[self.pos]
         self.pos = node.next
         if node.chunk is NULL:

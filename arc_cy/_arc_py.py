@@ -28,6 +28,9 @@ from ._common import (
 
 __all__ = ["ARCCachePolicy"]
 
+_INSERTED_ONLY = "inserted only"
+_REUSED = "reused"
+
 
 class ARCCachePolicy(CachePolicy):
     __doc__ = ARC_DOC
@@ -82,8 +85,24 @@ class ARCCachePolicy(CachePolicy):
 
     # --- CachePolicy ------------------------------------------------------
 
+    def _read(self, fn: Any, *args: Any) -> Any:
+        # Reads may nest in a running method; they lock out mutators only.
+        if self._busy is not None:
+            return fn(*args)
+        self._busy = "get"
+        try:
+            return fn(*args)
+        finally:
+            self._busy = None
+
     def get(self, key: Any) -> ChunkStatus | None:
-        return self._t1.get(key) or self._t2.get(key)
+        if self._busy is not None:
+            return self._t1.get(key) or self._t2.get(key)
+        self._busy = "get"
+        try:
+            return self._t1.get(key) or self._t2.get(key)
+        finally:
+            self._busy = None
 
     def insert(self, key: Any, chunk: ChunkStatus, req_context: Any) -> None:
         self._enter("insert")
@@ -104,10 +123,14 @@ class ARCCachePolicy(CachePolicy):
         self._enter("remove")
         self._busy = "remove"
         try:
-            if self._t1.pop(key, None) is None:
-                self._t2.pop(key, None)
+            t1, t2 = self._t1, self._t2
+            found = t1 if key in t1 else t2 if key in t2 else None
         finally:
             self._busy = None
+        # Popped after busy is cleared: the dropped key's __del__ may call
+        # back, as with the compiled core.
+        if found is not None:
+            found.pop(key, None)
 
     def _adapt_to_ghost_hit(self, key: Any) -> None:
         b1, b2 = self._b1, self._b2
@@ -120,18 +143,22 @@ class ARCCachePolicy(CachePolicy):
             self._target = max(self._target - delta, 0)
             b2.move_to_end(key)
 
-    def _hashed(self, keys: Iterable[Any]) -> list[Any]:
-        # Hash every key first, so an unhashable one fails before any change.
+    @staticmethod
+    def _looked_up(keys: Iterable[Any], *lists: OrderedDict) -> list[Any]:
+        # Every lookup first, so a key that cannot be looked up fails
+        # before anything changes.
         keys = list(keys)
         for key in keys:
-            hash(key)
+            for od in lists:
+                if key in od:
+                    break
         return keys
 
     def on_store_miss(self, keys: Iterable[Any], req_context: Any) -> None:
         self._enter("on_store_miss")
         self._busy = "on_store_miss"
         try:
-            for key in reversed(self._hashed(keys)):
+            for key in reversed(self._looked_up(keys, self._b1, self._b2)):
                 self._adapt_to_ghost_hit(key)
         finally:
             self._busy = None
@@ -141,7 +168,7 @@ class ARCCachePolicy(CachePolicy):
         self._busy = "touch"
         try:
             t1, t2 = self._t1, self._t2
-            for key in reversed(self._hashed(keys)):
+            for key in reversed(self._looked_up(keys, *self._lists)):
                 if key in t1:
                     chunk = t1.pop(key)
                     if chunk.ref_cnt < 0:
@@ -170,16 +197,25 @@ class ARCCachePolicy(CachePolicy):
         self._busy = "on_request_finished"
         try:
             t1, t2 = self._t1, self._t2
-            keys = self._hashed(order_request_keys(key_groups, req_context))
-            for key in reversed(keys):
-                if key in insertion_only_keys:
+            keys = order_request_keys(key_groups, req_context)
+            # Classify (tail first), then look up: a failure changes nothing.
+            kinds = [
+                _INSERTED_ONLY
+                if key in insertion_only_keys
+                else _REUSED
+                if key in reused_keys
+                else None
+                for key in reversed(keys)
+            ]
+            self._looked_up((k for k, kind in zip(reversed(keys), kinds) if kind), t1, t2)
+            for key, kind in zip(reversed(keys), kinds):
+                if kind is _INSERTED_ONLY:
                     # A store is not a frequency hit: refresh recency only.
                     if key in t1:
                         t1.move_to_end(key)
                     elif key in t2:
                         t2.move_to_end(key)
-                    continue
-                if key in reused_keys:
+                elif kind is _REUSED:
                     if key in t1:
                         t2[key] = t1.pop(key)
                     elif key in t2:
@@ -259,10 +295,10 @@ class ARCCachePolicy(CachePolicy):
         return len(self._lists[which])
 
     def _list_contains(self, which: int, key: Any) -> bool:
-        return key in self._lists[which]
+        return self._read(self._lists[which].__contains__, key)
 
     def _list_getitem(self, which: int, key: Any) -> Any:
-        return self._lists[which][key]
+        return self._read(self._lists[which].__getitem__, key)
 
     def _list_iter(self, which: int) -> Iterator[tuple[Any, Any]]:
         try:
@@ -272,6 +308,14 @@ class ARCCachePolicy(CachePolicy):
 
     def _check_invariants(self) -> None:
         """Raise AssertionError if the lists are inconsistent."""
+        assert self._busy is None, f"{self._busy}() did not finish"
+        self._busy = "_check_invariants"
+        try:
+            self._check()
+        finally:
+            self._busy = None
+
+    def _check(self) -> None:
         seen: dict[Any, str] = {}
         for name, od in zip(LIST_NAMES, self._lists):
             for key, value in od.items():
@@ -285,7 +329,6 @@ class ARCCachePolicy(CachePolicy):
             assert len(od) <= self._capacity, (
                 f"{name} holds {len(od)} > cache_capacity {self._capacity}"
             )
-        assert self._busy is None, f"{self._busy}() did not finish"
 
 
 def _next_victim(

@@ -4,9 +4,9 @@ keys that call back from __del__, bad arguments.
 Whatever user code does, the policy must not crash, must keep its lists
 consistent (_check_invariants), must leave its state unchanged when a call
 fails, and both implementations must fail the same way (same exception
-type and message).  Tests marked xfail(strict=True) document disagreements
-found between the twins (or with vLLM); they start failing once fixed, so
-the marker must then go.
+type and message).  The corner cases at the end were disagreements
+between the twins (or with vLLM) until the core was fixed; they now pin
+the agreed behaviour down.
 """
 
 from __future__ import annotations
@@ -489,26 +489,9 @@ def test_key_del_calls_back(policy_cls, when, act):
         assert len(log) == 1, log
 
 
-def _py_remove_refuses(when, act):
-    # arc_cy._arc_py drops the stored key inside remove() while it still
-    # counts as running, so a mutating __del__ gets RuntimeError there,
-    # while the compiled core drops it after remove() has finished.
-    if when == "remove" and act not in ("get", "iterate"):
-        return pytest.mark.xfail(
-            strict=True,
-            reason="arc_cy bug: _arc_py.remove() drops the key while busy; "
-            "a mutating __del__ is refused there but allowed in _arc_c",
-        )
-    return ()
-
-
 @pytest.mark.parametrize(
     ("when", "act"),
-    [
-        pytest.param(w, a, marks=_py_remove_refuses(w, a))
-        for w in ("remove", "clear", "trim")
-        for a in DEL_ACTS
-    ],
+    [(w, a) for w in ("remove", "clear", "trim") for a in DEL_ACTS],
 )
 def test_key_del_calls_back_alike(when, act):
     results = [
@@ -571,8 +554,9 @@ class AlwaysEqual:
 
 
 def _folded_hash_collision(policy):
-    # 1 and 2**32 are different hashes (a dict never compares such keys),
-    # but the compiled core folds hashes to 32 bits: 1 ^ (2**32 >> 32) == 1.
+    # 1 and 2**32 are different hashes (a dict never compares such keys);
+    # they fold to the same 32 bits, which the compiled core's table slots
+    # hold, so it must check the full hash before comparing.
     policy.insert(AlwaysEqual(1, "a"), ready(0), CTX)
     policy.insert(AlwaysEqual(1 << 32, "b"), ready(1), CTX)
     return [k.name for k in policy.t1]
@@ -605,8 +589,8 @@ def _request_finished_with_failing_container(policy):
 
 
 def _request_finished_unused_key_with_raising_eq(policy):
-    # vLLM looks a key up only when it is in one of the two containers;
-    # _arc_c looks every key up first, and so runs the raising __eq__.
+    # vLLM looks a key up only when it is in one of the two containers, so
+    # the raising __eq__ of a key in neither must never run.
     try:
         policy.on_request_finished(((K(5), EqRaises(K(4))),), set(), {K(5)}, CTX)
     except ArithmeticError:
@@ -615,8 +599,8 @@ def _request_finished_unused_key_with_raising_eq(policy):
 
 
 def _get_colliding_with_a_ghost(policy):
-    # vLLM's get() searches t1 and t2 only; _arc_c's one table holds the
-    # ghosts too, so it compares with (and runs __eq__ of) a ghost.
+    # vLLM's get() searches t1 and t2 only; the compiled core's one table
+    # holds the ghosts too, and must not compare with them.
     try:
         return policy.get(EqRaises(K(0)))
     except ArithmeticError:
@@ -677,61 +661,20 @@ def _touch_keeps_which_key_object(policy):
     return [k is copy for k in policy.t2]
 
 
-def _bug(reason):
-    return pytest.mark.xfail(strict=True, reason="arc_cy bug: " + reason)
-
-
 @pytest.mark.parametrize(
     "scenario",
     [
-        pytest.param(
-            _folded_hash_collision,
-            marks=_bug("_arc_c compares keys whose hashes differ but fold alike"),
-        ),
-        pytest.param(
-            _batch_touch_with_failing_first_key,
-            marks=_bug("a failing lookup: _arc_c changes nothing, _arc_py/vLLM "
-                       "have already moved the later keys"),
-        ),
-        pytest.param(
-            _request_finished_with_failing_container,
-            marks=_bug("_arc_c asks the containers first (in forward order), "
-                       "_arc_py/vLLM interleave them with the moves"),
-        ),
-        pytest.param(
-            _request_finished_unused_key_with_raising_eq,
-            marks=_bug("_arc_c looks up keys that vLLM/_arc_py never look up"),
-        ),
-        pytest.param(
-            _get_colliding_with_a_ghost,
-            marks=_bug("_arc_c compares with keys in lists vLLM does not search"),
-        ),
-        pytest.param(
-            _exhausted_iterator_after_change,
-            marks=_bug("a view iterator at the end of its list: _arc_py "
-                       "(OrderedDict) stops, _arc_c raises RuntimeError"),
-        ),
-        pytest.param(
-            _get_whose_eq_inserts,
-            marks=_bug("_arc_c locks mutators out during get(), _arc_py not"),
-        ),
-        pytest.param(
-            _init_again,
-            marks=_bug("_arc_c.__init__ again keeps the lists (b1 > capacity)"),
-        ),
-        pytest.param(
-            _huge_capacity,
-            marks=_bug("_arc_c: capacity >= 2**63 raises OverflowError"),
-        ),
-        pytest.param(
-            _falsy_chunk_get,
-            marks=_bug("get(): vLLM/_arc_py return `t1.get(k) or t2.get(k)`"),
-        ),
-        pytest.param(
-            _touch_keeps_which_key_object,
-            marks=_bug("t1 -> t2 moves: vLLM/_arc_py store the caller's key "
-                       "object, _arc_c keeps the inserted one"),
-        ),
+        _folded_hash_collision,
+        _batch_touch_with_failing_first_key,
+        _request_finished_with_failing_container,
+        _request_finished_unused_key_with_raising_eq,
+        _get_colliding_with_a_ghost,
+        _exhausted_iterator_after_change,
+        _get_whose_eq_inserts,
+        _init_again,
+        _huge_capacity,
+        _falsy_chunk_get,
+        _touch_keeps_which_key_object,
     ],
 )
 def test_twins_agree_on_corner_cases(scenario):
@@ -794,18 +737,11 @@ def test_no_crash_in_a_child_process():
     assert proc.stdout.strip().endswith("survived")
 
 
-def test_reference_cycle_through_a_key_is_collected(policy_cls, impl, request):
+def test_reference_cycle_through_a_key_is_collected(policy_cls):
     """A key (or chunk) that refers back to its policy forms a cycle that
     the garbage collector must be able to break."""
     import weakref
 
-    if impl == "cython":
-        request.applymarker(
-            _bug(
-                "_arc_c's tp_traverse does not visit the keys and chunks in "
-                "its node array, so such a cycle is never collected"
-            )
-        )
     policy = policy_cls(4)
     policy.insert(CallbackKey("cycle", policy), ready(1), CTX)
     ref = weakref.ref(policy)
