@@ -8,6 +8,7 @@ themselves for the policy-level ones.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import os
@@ -198,6 +199,24 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     return info
+
+
+def arg_parser(doc: str) -> argparse.ArgumentParser:
+    """The options every bench script takes."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--full", action="store_true", help="the whole grid (long)")
+    ap.add_argument("--json", help="write results here (default: stdout)")
+    return ap
+
+
+def finish(tag: str, args: argparse.Namespace, t0: float,
+           results: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    """Write a bench script's JSON (see write_json) and report its time."""
+    out = {"benchmark": tag, "full": args.full, "argv": sys.argv,
+           "wall_s": round(time.perf_counter() - t0, 1), "results": results, **extra}
+    write_json(args.json, out)
+    progress(tag, f"done in {out['wall_s']}s")
+    return out
 
 
 def write_json(path: str | None, data: dict[str, Any]) -> None:

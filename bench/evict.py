@@ -25,7 +25,6 @@ Run: $PY -P bench/evict.py [--full] [--json out.json]
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -362,10 +361,7 @@ def ops_case(capacity: int, batch: int, reps: int, seed: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--full", action="store_true", help="the whole grid (long)")
-    ap.add_argument("--json", help="write results here (default: stdout)")
-    args = ap.parse_args(argv)
+    args = bl.arg_parser(__doc__).parse_args(argv)
     t0 = time.perf_counter()
     results: list[dict[str, Any]] = []
     if args.full:
@@ -388,11 +384,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results.append(fallback_case(100_000, 1024, 200, seed=5))
         results.append(ops_case(100_000, 256, 300, seed=9))
         results.append(growth_case((10_000, 1_000_000), 1024, 200, seed=77))
-    out = {"benchmark": TAG, "full": args.full, "argv": sys.argv,
-           "wall_s": round(time.perf_counter() - t0, 1), "results": results}
-    bl.write_json(args.json, out)
-    bl.progress(TAG, f"done in {out['wall_s']}s")
-    return out
+    return bl.finish(TAG, args, t0, results)
 
 
 if __name__ == "__main__":

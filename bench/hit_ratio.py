@@ -14,7 +14,6 @@ Run: $PY -P bench/hit_ratio.py [--full] [--json out.json]
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -69,10 +68,7 @@ def run_trace(trace_name: str, trace: list[list[bytes]], capacity: int) -> dict[
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--full", action="store_true")
-    ap.add_argument("--json", help="write results here (default: stdout)")
-    args = ap.parse_args(argv)
+    args = bl.arg_parser(__doc__).parse_args(argv)
     t0 = time.perf_counter()
     k = 3 if args.full else 1
     chat = bl.chat_trace(600 * k, seed=21)
@@ -86,14 +82,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results.append(run_trace("loop", loop, cap))
     for cap in (1000, 2000, 4000, 8000) if full else (1000, 4000):
         results.append(run_trace("zipf", zipf, cap))
-    out = {"benchmark": TAG, "full": args.full, "argv": sys.argv,
-           "wall_s": round(time.perf_counter() - t0, 1), "results": results,
-           "all_identical_to_vllm_arc": all(
-               v["identical"] for r in results for v in r["matches_vllm_arc"].values())}
-    bl.write_json(args.json, out)
-    bl.progress(TAG, f"done in {out['wall_s']}s; arc_cy identical to vLLM arc on every "
-                f"trace: {out['all_identical_to_vllm_arc']}")
-    return out
+    identical = all(v["identical"] for r in results for v in r["matches_vllm_arc"].values())
+    bl.progress(TAG, f"arc_cy identical to vLLM arc on every trace: {identical}")
+    return bl.finish(TAG, args, t0, results, all_identical_to_vllm_arc=identical)
 
 
 if __name__ == "__main__":

@@ -116,9 +116,7 @@ def child(name: str, capacity: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--full", action="store_true")
-    ap.add_argument("--json", help="write results here (default: stdout)")
+    ap = bl.arg_parser(__doc__)
     ap.add_argument("--child", nargs=2, metavar=("CONTENDER", "CAPACITY"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -149,11 +147,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             d["tracemalloc_vs_vllm_arc"] = round(
                 d["tracemalloc_bytes_per_entry"] / base["tracemalloc_bytes_per_entry"], 3)
         results.append({"capacity": cap, "contenders": per})
-    out = {"benchmark": TAG, "full": args.full, "argv": sys.argv,
-           "wall_s": round(time.perf_counter() - t0, 1), "results": results}
-    bl.write_json(args.json, out)
-    bl.progress(TAG, f"done in {out['wall_s']}s")
-    return out
+    return bl.finish(TAG, args, t0, results)
 
 
 if __name__ == "__main__":

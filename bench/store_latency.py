@@ -23,7 +23,6 @@ Run: $PY -P bench/store_latency.py [--full] [--json out.json]
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -294,10 +293,7 @@ def chat_case(capacity: int, n_requests: int, seed: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--full", action="store_true", help="the whole grid (long)")
-    ap.add_argument("--json", help="write results here (default: stdout)")
-    args = ap.parse_args(argv)
+    args = bl.arg_parser(__doc__).parse_args(argv)
     t0 = time.perf_counter()
     results: list[dict[str, Any]] = []
 
@@ -323,11 +319,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results += full_cache_case(100_000, [1024], [0.0, 0.5], reps_default, seed=100)
         results.append(fallback_case(100_000, 1024, 150, 20, seed=7))
         results.append(chat_case(10_000, 1500, seed=11))
-    out = {"benchmark": TAG, "full": args.full, "argv": sys.argv,
-           "wall_s": round(time.perf_counter() - t0, 1), "results": results}
-    bl.write_json(args.json, out)
-    bl.progress(TAG, f"done in {out['wall_s']}s")
-    return out
+    return bl.finish(TAG, args, t0, results)
 
 
 if __name__ == "__main__":
