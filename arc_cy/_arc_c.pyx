@@ -414,17 +414,18 @@ cdef class ARCCore:
         self._move(i, w)
         return 0
 
-    cdef int _resolve(self, list keys, Py_ssize_t n, int lists) except -1:
-        """scratch[j] = the node of keys[j] in lists, or EMPTY, for j < n.
-
-        keys must be private to the caller, so callbacks cannot resize it.
-        """
-        cdef Py_ssize_t j
-        cdef int32_t *found = self.scratch
+    cdef list _resolve(self, keys, int lists):
+        """Look every key up before anything changes, so that a failing
+        lookup changes nothing: scratch[j] becomes the node of keys[j] in
+        lists, or EMPTY. Returns the keys as a private list (callbacks
+        cannot resize it)."""
+        cdef list copy = list(keys)
+        cdef Py_ssize_t j, n = len(copy)
+        cdef int32_t *found = self._scratch(n)
         for j in range(n):
-            key = keys[j]
+            key = copy[j]
             found[j] = self._find(key, PyObject_Hash(key), lists)
-        return 0
+        return copy
 
     cdef inline void _set_key(self, int32_t i, object key, list trash,
                               Py_ssize_t k) noexcept:
@@ -556,11 +557,9 @@ cdef class ARCCore:
         cdef int32_t i
         self._enter(OP_STORE_MISS)
         try:
-            keys = list(keys)
+            keys = self._resolve(keys, IN_B)
             n = len(keys)
-            found = self._scratch(n)
-            # Every lookup first: a failing one changes nothing.
-            self._resolve(keys, n, IN_B)
+            found = self.scratch
             for j in range(n - 1, -1, -1):
                 i = found[j]
                 if i != EMPTY:
@@ -576,11 +575,9 @@ cdef class ARCCore:
         cdef list trash
         self._enter(OP_TOUCH)
         try:
-            keys = list(keys)
+            keys = self._resolve(keys, IN_ANY)
             n = len(keys)
-            found = self._scratch(n)
-            # Every lookup first: a failing one changes nothing.
-            self._resolve(keys, n, IN_ANY)
+            found = self.scratch
             trash = PyList_New(n)  # NULL items: safe to free
             for j in range(n - 1, -1, -1):
                 i = found[j]
