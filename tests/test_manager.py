@@ -123,9 +123,9 @@ def full_cycle(manager: CPUOffloadingManager) -> None:
     assert manager.lookup(key(4), ctx) == LookupResult.HIT
 
 
-def test_swap_by_module_path(impl):
+def test_swap_by_module_path(impl, policy_cls):
     manager = make_manager(impl, num_chunks=3)
-    assert type(manager._policy) is arc_cy_class(impl)
+    assert type(manager._policy) is policy_cls
     full_cycle(manager)
 
 
@@ -194,8 +194,3 @@ def test_is_a_vllm_cache_policy(policy_cls):
     assert issubclass(policy_cls, CachePolicy)
     assert isinstance(policy_cls(4), CachePolicy)
 
-
-def arc_cy_class(impl: str) -> type:
-    from conftest import load_policy_class
-
-    return load_policy_class(impl)
