@@ -1,37 +1,87 @@
-"""Build the compiled ARC core.
+"""Build arc_cy: the compiled ARC core, or a pure-Python package.
 
-Environment variables:
-    ARC_CY_SANITIZE   comma-separated sanitizers (e.g. "address,undefined")
-                      added as -fsanitize=... to compile and link flags.
-    ARC_CY_ANNOTATE   non-empty: write Cython's annotated HTML next to the .pyx.
+Environment variables read at build time:
+    ARC_CY_NO_EXTENSIONS  non-empty and not "0": build no extension (a
+                          pure-Python wheel). Interpreters other than CPython
+                          always get that: the core reads CPython's ctypes
+                          object layout.
+    ARC_CY_SANITIZE       comma-separated sanitizers (e.g. "address,undefined")
+                          added as -fsanitize=... to compile and link flags.
+    ARC_CY_ANNOTATE       non-empty: write Cython's annotated HTML next to the .pyx.
+
+Cython runs at build_ext time (a build requirement in pyproject.toml), so an
+sdist carries the .pyx and never a generated .c.
 """
 
 import os
+import platform
 
-from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import CCompilerError, CompileError, ExecError, PlatformError
 
-compile_args = ["-O3"]
-link_args = []
+NO_EXTENSIONS = os.environ.get("ARC_CY_NO_EXTENSIONS", "") not in ("", "0")
+PURE = NO_EXTENSIONS or platform.python_implementation() != "CPython"
+
+HOW_TO_FIX = """
+arc_cy: building the compiled core failed ({error}).
+It needs a C compiler and the Python headers, e.g. on Debian/Ubuntu:
+    apt-get install gcc python3-dev
+or install a pre-built wheel. To install the (much slower) pure-Python
+implementation instead, build with ARC_CY_NO_EXTENSIONS=1:
+    ARC_CY_NO_EXTENSIONS=1 pip install arc-cy
+"""
+
+
+class BuildExt(build_ext):
+    """Cythonize at build time, and say what to do when compiling fails."""
+
+    def finalize_options(self):
+        from Cython import __version__ as cython_version
+        from Cython.Build import cythonize
+
+        for ext in self.distribution.ext_modules:
+            # Recorded in the module: `python -m arc_cy` reports the Cython
+            # that built it, not whichever one is installed at run time.
+            ext.define_macros.append(("ARC_CY_CYTHON_VERSION", f'"{cython_version}"'))
+        self.distribution.ext_modules[:] = cythonize(
+            self.distribution.ext_modules,
+            annotate=bool(os.environ.get("ARC_CY_ANNOTATE")),
+            compiler_directives={"language_level": "3"},
+        )
+        super().finalize_options()
+
+    def run(self):
+        try:
+            super().run()
+        except (CCompilerError, CompileError, ExecError, PlatformError) as exc:
+            raise SystemExit(HOW_TO_FIX.format(error=exc)) from exc
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except (CCompilerError, CompileError, ExecError, PlatformError) as exc:
+            raise SystemExit(HOW_TO_FIX.format(error=exc)) from exc
+
+
+# Release builds: optimised, no debug info in the shared object.
+compile_args = ["-O3", "-g0"]
+link_args = ["-Wl,--strip-debug"]
 sanitize = os.environ.get("ARC_CY_SANITIZE", "").strip()
 if sanitize:
     flags = [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer", "-g"]
     compile_args = ["-O1", *flags, "-fno-sanitize-recover=undefined"]
     link_args = flags
 
-extensions = [
-    Extension(
-        "arc_cy._arc_c",
-        ["arc_cy/_arc_c.pyx"],
-        extra_compile_args=compile_args,
-        extra_link_args=link_args,
+extensions = []
+if not PURE:
+    extensions.append(
+        Extension(
+            "arc_cy._arc_c",
+            ["arc_cy/_arc_c.pyx"],
+            extra_compile_args=compile_args,
+            extra_link_args=link_args,
+        )
     )
-]
 
-setup(
-    ext_modules=cythonize(
-        extensions,
-        annotate=bool(os.environ.get("ARC_CY_ANNOTATE")),
-        compiler_directives={"language_level": "3"},
-    ),
-)
+setup(ext_modules=extensions, cmdclass={"build_ext": BuildExt})

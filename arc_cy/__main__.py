@@ -1,11 +1,15 @@
 """``python -m arc_cy``: report the installation and run a self-check.
 
-Prints which implementation ``import arc_cy`` selected, the versions of
-Cython, vLLM and Python, whether vLLM's general plugins register the
-``"arc_cy"`` cache policy name, and the result of one store/evict cycle:
-through vLLM's ``CPUOffloadingManager`` with ``cache_policy="arc_cy"`` (as an
-operator configures it) when vLLM is installed, else through the policy
-alone. Exits 0 when the self-check passes, 1 when it fails.
+Prints which implementation ``import arc_cy`` selected, the Cython that built
+the compiled core, the versions of vLLM (and whether arc_cy supports it) and
+Python, whether vLLM's general plugins register the ``"arc_cy"`` cache
+policy name, and the result of one store/evict cycle: through vLLM's
+``CPUOffloadingManager`` with ``cache_policy="arc_cy"`` (as an operator
+configures it) when vLLM is installed, else through the policy alone.
+
+Exits 0 when everything passes; 1 when the self-check fails, when vLLM is
+installed but fails to import, or when the installed vLLM is not supported
+(see ``arc_cy.SUPPORTED_VLLM`` and ``ARC_CY_IGNORE_VLLM_VERSION``).
 """
 
 from __future__ import annotations
@@ -14,18 +18,51 @@ import logging
 import os
 import platform
 import sys
-from importlib import metadata
 from typing import Any
 
 import arc_cy
-from arc_cy._common import HAVE_VLLM, ChunkStatus
+from arc_cy._common import HAVE_VLLM, VLLM_IMPORT_ERROR, ChunkStatus
+from arc_cy._compat import (
+    OVERRIDE_ENV,
+    SUPPORTED_VLLM,
+    override_set,
+    unsupported_message,
+    vllm_supported,
+)
 
 
-def _version(dist: str) -> str:
+def _built_with() -> str:
+    """The Cython that generated the compiled core, recorded at build time."""
     try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
+        from arc_cy import _arc_c
+    except ImportError:
+        return "n/a (no compiled core in this installation)"
+    return str(_arc_c.CYTHON_VERSION)
+
+
+def _vllm_report() -> tuple[bool, list[str]]:
+    """(ok, lines) about the installed vLLM: importable and supported?"""
+    if VLLM_IMPORT_ERROR is not None:
+        err = VLLM_IMPORT_ERROR
+        return False, [
+            f"vLLM: installed but failed to import: {type(err).__name__}: {err}"
+        ]
+    if not HAVE_VLLM:
+        return True, ["vLLM: not installed"]
+    import vllm
+
+    version = str(getattr(vllm, "__version__", "unknown"))
+    if vllm_supported(version):
+        return True, [f"vLLM: {version} (supported: vllm{SUPPORTED_VLLM})"]
+    if override_set():
+        return True, [
+            f"vLLM: {version} NOT SUPPORTED (arc_cy supports vllm{SUPPORTED_VLLM}); "
+            f"used anyway because {OVERRIDE_ENV} is set"
+        ]
+    return False, [
+        f"vLLM: {version} NOT SUPPORTED",
+        f"error: {unsupported_message(version)}",
+    ]
 
 
 def _key(i: int) -> bytes:
@@ -132,10 +169,15 @@ def main() -> int:
     print(f"arc_cy {arc_cy.__version__}")
     print(f"implementation: {arc_cy.IMPLEMENTATION} ({module})")
     print(f"ARC_CY_NO_EXTENSIONS: {'unset' if env is None else repr(env)}")
-    print(f"Cython: {_version('Cython')}")
-    print(f"vLLM: {_version('vllm') if HAVE_VLLM else 'not installed'}")
+    print(f"built with Cython: {_built_with()}")
+    vllm_ok, lines = _vllm_report()
+    for line in lines:
+        print(line)
     print(f"Python: {platform.python_version()} ({sys.executable})")
 
+    if not vllm_ok:
+        print("self-check: not run (see the vLLM line above)")
+        return 1
     ok = True
     if HAVE_VLLM:
         try:

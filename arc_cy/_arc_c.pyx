@@ -1022,3 +1022,15 @@ cdef class _ListIter:
 
 class ARCCachePolicy(ARCCore, CachePolicy):
     __doc__ = ARC_DOC
+
+
+cdef extern from *:
+    """
+    #ifndef ARC_CY_CYTHON_VERSION
+    #define ARC_CY_CYTHON_VERSION "unknown (not built by arc_cy's setup.py)"
+    #endif
+    """
+    const char *ARC_CY_CYTHON_VERSION
+
+# The Cython that generated this module (recorded by setup.py at build time).
+CYTHON_VERSION = ARC_CY_CYTHON_VERSION.decode("ascii")

@@ -64,19 +64,19 @@ class ARCCachePolicy(CachePolicy):
         self._target = check_target(value)
 
     @property
-    def t1(self) -> ListView:
+    def t1(self) -> ListView[ChunkStatus]:
         return self._views[0]
 
     @property
-    def t2(self) -> ListView:
+    def t2(self) -> ListView[ChunkStatus]:
         return self._views[1]
 
     @property
-    def b1(self) -> ListView:
+    def b1(self) -> ListView[None]:
         return self._views[2]
 
     @property
-    def b2(self) -> ListView:
+    def b2(self) -> ListView[None]:
         return self._views[3]
 
     def _enter(self, name: str) -> None:

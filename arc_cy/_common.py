@@ -11,56 +11,31 @@ import ctypes
 import math
 import numbers
 import operator
-from collections.abc import ItemsView, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import ItemsView, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-try:
-    from vllm.v1.kv_offload.cpu.policies.base import (
-        CachePolicy,
-        ChunkStatus,
-        order_request_keys,
-    )
+VLLM_IMPORT_ERROR: BaseException | None = None
+"""Why vLLM failed to import when it is installed but broken (else None)."""
 
-    HAVE_VLLM = True
-except ImportError:
-    HAVE_VLLM = False
+if TYPE_CHECKING:
+    # Type checkers see the stand-ins, vLLM or not: same layout, same calls.
+    from ._standins import CachePolicy, ChunkStatus, order_request_keys
 
-    class ChunkStatus(ctypes.Structure):  # type: ignore[no-redef]
-        """Stand-in for vLLM's ChunkStatus with the same memory layout.
+    HAVE_VLLM: bool
+else:
+    try:
+        from vllm.v1.kv_offload.cpu.policies.base import (
+            CachePolicy,
+            ChunkStatus,
+            order_request_keys,
+        )
 
-        ref_cnt is the number of transfers reading the chunk; -1 means the
-        chunk is still being written. chunk_id is the CPU buffer slot.
-        """
-
-        _fields_ = [("ref_cnt", ctypes.c_int32), ("chunk_id", ctypes.c_int64)]
-
-        def __init__(self, chunk_id: int):
-            super().__init__()
-            self.ref_cnt = -1
-            self.chunk_id = chunk_id
-
-        @property
-        def is_ready(self) -> bool:
-            return self.ref_cnt >= 0
-
-    class CachePolicy:  # type: ignore[no-redef]
-        """Stand-in for vLLM's CachePolicy base when vLLM is not installed."""
-
-        def __init__(self, cache_capacity: int) -> None:
-            self.cache_capacity = cache_capacity
-
-    def order_request_keys(  # type: ignore[misc]
-        key_groups: Sequence[Sequence[Any]], req_context: Any
-    ) -> list[Any]:
-        keys = [key for group in key_groups for key in group]
-        positions = {
-            key: position
-            for key in keys
-            if (position := req_context.get_offload_key_position(key)) is not None
-        }
-        if len(positions) == len(keys):
-            keys.sort(key=positions.__getitem__)
-        return keys
+        HAVE_VLLM = True
+    except Exception as exc:  # noqa: BLE001 - a broken vLLM must not break arc_cy
+        HAVE_VLLM = False
+        if not (isinstance(exc, ModuleNotFoundError) and exc.name == "vllm"):
+            VLLM_IMPORT_ERROR = exc  # installed, but failed to import
+        from ._standins import CachePolicy, ChunkStatus, order_request_keys
 
 
 # The text of every error either implementation raises.
@@ -140,7 +115,10 @@ class _ListSource(Protocol):
     def _list_iter(self, which: int) -> Iterator[tuple[Any, Any]]: ...
 
 
-class ListView(Mapping):
+_V = TypeVar("_V")
+
+
+class ListView(Mapping[Any, _V], Generic[_V]):
     """Read-only, ordered view of one ARC list (LRU first).
 
     Values are the ChunkStatus objects for t1/t2 and None for b1/b2.
@@ -158,25 +136,25 @@ class ListView(Mapping):
     def __contains__(self, key: object) -> bool:
         return self._policy._list_contains(self._which, key)
 
-    def __getitem__(self, key: Any) -> Any:
-        return self._policy._list_getitem(self._which, key)
+    def __getitem__(self, key: Any) -> _V:
+        return self._policy._list_getitem(self._which, key)  # type: ignore[no-any-return]
 
     def __iter__(self) -> Iterator[Any]:
         for key, _ in self._policy._list_iter(self._which):
             yield key
 
-    def items(self) -> Any:
+    def items(self) -> ItemsView[Any, _V]:
         return _Items(self)
 
     def __repr__(self) -> str:
         return f"{LIST_NAMES[self._which]}({list(self.keys())!r})"
 
 
-class _Items(ItemsView):
+class _Items(ItemsView[Any, _V]):
     __slots__ = ()
 
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        view = self._mapping
+    def __iter__(self) -> Iterator[tuple[Any, _V]]:
+        view: ListView[_V] = self._mapping  # type: ignore[assignment]
         return view._policy._list_iter(view._which)
 
 

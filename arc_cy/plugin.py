@@ -8,17 +8,31 @@ from __future__ import annotations
 
 import logging
 
-POLICY_NAME = "arc_cy"
+POLICY_NAME: str = "arc_cy"
 
-logger = logging.getLogger("vllm.plugins.arc_cy")
+logger: logging.Logger = logging.getLogger("vllm.plugins.arc_cy")
 
 
 def register() -> None:
-    """Register ``arc_cy`` with vLLM's CachePolicyFactory (idempotent)."""
+    """Register ``arc_cy`` with vLLM's CachePolicyFactory (idempotent).
+
+    On a vLLM outside ``arc_cy.SUPPORTED_VLLM`` it logs an error and
+    registers nothing, unless ``ARC_CY_IGNORE_VLLM_VERSION=1``.
+    """
+    import vllm
     from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 
     import arc_cy
+    from arc_cy._compat import override_set, unsupported_message, vllm_supported
 
+    version = str(getattr(vllm, "__version__", "unknown"))
+    if not vllm_supported(version):
+        if not override_set():
+            logger.error("%s The 'arc_cy' cache policy is NOT registered.",
+                         unsupported_message(version))
+            return
+        logger.warning("arc_cy: registering on unsupported vLLM %s because "
+                       "ARC_CY_IGNORE_VLLM_VERSION is set", version)
     try:
         CachePolicyFactory.register_cache_policy(
             POLICY_NAME, "arc_cy", "ARCCachePolicy"

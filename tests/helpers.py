@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
 from typing import Any
+
+from packaging.requirements import Requirement
 
 from vllm.v1.kv_offload.base import ReqContext
 from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy as VllmARC
 from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
 
 __all__ = [
+    "REPO",
     "ChunkStatus",
     "ReqContext",
     "VllmARC",
     "assert_same_state",
+    "build_requirement",
+    "pyproject",
     "manager_state",
     "snapshot",
 ]
@@ -55,3 +62,21 @@ def manager_state(manager: Any) -> tuple:
         list(policy.b2),
         policy.target_t1_size,
     )
+
+
+REPO = Path(__file__).resolve().parents[1]
+"""The source tree (a checkout or an unpacked sdist) the tests came from."""
+
+
+def pyproject() -> dict[str, Any]:
+    with open(REPO / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+def build_requirement(name: str) -> Requirement:
+    """The [build-system] requirement on ``name``."""
+    for text in pyproject()["build-system"]["requires"]:
+        req = Requirement(text)
+        if req.name.lower() == name.lower():
+            return req
+    raise LookupError(name)

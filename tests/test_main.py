@@ -10,6 +10,16 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+import arc_cy
+from arc_cy import _arc_c
+
+from helpers import REPO, build_requirement
+
+# The Cython range of pyproject.toml's [build-system] requires.
+BUILD_CYTHON = build_requirement("Cython").specifier
 
 
 def start_main(
@@ -41,13 +51,34 @@ RUNS = {
     # VLLM_PLUGINS is vLLM's allowlist: naming only another plugin keeps
     # arc_cy's entry point from running, as a misconfigured deployment would.
     "plugin_excluded": {"VLLM_PLUGINS": "lora_filesystem_resolver"},
+    # vllm.__version__ faked to a release arc_cy does not support (see
+    # fake_vllm_version): the guard must refuse it.
+    "vllm_unsupported": {"FAKE_VLLM_VERSION": "0.32.0"},
+    "vllm_unsupported_overridden": {
+        "FAKE_VLLM_VERSION": "0.32.0",
+        "ARC_CY_IGNORE_VLLM_VERSION": "1",
+    },
 }
+
+# Imported before anything else (PYTHONPATH beats site-packages): sets
+# vllm.__version__ to $FAKE_VLLM_VERSION, as another vLLM release would.
+SITECUSTOMIZE = """
+import os
+if os.environ.get("FAKE_VLLM_VERSION"):
+    import vllm
+    vllm.__version__ = os.environ["FAKE_VLLM_VERSION"]
+"""
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, str]]:
     cwd = tmp_path_factory.mktemp("cwd")
-    procs = {name: start_main(cwd, env) for name, env in RUNS.items()}
+    fake = tmp_path_factory.mktemp("fake_version")
+    (fake / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    procs = {
+        name: start_main(cwd, env, pythonpath=str(fake) if "FAKE_VLLM_VERSION" in env else "")
+        for name, env in RUNS.items()
+    }
     results = {}
     for name, proc in procs.items():
         stdout, stderr = proc.communicate(timeout=600)
@@ -62,8 +93,9 @@ def fields(stdout: str) -> dict[str, str]:
         if sep and name in (
             "implementation",
             "ARC_CY_NO_EXTENSIONS",
-            "Cython",
+            "built with Cython",
             "vLLM",
+            "error",
             "Python",
             "plugin",
             "plugin log",
@@ -86,13 +118,19 @@ def test_report_and_self_check(
     returncode, stdout, stderr = runs["default" if no_extensions is None else "no_extensions"]
     assert returncode == 0, stdout + stderr
     f = fields(stdout)
-    assert stdout.startswith("arc_cy 0.1.0\n")
+    assert stdout.startswith(f"arc_cy {metadata.version('arc-cy')}\n")
+    assert metadata.version("arc-cy") == arc_cy.__version__
     assert f["implementation"] == f"{impl} ({module})"
     assert f["ARC_CY_NO_EXTENSIONS"] == (
         "unset" if no_extensions is None else repr(no_extensions)
     )
-    assert f["Cython"] == metadata.version("Cython")
-    assert f["vLLM"] == metadata.version("vllm") == "0.33.0"
+    # The Cython recorded in the compiled module at build time: the runtime
+    # environment need not have Cython at all.
+    assert f["built with Cython"] == _arc_c.CYTHON_VERSION
+    assert Version(_arc_c.CYTHON_VERSION) in SpecifierSet(BUILD_CYTHON)
+    assert f["vLLM"] == (
+        f"{metadata.version('vllm')} (supported: vllm{arc_cy.SUPPORTED_VLLM})"
+    )
     assert f["Python"].startswith(platform.python_version() + " (")
     assert f["plugin"] == f'"arc_cy" registered -> {module}.ARCCachePolicy'
     assert f["plugin log"] == (
@@ -114,15 +152,48 @@ def test_fails_when_vllm_does_not_load_the_plugin(
     assert f["self-check"].startswith('FAILED: vLLM does not know "arc_cy"')
 
 
-def test_without_vllm(tmp_path: Path) -> None:
-    # A package named vllm that fails to import, first on the path: arc_cy
-    # runs as on a machine without vLLM.
-    fake = tmp_path / "novllm" / "vllm"
+def test_refuses_an_unsupported_vllm(
+    runs: dict[str, tuple[int, str, str]],
+) -> None:
+    returncode, stdout, stderr = runs["vllm_unsupported"]
+    assert returncode == 1, stdout + stderr
+    f = fields(stdout)
+    assert f["vLLM"] == "0.32.0 NOT SUPPORTED"
+    assert "vLLM 0.32.0 is not supported" in f["error"]
+    assert f"vllm{arc_cy.SUPPORTED_VLLM}" in f["error"]
+    assert "ARC_CY_IGNORE_VLLM_VERSION=1" in f["error"]
+    assert f["self-check"].startswith("not run")
+    # import arc_cy itself still works: the report got this far.
+    assert f["implementation"] == "cython (arc_cy._arc_c)"
+
+
+def test_unsupported_vllm_override(runs: dict[str, tuple[int, str, str]]) -> None:
+    returncode, stdout, stderr = runs["vllm_unsupported_overridden"]
+    assert returncode == 0, stdout + stderr
+    f = fields(stdout)
+    assert f["vLLM"].startswith("0.32.0 NOT SUPPORTED")
+    assert f["vLLM"].endswith("used anyway because ARC_CY_IGNORE_VLLM_VERSION is set")
+    assert f["plugin"] == '"arc_cy" registered -> arc_cy._arc_c.ARCCachePolicy'
+    assert f["self-check"].startswith("ok: ")
+
+
+def _fake_vllm(tmp_path: Path, init: str) -> str:
+    """A package named vllm whose __init__ runs init, first on the path."""
+    fake = tmp_path / "fake" / "vllm"
     fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("raise ImportError('vLLM hidden by the test')\n")
+    (fake / "__init__.py").write_text(init)
+    return str(fake.parent)
+
+
+def test_without_vllm(tmp_path: Path) -> None:
+    # vllm raises what a missing package raises: arc_cy runs as on a machine
+    # without vLLM.
+    path = _fake_vllm(
+        tmp_path, "raise ModuleNotFoundError(\"No module named 'vllm'\", name='vllm')\n"
+    )
     for no_extensions, impl in ((None, "cython"), ("1", "python")):
         env = {} if no_extensions is None else {"ARC_CY_NO_EXTENSIONS": no_extensions}
-        proc = start_main(tmp_path, env, pythonpath=str(fake.parent))
+        proc = start_main(tmp_path, env, pythonpath=path)
         stdout, stderr = proc.communicate(timeout=300)
         assert proc.returncode == 0, stdout + stderr
         f = fields(stdout)
@@ -132,3 +203,16 @@ def test_without_vllm(tmp_path: Path) -> None:
         assert f["self-check"] == (
             "ok: inserted 2 chunks and evicted the oldest through the policy alone"
         )
+
+
+def test_broken_vllm(tmp_path: Path) -> None:
+    # vLLM is there but fails to import: say why and fail, never "not installed".
+    path = _fake_vllm(tmp_path, "raise ImportError('libcudart.so.13: cannot open')\n")
+    proc = start_main(tmp_path, {}, pythonpath=path)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1, stdout + stderr
+    f = fields(stdout)
+    assert f["vLLM"] == (
+        "installed but failed to import: ImportError: libcudart.so.13: cannot open"
+    )
+    assert f["self-check"].startswith("not run")

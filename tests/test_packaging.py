@@ -1,0 +1,150 @@
+"""The pinned CI environment, the extras and the installed package agree."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+import arc_cy
+from helpers import REPO, pyproject
+
+LOCK = REPO / ".ci" / "requirements.lock"
+
+
+def locked() -> dict[str, str]:
+    pins = {}
+    for line in LOCK.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = re.fullmatch(r"([A-Za-z0-9._-]+)==([^\s;]+)", line)
+        assert match, f"not an exact pin in {LOCK.name}: {line!r}"
+        pins[canonicalize_name(match[1])] = match[2]
+    return pins
+
+
+def declared() -> list[tuple[str, Requirement]]:
+    """Every requirement pyproject.toml declares that CI must satisfy."""
+    project = pyproject()
+    reqs = [("build-system", r) for r in project["build-system"]["requires"]]
+    reqs += [("dependencies", r) for r in project["project"]["dependencies"]]
+    for extra, items in project["project"]["optional-dependencies"].items():
+        reqs += [(f"[{extra}]", r) for r in items]
+    return [(where, Requirement(r)) for where, r in reqs]
+
+
+def test_lock_satisfies_pyproject() -> None:
+    pins = locked()
+    for where, req in declared():
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{req} ({where}) is not pinned in {LOCK.name}"
+        assert req.specifier.contains(pins[name], prereleases=True), (
+            f"{LOCK.name} pins {name}=={pins[name]}, outside {req} ({where})"
+        )
+
+
+def test_vllm_requirements_match_the_supported_range() -> None:
+    # arc_cy.SUPPORTED_VLLM is the one declaration; every vllm pin follows it.
+    vllm_reqs = [req for _, req in declared() if req.name == "vllm"]
+    assert vllm_reqs
+    for req in vllm_reqs:
+        assert str(req.specifier) == str(Requirement("vllm" + arc_cy.SUPPORTED_VLLM).specifier)
+
+
+def test_environment_is_the_lock() -> None:
+    # .ci/env.sh syncs the environment to the lock before every run, so a
+    # package installed by hand cannot make a missing dependency pass.
+    pins = locked()
+    installed = {
+        canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()
+    }
+    installed.pop("arc-cy")
+    extra = sorted(set(installed) - set(pins))
+    missing = sorted(set(pins) - set(installed))
+    assert not extra, f"installed but not in {LOCK.name}: {extra}"
+    assert not missing, f"in {LOCK.name} but not installed: {missing}"
+    wrong = {n: (installed[n], pins[n]) for n in pins if installed[n] != pins[n]}
+    assert not wrong, f"installed vs locked versions differ: {wrong}"
+
+
+def test_one_version_source() -> None:
+    assert "version" in pyproject()["project"]["dynamic"]
+    assert metadata.version("arc-cy") == arc_cy.__version__
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    assert f"## {arc_cy.__version__}" in changelog
+
+
+def test_installed_metadata() -> None:
+    meta = metadata.metadata("arc-cy")
+    assert meta["License-Expression"] == "Apache-2.0"
+    assert meta["Requires-Python"] == ">=3.11"
+    classifiers = meta.get_all("Classifier")
+    assert "Typing :: Typed" in classifiers
+    assert "Programming Language :: Python :: Implementation :: CPython" in classifiers
+    files = {str(f) for f in metadata.files("arc-cy") or ()}
+    assert any(f.endswith("licenses/LICENSE") for f in files), files
+    for name in ("py.typed", "_arc_c.pyi", "_arc_py.py"):
+        assert f"arc_cy/{name}" in files
+    assert not any(f.endswith(".c") for f in files)
+
+
+def _closure(reqs: list[Requirement]) -> set[str]:
+    """Distributions that installing reqs brings in (from installed metadata)."""
+    seen: set[str] = set()
+    todo = [(r, tuple(sorted(r.extras))) for r in reqs]
+    while todo:
+        req, extras = todo.pop()
+        name = canonicalize_name(req.name)
+        if name in seen:
+            continue
+        seen.add(name)
+        for text in metadata.requires(req.name) or ():
+            dep = Requirement(text)
+            envs = [{"extra": e} for e in ("", *extras)]
+            if dep.marker is None or any(dep.marker.evaluate(env) for env in envs):
+                todo.append((dep, tuple(sorted(dep.extras))))
+    return seen
+
+
+def _third_party_imports(paths: list[Path]) -> set[str]:
+    # The project's own modules (bench/ imports tests/offload_stub.py).
+    local = {p.stem for p in REPO.glob("*/*.py")} | {"arc_cy"}
+    found = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.partition(".")[0]
+                if top not in sys.stdlib_module_names and top not in local:
+                    found.add(top)
+    return found
+
+
+@pytest.mark.parametrize(("extra", "folder"), [("test", "tests"), ("bench", "bench")])
+def test_extra_brings_what_is_imported(extra: str, folder: str) -> None:
+    # Every third-party module that tests/ or bench/ imports is installed by
+    # `pip install arc-cy[extra]`, directly or as a dependency.
+    project = pyproject()["project"]
+    reqs = [Requirement(r) for r in project["optional-dependencies"][extra]]
+    reqs += [Requirement(r) for r in project["dependencies"]]
+    brought = _closure(reqs)
+    paths = sorted((REPO / folder).rglob("*.py"))
+    dists = metadata.packages_distributions()
+    missing = {}
+    for module in _third_party_imports(paths):
+        owners = {canonicalize_name(d) for d in dists.get(module, ())}
+        if not owners & brought:
+            missing[module] = sorted(owners) or "not installed"
+    assert not missing, f"imported by {folder}/ but not brought by [{extra}]: {missing}"

@@ -1,0 +1,72 @@
+"""Type checkers see arc_cy's types: mypy --strict on a consumer, pyright's
+completeness score, and the compiled module's stub against the pure twin."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import arc_cy
+from arc_cy import _arc_c, _arc_py
+
+HERE = Path(__file__).resolve().parent
+PACKAGE = Path(arc_cy.__file__).resolve().parent  # the installed package
+
+
+def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, VIRTUAL_ENV=sys.prefix)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env.pop("PYTHONPATH", None)
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=600,
+    )
+
+
+def test_mypy_strict_on_a_consumer(tmp_path: Path) -> None:
+    proc = run(
+        ["-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"),
+         str(HERE / "typing" / "consumer.py")],
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Success: no issues found in 1 source file" in proc.stdout
+
+
+def test_pyright_verifytypes(tmp_path: Path) -> None:
+    proc = run(
+        ["-m", "pyright", "--verifytypes", "arc_cy", "--ignoreexternal", "--outputjson"],
+        cwd=tmp_path,
+    )
+    report = json.loads(proc.stdout)
+    completeness = report["typeCompleteness"]
+    assert completeness["packageRootDirectory"] == str(PACKAGE)
+    assert completeness["exportedSymbolCounts"]["withKnownType"] > 0
+    score = completeness["completenessScore"]
+    assert score >= 0.95, json.dumps(completeness["symbols"], indent=1)[:5000]
+
+
+def _stub_members() -> set[str]:
+    tree = ast.parse((PACKAGE / "_arc_c.pyi").read_text())
+    core = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ARCCore")
+    return {n.name for n in core.body if isinstance(n, ast.FunctionDef)}
+
+
+def test_stub_matches_both_implementations() -> None:
+    # The stub names exactly the twin's interface, and the core has it all.
+    twin = {
+        name
+        for name in vars(_arc_py.ARCCachePolicy)
+        if name == "__init__" or not name.startswith("__")
+    }
+    twin -= {"_enter", "_read", "_adapt_to_ghost_hit", "_looked_up", "_check",
+             "_abc_impl"}
+    stub = _stub_members() - {"_scan_visits"}  # a counter only the core keeps
+    assert stub == twin
+    for name in stub | {"_scan_visits"}:
+        assert hasattr(_arc_c.ARCCachePolicy, name), name
+    assert isinstance(_arc_c.CYTHON_VERSION, str)
