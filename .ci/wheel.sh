@@ -44,6 +44,14 @@ check() {  # check WHEEL EXPECTED-IMPLEMENTATION [ENV...]
 }
 check "$wheel" cython
 
+# Without a compiler the build fails, saying what to do.
+if CC=/nonexistent/cc "$ARC_CY_PY" -m pip wheel --no-deps -w "$work/nocc" "$work/tree" > "$work/nocc.log" 2>&1; then
+    echo "wheel: a build without a compiler succeeded" >&2
+    exit 1
+fi
+grep -q "ARC_CY_NO_EXTENSIONS=1 pip install arc-cy" "$work/nocc.log"
+echo "wheel: without a compiler the build fails with arc_cy's advice" >&2
+
 ARC_CY_NO_EXTENSIONS=1 "$ARC_CY_PY" -m pip wheel -q --no-deps -w "$work/pure" "$work/tree"
 pure=$(ls "$work"/pure/arc_cy-*-py3-none-any.whl)
 echo "wheel: pure-Python build $(basename "$pure")" >&2
