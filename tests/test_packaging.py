@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
+import sysconfig
 from importlib import metadata
 from pathlib import Path
 
@@ -62,8 +63,12 @@ def test_environment_is_the_lock() -> None:
     # .ci/env.sh syncs the environment to the lock before every run, so a
     # package installed by hand cannot make a missing dependency pass.
     pins = locked()
+    # The environment's own site-packages only: setuptools puts its vendored
+    # distributions on sys.path once something imports it.
+    paths = sorted({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")})
     installed = {
-        canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()
+        canonicalize_name(d.metadata["Name"]): d.version
+        for d in metadata.distributions(path=paths)
     }
     installed.pop("arc-cy")
     extra = sorted(set(installed) - set(pins))
