@@ -521,6 +521,10 @@ class SchedulerHarness:
         self.num_store_jobs = 0
         self.num_loaded_chunks = 0
         self.num_stored_chunks = 0
+        # Optional: an object whose enter() and leave() are called just
+        # outside the two timed regions of each step (bench/multi_turn.py
+        # uses it to attribute time to layers only inside them).
+        self.probe: Any = None
 
     @property
     def manager(self) -> CPUOffloadingManager:
@@ -534,9 +538,14 @@ class SchedulerHarness:
         from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
         scheduler = self.scheduler
+        probe = self.probe
+        if probe is not None:
+            probe.enter()
         t0 = time.perf_counter()
         out = scheduler.schedule()
         t1 = time.perf_counter()
+        if probe is not None:
+            probe.leave()
 
         # The model runner: connector work around a forward pass that samples
         # one token for every request whose prompt is now fully computed.
@@ -588,9 +597,13 @@ class SchedulerHarness:
             ),
         )
 
+        if probe is not None:
+            probe.enter()
         t2 = time.perf_counter()
         scheduler.update_from_output(out, runner_output)
         t3 = time.perf_counter()
+        if probe is not None:
+            probe.leave()
         self.step_times.append((t1 - t0) + (t3 - t2))
         return out
 
@@ -670,15 +683,38 @@ class ChatWorkload:
     system prompts and grow by their earlier turns; some turns are aborted,
     and a small GPU KV cache makes the scheduler preempt."""
 
-    def __init__(self, config: WorkloadConfig, prefix: str = "c") -> None:
+    def __init__(
+        self,
+        config: WorkloadConfig,
+        prefix: str = "c",
+        *,
+        conversations: list[tuple[list[int], list[tuple[list[int], int, int]]]]
+        | None = None,
+        max_live: int | None = None,
+    ) -> None:
+        """``conversations``, if given, replaces the conversations drawn from
+        ``config``: one ``(prefix tokens, [(user tokens, max_tokens, think
+        steps), ...])`` per conversation, started ``config.arrival_gap``
+        steps apart, never aborted. ``max_live`` caps the conversations in
+        progress (a closed loop of that many clients): a conversation due to
+        start waits for a free client."""
         rng = random.Random(config.seed)
+        self.max_live = max_live
 
         def tokens(bounds: tuple[int, int]) -> list[int]:
             return [rng.randrange(1, VOCAB_SIZE) for _ in range(rng.randint(*bounds))]
 
-        systems = [tokens(config.system_prompt_len) for _ in range(config.num_system_prompts)]
         self.conversations: list[_Conversation] = []
-        for i in range(config.num_conversations):
+        for i, (head, spec) in enumerate(conversations or ()):
+            # The token lists are shared, never mutated: several workloads
+            # can run the same conversations.
+            turns = [_Turn(u, m, t, None, False) for u, m, t in spec]
+            start = i * config.arrival_gap
+            self.conversations.append(
+                _Conversation(i, head, turns, start, ready_step=start)
+            )
+        systems = [tokens(config.system_prompt_len) for _ in range(config.num_system_prompts)]
+        for i in range(0 if conversations is not None else config.num_conversations):
             system = systems[rng.randrange(len(systems))]
             turns = [
                 _Turn(
@@ -739,7 +775,12 @@ class ChatWorkload:
         stats = self.stats
         pending, live = self._pending, self._live
         if pending and pending[-1].start_step <= self.step_index:
-            while pending and pending[-1].start_step <= self.step_index:
+            cap = self.max_live
+            while (
+                pending
+                and pending[-1].start_step <= self.step_index
+                and (cap is None or len(live) < cap)
+            ):
                 live.append(pending.pop())
             live.sort(key=lambda c: c.index)
         for conv in live:
