@@ -150,7 +150,8 @@ def conversations(cfg: dict[str, Any], n: int, seed: int,
     tokens; each turn is answered with ``prompt_output.num_tokens`` tokens."""
     pin, pout = cfg["prompt_input"], cfg["prompt_output"]
     rng = random.Random(seed)
-    n_msgs = distribution(pin["num_turns"])(rng, n)
+    turns_d = distribution(pin["num_turns"])
+    # One batch, as the lognormal's rescaling to its average is per batch.
     prefix_len = distribution(pin["prefix_num_tokens"])(rng, n)
     common_spec = pin.get("common_prefix_num_tokens", {"distribution": "constant", "value": 0})
     common_len = distribution(common_spec)(rng, 1)[0]
@@ -160,14 +161,17 @@ def conversations(cfg: dict[str, Any], n: int, seed: int,
     common = [_TOKENS[crng.randrange(1, VOCAB)] for _ in range(common_len)]
     out = []
     for i in range(n):
-        r = random.Random(f"{seed}/{i}")  # stable per conversation
+        # Stable per conversation: its turns do not depend on n; its
+        # prefix's tokens neither (its length does, through the batch).
+        r = random.Random(f"{seed}/{i}")
+        pr = random.Random(f"{seed}/{i}/prefix")
 
-        def toks(k: int) -> list[int]:
-            return [_TOKENS[r.randrange(1, VOCAB)] for _ in range(k)]
+        def toks(k: int, g: random.Random = r) -> list[int]:
+            return [_TOKENS[g.randrange(1, VOCAB)] for _ in range(k)]
 
-        msgs = max(2, n_msgs[i])
+        msgs = max(2, turns_d(r, 1)[0])
         msgs += msgs % 2
-        head = common + toks(prefix_len[i])
+        head = common + toks(prefix_len[i], pr)
         turns = []
         for t in range(msgs // 2):
             k = in_d(r, 1)[0]
@@ -635,8 +639,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.steps = steps_arg or (2800 if size >= 1_000_000 else 300)
         results += run_size(size, args, cfg, model_dir)
     args.steps = steps_arg
-    command = os.environ.get("ARC_CY_BENCH_COMMAND") or " ".join(
-        ["bench/multi_turn.py", *(argv if argv is not None else sys.argv[1:])])
+    command = " ".join(["python -P bench/multi_turn.py",
+                        *(argv if argv is not None else sys.argv[1:])])
     return bl.finish(TAG, args, t0, results, command=command,
                      workload_file=os.path.relpath(DATA, ROOT), workload_config=cfg,
                      harness={"gpu_blocks": args.gpu_blocks, "max_num_seqs": args.max_num_seqs,
