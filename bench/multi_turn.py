@@ -31,7 +31,8 @@ Reported per cache size and load latency:
 
 - step time p50, p99, max (plain schedulers): vLLM arc, arc_cy, ratio;
 - eviction time per step (time inside ``policy.evict``; instrumented);
-- the breakdown (instrumented, mean per step): vLLM's scheduler core,
+- the breakdown (instrumented, mean per step, wrapper cost calibrated and
+  subtracted): vLLM's scheduler core,
   the OffloadingConnector's scheduler side, ``CPUOffloadingManager``
   without the policy, the policy; and its sum against the plain step time;
 - the bound: vLLM arc's plain step time minus its policy time, step by step
@@ -196,9 +197,10 @@ def conversation_chunks(convs: list[Any]) -> int:
 
 class Timers:
     """Timing wrappers on one harness: the connector's scheduler side, the
-    manager and the policy, each layer timed exclusive of the layers it
-    calls (policy inside manager inside connector). Only calls inside the
-    harness's timed regions count (the harness calls enter()/leave()).
+    manager and the policy (policy inside manager inside connector). Each
+    layer's total is inclusive of the layers it calls; report() subtracts
+    them. Only calls inside the harness's timed regions count (the harness
+    calls enter()/leave()).
     Bookkeeping done here (pinned counts, the evicted-key digest) is timed
     and subtracted from every layer and from the step."""
 
@@ -527,20 +529,24 @@ def report(cpu_chunks: int, latency: int, rec: dict[str, Any], timers: dict[str,
         ev[name]["p50_steps_with_evictions"] = round(pct(ev_steps, 50), 4)
         ev[name]["steps_with_evictions"] = len(ev_steps)
         ev[name]["calls"] = sum(rr["evict_calls"])
+        # Layer totals are inclusive (the connector's includes the manager
+        # calls it makes, the manager's the policy calls). Exclusive parts,
+        # less the wrappers' calibrated cost: ``inner`` of a call lands in
+        # its own layer's total, ``outer`` in its caller's.
         mean = {k: sum(rr[k]) / steps for k in ("net", "connector", "manager", "policy", "evict")}
-        # Subtract the wrappers' calibrated cost: inner from each layer, outer
-        # from the layer that made the call.
         cal = args.calibration
         calls = {k: sum(rr["n_" + k]) / steps for k in ("connector", "manager", "policy")}
         inner = {k: calls[k] * cal["inner_ns"] / 1e6 for k in calls}
         outer = {k: calls[k] * cal["outer_ns"] / 1e6 for k in calls}
         parts = {
-            "connector_scheduler": mean["connector"] - inner["connector"] - outer["manager"],
-            "manager_without_policy": mean["manager"] - inner["manager"] - outer["policy"],
+            "scheduler_core": mean["net"] - mean["connector"] - outer["connector"],
+            "connector_scheduler": mean["connector"] - mean["manager"] - inner["connector"]
+            - outer["manager"],
+            "manager_without_policy": mean["manager"] - mean["policy"] - inner["manager"]
+            - outer["policy"],
             "policy": mean["policy"] - inner["policy"],
         }
         overhead = sum(inner.values()) + sum(outer.values())
-        parts = {"scheduler_core": mean["net"] - overhead - sum(parts.values()), **parts}
         plain = step[name]["mean"]
         breakdown[name] = {
             "method": "timing wrappers (time.perf_counter_ns per call, nested layers "
@@ -611,7 +617,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="load latencies in steps (default 0 2 8 32)")
     ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds per latency")
     ap.add_argument("--steps", type=int, help="steps per scheduler per round "
-                    "(default 300; 2800 at 1M, so that the workload turns the cache over)")
+                    "(default 400; 3600 at 1M, so that the workload turns the cache over)")
     ap.add_argument("--warmup", type=int, default=50, help="steps per latency, not measured")
     ap.add_argument("--clients", type=int, default=128, help="conversations at once")
     ap.add_argument("--think", type=int, nargs=2, default=[0, 0], metavar=("MIN", "MAX"),
@@ -636,7 +642,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     steps_arg = args.steps
     for size in sizes:
-        args.steps = steps_arg or (2800 if size >= 1_000_000 else 300)
+        args.steps = steps_arg or (3600 if size >= 1_000_000 else 400)
         results += run_size(size, args, cfg, model_dir)
     args.steps = steps_arg
     command = " ".join(["python -P bench/multi_turn.py",
