@@ -155,7 +155,7 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
         dev = max(abs(x["breakdown"][c]["sum_over_plain_paired_median"] - 1)
                   for x in mt if x["capacity"] == cap for c in ("vllm_arc", "arc_cy"))
         add(f"multi-turn at {tag}: step-time breakdown, parts' sum vs measured step time, "
-            "worst |median over steps of sum/step - 1| over contenders and load latencies",
+            "worst abs(median over steps of sum/step - 1) over contenders and load latencies",
             round(dev, 3), "<= 0.1", dev <= 0.1, "multi_turn.py")
     return rows
 
