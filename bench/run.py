@@ -627,7 +627,7 @@ def plots(data: dict[str, Any], out_dir: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--full", action="store_true", help="the whole grid (long: about an hour)")
+    ap.add_argument("--full", action="store_true", help="the whole grid (long: over an hour; the multi-turn part at 1M chunks alone about 35 minutes)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"), help="output folder")
     ap.add_argument("--only", help="comma-separated subset of " + ",".join(SUITE))
     ap.add_argument("--reuse", action="store_true",
