@@ -25,6 +25,7 @@ Run: $PY -P bench/evict.py [--full] [--json out.json]
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import time
@@ -65,6 +66,24 @@ def build_steady(name: str, capacity: int, keys_a: list[bytes], keys_b: list[byt
     return p
 
 
+# The compiled core's list node (arc_cy/_arc_c.pyx, ``Node``): key and chunk
+# pointers, the key's hash, prev/next links, ref_cnt offset, list tag.
+class _Node(ctypes.Structure):
+    _fields_ = [("key", ctypes.c_void_p), ("chunk", ctypes.c_void_p),
+                ("hash", ctypes.c_ssize_t), ("prev", ctypes.c_int32),
+                ("next", ctypes.c_int32), ("ref_off", ctypes.c_uint16),
+                ("where", ctypes.c_uint8)]
+
+
+NODE_BYTES = ctypes.sizeof(_Node)
+
+
+def scan_bytes_per_entry() -> int:
+    """Bytes the compiled scan reads per entry it skips: its node and the
+    ChunkStatus object whose ref_cnt it reads live."""
+    return NODE_BYTES + sys.getsizeof(bl.ready_chunks(1)[0])
+
+
 def run_evict(
     policies: dict[str, Any],
     *,
@@ -75,9 +94,19 @@ def run_evict(
     protected_extra: set[bytes] | None = None,
     check: Any = None,
     label: str,
+    floor_entries: int = 0,
 ) -> dict[str, Any]:
+    """Time ``evict(n)`` on each policy, round-robin. With ``floor_entries``,
+    each repetition also times one sequential read (numpy sum) of an array
+    of ``floor_entries`` x scan_bytes_per_entry() bytes: the memory floor
+    for a scan that reads that many entries."""
     names = list(policies)
     samples: dict[str, list[int]] = {k: [] for k in names}
+    floor_samples: list[int] = []
+    if floor_entries:
+        import numpy as np
+
+        floor_arr = np.ones(floor_entries * scan_bytes_per_entry() // 8, dtype=np.uint64)
     mismatches = 0
     ctx = _ctx()
     pc = time.perf_counter_ns
@@ -107,8 +136,18 @@ def run_evict(
             arc = [got[k] for k in bl.ARC_LIKE if k in got]
             if any(a != arc[0] for a in arc):
                 mismatches += 1
+            if floor_entries:
+                t0 = pc()
+                floor_arr.sum()
+                t1 = pc()
+                if r >= warmup:
+                    floor_samples.append(t1 - t0)
     res: dict[str, Any] = {"n": n, "reps": reps, "warmup": warmup,
                            "arc_decisions_mismatched_reps": mismatches, "contenders": {}}
+    if floor_entries:
+        res["floor"] = {"entries": floor_entries, "bytes_per_entry": scan_bytes_per_entry(),
+                        "node_bytes": NODE_BYTES, "bytes": int(floor_arr.nbytes),
+                        "sequential_read": bl.stats(floor_samples)}
     for name in names:
         res["contenders"][name] = {"evict": bl.stats(samples[name]),
                                    "evict_per_key": bl.stats(samples[name], per=n)}
@@ -158,7 +197,7 @@ def capacity_case(capacity: int, ns: list[int], reps: int, seed: int,
             _pin(p, already)
         fresh = stream.take((reps + 10) * n)
         res = run_evict(policies, n=n, reps=reps, warmup=10, fresh=fresh,
-                        label=f"cap {capacity} {k} pinned at LRU end")
+                        label=f"cap {capacity} {k} pinned at LRU end", floor_entries=k)
         res.update(scenario="pinned", capacity=capacity, pinned=k, protected=0,
                    pinned_fraction_of_t1=round(k / capacity, 3))
         out.append(res)
@@ -231,7 +270,7 @@ def fallback_case(capacity: int, n: int, reps: int, seed: int) -> dict[str, Any]
 
     fresh = stream.take((reps + 10) * n)
     res = run_evict(policies, n=n, reps=reps, warmup=10, fresh=fresh, check=check,
-                    label=f"fallback cap {capacity}")
+                    label=f"fallback cap {capacity}", floor_entries=half)
     for name in bl.ARC_LIKE:
         assert len(policies[name].t2) == half and len(policies[name].b2) == 0, name
     res.update(scenario="fallback", capacity=capacity, pinned=half, protected=0,

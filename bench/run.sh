@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job: the benchmark suite (default: about 10 minutes on 2 cores;
-# --full: the whole grid). Results go to bench/results/ (or --out DIR).
+# The main job: the benchmark suite (default: about 6 minutes on 2 cores;
+# --full: the whole grid, with the multi-turn scheduler bench at 1M chunks:
+# add about 35 minutes for that part). Results go to bench/results/ (or --out DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source .ci/env.sh

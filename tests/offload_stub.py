@@ -148,6 +148,112 @@ class RecordingCPUOffloadingManager(CPUOffloadingManager):
         self._storing.clear()
 
 
+
+class PrimaryTierRecorder:
+    """Logs the decisions of a ``CPUPrimaryTierOffloadingManager`` (vLLM's
+    tiering route), in the format of ``RecordingCPUOffloadingManager.log``.
+
+    vLLM's ``TieringOffloadingSpec`` builds its primary tier itself, so this
+    wraps the instance's methods instead of subclassing. Besides the
+    GPU-facing calls (``hit``, ``load``, ``store``, ``reject``) it logs the
+    tiering manager's own uses of the primary tier:
+
+    - ``("read", keys)``: a cascade to a secondary tier pinned ``keys``;
+    - ``("promote", offered, stored, evicted, pinned)`` and
+      ``("promote_reject", offered)``: a promotion from a secondary tier
+      allocated (evicting) or failed to allocate primary chunks.
+
+    As the recording manager does, it checks that no evicted key was pinned
+    by a load or a cascade read, or still being written.
+    """
+
+    def __init__(self, primary: Any) -> None:
+        self.primary = primary
+        self.log: list[tuple] = []
+        self._pinned: Counter[OffloadKey] = Counter()
+        self._storing: set[OffloadKey] = set()
+        self.store_threshold = 0
+        self.stores_skipped = 0
+        orig = {
+            name: getattr(primary, name)
+            for name in (
+                "lookup", "prepare_load", "prepare_read", "complete_load",
+                "complete_read", "prepare_store", "prepare_write",
+                "complete_store", "complete_write",
+            )
+        }
+        log = self.log
+
+        def lookup(key: OffloadKey, req_context: ReqContext) -> LookupResult:
+            result = orig["lookup"](key, req_context)
+            if result is LookupResult.HIT:
+                log.append(("hit", key))
+            return result
+
+        def pin(kind: str) -> Any:
+            def prepare(keys: Collection[OffloadKey], req_context: ReqContext) -> Any:
+                spec = orig["prepare_" + kind](keys, req_context)
+                keys = tuple(keys)
+                self._pinned.update(keys)
+                log.append((kind, keys))
+                return spec
+
+            return prepare
+
+        def unpin(name: str) -> Any:
+            def complete(keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+                orig[name](keys, req_context)
+                self._pinned.subtract(keys)
+                self._pinned = +self._pinned
+
+            return complete
+
+        def allocate(name: str, kind: str) -> Any:
+            def prepare(keys: Collection[OffloadKey], req_context: ReqContext) -> Any:
+                offered = tuple(keys)
+                output = orig[name](offered, req_context)
+                if output is None:
+                    log.append((kind + "_reject" if kind != "store" else "reject", offered))
+                    return None
+                evicted = tuple(output.evicted_keys)
+                bad = self._storing.intersection(evicted)
+                bad.update(key for key in evicted if key in self._pinned)
+                assert not bad, f"evicted {len(bad)} chunk(s) pinned or being written"
+                stored = tuple(output.keys_to_store)
+                self._storing.update(stored)
+                log.append((kind, offered, stored, evicted, len(self._pinned)))
+                return output
+
+            return prepare
+
+        def written(name: str) -> Any:
+            def complete(
+                keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
+            ) -> None:
+                orig[name](keys, req_context, success)
+                self._storing.difference_update(keys)
+
+            return complete
+
+        primary.lookup = lookup
+        primary.prepare_load = pin("load")
+        primary.prepare_read = pin("read")
+        primary.complete_load = unpin("complete_load")
+        primary.complete_read = unpin("complete_read")
+        primary.prepare_store = allocate("prepare_store", "store")
+        primary.prepare_write = allocate("prepare_write", "promote")
+        primary.complete_store = written("complete_store")
+        primary.complete_write = written("complete_write")
+
+    @property
+    def policy(self) -> Any:
+        return self.primary._policy
+
+    @property
+    def _num_chunks(self) -> int:
+        return self.primary._num_chunks
+
+
 def _num_chunks(config: OffloadingConfig, extra: dict[str, Any]) -> int:
     if extra.get("num_chunks") is not None:
         return int(extra["num_chunks"])
@@ -390,8 +496,18 @@ class SchedulerHarness:
         self.worker_connector = OffloadingConnector(
             vllm_config, KVConnectorRole.WORKER, kv_cache_config
         )
-        # What register_kv_caches() ends in; the stub worker needs no tensors.
-        self.worker_connector.connector_worker._init_worker(CanonicalKVCaches([], []))
+        connector_worker = self.worker_connector.connector_worker
+        if isinstance(connector_worker.spec, StubOffloadingSpec):
+            # What register_kv_caches() ends in; the stub worker needs no
+            # tensors.
+            connector_worker._init_worker(CanonicalKVCaches([], []))
+        else:
+            # A vLLM spec (e.g. TieringOffloadingSpec) whose worker needs a
+            # GPU: its scheduler side is used as is, its transfers go to the
+            # stub worker, configured by the same stub_load_delay_steps.
+            connector_worker.worker = StubOffloadingWorker(
+                int(extra_config.get("stub_load_delay_steps", 0))
+            )
         hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
         init_none_hash(hash_fn)
         self.block_hasher = get_request_block_hasher(block_size, hash_fn)
@@ -405,6 +521,10 @@ class SchedulerHarness:
         self.num_store_jobs = 0
         self.num_loaded_chunks = 0
         self.num_stored_chunks = 0
+        # Optional: an object whose enter() and leave() are called just
+        # outside the two timed regions of each step (bench/multi_turn.py
+        # uses it to attribute time to layers only inside them).
+        self.probe: Any = None
 
     @property
     def manager(self) -> CPUOffloadingManager:
@@ -418,9 +538,14 @@ class SchedulerHarness:
         from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
         scheduler = self.scheduler
+        probe = self.probe
+        if probe is not None:
+            probe.enter()
         t0 = time.perf_counter()
         out = scheduler.schedule()
         t1 = time.perf_counter()
+        if probe is not None:
+            probe.leave()
 
         # The model runner: connector work around a forward pass that samples
         # one token for every request whose prompt is now fully computed.
@@ -472,9 +597,13 @@ class SchedulerHarness:
             ),
         )
 
+        if probe is not None:
+            probe.enter()
         t2 = time.perf_counter()
         scheduler.update_from_output(out, runner_output)
         t3 = time.perf_counter()
+        if probe is not None:
+            probe.leave()
         self.step_times.append((t1 - t0) + (t3 - t2))
         return out
 
@@ -554,15 +683,38 @@ class ChatWorkload:
     system prompts and grow by their earlier turns; some turns are aborted,
     and a small GPU KV cache makes the scheduler preempt."""
 
-    def __init__(self, config: WorkloadConfig, prefix: str = "c") -> None:
+    def __init__(
+        self,
+        config: WorkloadConfig,
+        prefix: str = "c",
+        *,
+        conversations: list[tuple[list[int], list[tuple[list[int], int, int]]]]
+        | None = None,
+        max_live: int | None = None,
+    ) -> None:
+        """``conversations``, if given, replaces the conversations drawn from
+        ``config``: one ``(prefix tokens, [(user tokens, max_tokens, think
+        steps), ...])`` per conversation, started ``config.arrival_gap``
+        steps apart, never aborted. ``max_live`` caps the conversations in
+        progress (a closed loop of that many clients): a conversation due to
+        start waits for a free client."""
         rng = random.Random(config.seed)
+        self.max_live = max_live
 
         def tokens(bounds: tuple[int, int]) -> list[int]:
             return [rng.randrange(1, VOCAB_SIZE) for _ in range(rng.randint(*bounds))]
 
-        systems = [tokens(config.system_prompt_len) for _ in range(config.num_system_prompts)]
         self.conversations: list[_Conversation] = []
-        for i in range(config.num_conversations):
+        for i, (head, spec) in enumerate(conversations or ()):
+            # The token lists are shared, never mutated: several workloads
+            # can run the same conversations.
+            turns = [_Turn(u, m, t, None, False) for u, m, t in spec]
+            start = i * config.arrival_gap
+            self.conversations.append(
+                _Conversation(i, head, turns, start, ready_step=start)
+            )
+        systems = [tokens(config.system_prompt_len) for _ in range(config.num_system_prompts)]
+        for i in range(0 if conversations is not None else config.num_conversations):
             system = systems[rng.randrange(len(systems))]
             turns = [
                 _Turn(
@@ -623,7 +775,12 @@ class ChatWorkload:
         stats = self.stats
         pending, live = self._pending, self._live
         if pending and pending[-1].start_step <= self.step_index:
-            while pending and pending[-1].start_step <= self.step_index:
+            cap = self.max_live
+            while (
+                pending
+                and pending[-1].start_step <= self.step_index
+                and (cap is None or len(live) < cap)
+            ):
                 live.append(pending.pop())
             live.sort(key=lambda c: c.index)
         for conv in live:
@@ -722,6 +879,21 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     # store_threshold 2: a chunk is stored when offered the second time.
     "threshold": {"num_chunks": 64, "store_threshold": 2},
 }
+# The tiering route: vLLM's own TieringOffloadingSpec (spec_name only, no
+# module path), whose CPUPrimaryTierOffloadingManager runs the policy. Its
+# worker needs a GPU, so the harness puts the stub worker under it.
+TIERING_SCENARIOS: dict[str, dict[str, Any]] = {
+    # vLLM's in-memory "example" secondary tier (no hardware): every stored
+    # chunk is cascaded to it (pinning the chunk until the cascade is
+    # polled), and a chunk evicted from the primary tier is found there and
+    # promoted back, evicting in turn.
+    "tier_example": {
+        "cpu_bytes_to_use": 64 * TEST_BYTES_PER_BLOCK,
+        "secondary_tiers": [{"type": "example"}],
+    },
+    # The primary tier alone.
+    "tier_primary_only": {"cpu_bytes_to_use": 48 * TEST_BYTES_PER_BLOCK},
+}
 
 
 def recorded_run(
@@ -742,15 +914,43 @@ def recorded_run(
         import vllm.plugins
 
         vllm.plugins.load_general_plugins()
-    extra = offloading_extra_config(
-        policy, stub_load_delay_steps=load_delay_steps, **SCENARIOS[scenario]
-    )
+    tiering = scenario in TIERING_SCENARIOS
+    if tiering:
+        import copy
+
+        extra = {
+            "spec_name": "TieringOffloadingSpec",
+            "eviction_policy": policy,
+            "stub_load_delay_steps": load_delay_steps,
+            # no poll thread: tiers are serviced at step ends, deterministically
+            "tier_poll_interval_s": 0,
+            **copy.deepcopy(TIERING_SCENARIOS[scenario]),
+        }
+    else:
+        extra = offloading_extra_config(
+            policy, stub_load_delay_steps=load_delay_steps, **SCENARIOS[scenario]
+        )
     if cache_policy_module_path is not None:
         extra["cache_policy_module_path"] = cache_policy_module_path
     harness = SchedulerHarness(model_dir, extra, **TEST_HARNESS)
-    manager = harness.manager
-    assert isinstance(manager, RecordingCPUOffloadingManager)
-    stats = ChatWorkload(TEST_WORKLOAD).run(harness)
+    manager: Any
+    if tiering:
+        from vllm.v1.kv_offload.tiering.manager import (
+            CPUPrimaryTierOffloadingManager,
+            TieringOffloadingManager,
+        )
+
+        assert type(harness.manager) is TieringOffloadingManager
+        assert type(harness.manager.primary_tier) is CPUPrimaryTierOffloadingManager
+        manager = PrimaryTierRecorder(harness.manager.primary_tier)
+    else:
+        manager = harness.manager
+        assert isinstance(manager, RecordingCPUOffloadingManager)
+    try:
+        stats = ChatWorkload(TEST_WORKLOAD).run(harness)
+    finally:
+        if tiering:
+            harness.scheduler.shutdown()  # unmaps and removes its /dev/shm file
     policy_obj = manager.policy
     check = getattr(policy_obj, "_check_invariants", None)
     if check is not None:  # arc_cy's policies
@@ -773,16 +973,19 @@ def recorded_run(
         kind = entry[0]
         if kind == "hit":
             log.append([kind, num(entry[1])])
-        elif kind in ("load", "reject"):
+        elif kind in ("load", "read", "reject", "promote_reject"):
             log.append([kind, nums(entry[1])])
         else:
             _, offered, stored, evicted, pinned = entry
             log.append([kind, nums(offered), nums(stored), nums(evicted), pinned])
-    state = {
-        name: nums(getattr(policy_obj, name).keys()) for name in ("t1", "t2", "b1", "b2")
-    }
-    state["target_t1_size"] = policy_obj.target_t1_size
-    state["target_t1_size_type"] = type(policy_obj.target_t1_size).__name__
+    state: dict[str, Any] = {}
+    if hasattr(policy_obj, "target_t1_size"):  # ARC (vLLM lru has no lists)
+        state = {
+            name: nums(getattr(policy_obj, name).keys())
+            for name in ("t1", "t2", "b1", "b2")
+        }
+        state["target_t1_size"] = policy_obj.target_t1_size
+        state["target_t1_size_type"] = type(policy_obj.target_t1_size).__name__
     policy_cls = type(policy_obj)
     return {
         "policy": policy,

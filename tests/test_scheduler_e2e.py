@@ -33,6 +33,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +49,12 @@ TWIN = "arc_cy._arc_py.ARCCachePolicy"
 
 
 class _TwinProcess:
-    """vLLM's ARC and the pure twin on every scenario, in a child process
+    """vLLM's ARC and the pure twin on ``scenarios``, in a child process
     (started at once, so it overlaps the in-process runs)."""
 
-    def __init__(self, model_dir: str, out: Path) -> None:
+    def __init__(
+        self, model_dir: str, out: Path, scenarios: Collection[str] = tuple(SCENARIOS)
+    ) -> None:
         env = dict(os.environ)
         env["ARC_CY_NO_EXTENSIONS"] = "1"
         env["PYTHONPATH"] = os.pathsep.join(
@@ -70,7 +73,7 @@ class _TwinProcess:
                 "arc,arc_cy",
                 "--load-plugins",
                 "--scenarios",
-                ",".join(SCENARIOS),
+                ",".join(scenarios),
                 "--out",
                 str(out),
             ],
