@@ -187,8 +187,8 @@ def fmt(x: Any, nd: int = 1) -> str:
 def latency_table(r: dict[str, Any], field: str, unit_note: str = "us") -> list[str]:
     c = r["contenders"]
     lines = [
-        f"| contender | p50 | p90 | p99 | max | p50 per key | p99 per key | "
-        f"speedup vs vLLM arc (p50 / p99) |",
+        "| contender | p50 | p90 | p99 | max | p50 per key | p99 per key | "
+        "speedup vs vLLM arc (p50 / p99) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n in N:

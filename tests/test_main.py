@@ -16,7 +16,7 @@ from packaging.version import Version
 import arc_cy
 from arc_cy import _arc_c
 
-from helpers import REPO, build_requirement
+from helpers import build_requirement
 
 # The Cython range of pyproject.toml's [build-system] requires.
 BUILD_CYTHON = build_requirement("Cython").specifier
