@@ -35,8 +35,8 @@ def _built_with() -> str:
     """The Cython that generated the compiled core, recorded at build time."""
     try:
         from arc_cy import _arc_c
-    except ImportError:
-        return "n/a (no compiled core in this installation)"
+    except ImportError as exc:
+        return f"n/a (the compiled core does not import: {exc})"
     return str(_arc_c.CYTHON_VERSION)
 
 
