@@ -770,3 +770,21 @@ def test_reference_cycle_through_a_key_is_collected(policy_cls):
     del policy
     gc.collect()
     assert ref() is None
+
+
+def test_fraction_target_ghost_hits_match_vllm(policy_cls):
+    """target_t1_size may be any real number: a Fraction's arithmetic runs
+    Python code (and may start a collection) in the middle of touch()."""
+    from fractions import Fraction
+
+    def scenario(cls):
+        policy = populated(cls)
+        policy.target_t1_size = Fraction(1, 3)
+        policy.touch([K(0), K(2), K(3), K(4), K(7), K(8), K(9)], CTX)
+        policy.on_store_miss([K(1)], CTX)
+        return keysnap(policy)
+
+    got = scenario(policy_cls)
+    assert got == scenario(VllmARC)
+    assert got[4] == Fraction(7, 3)  # two b1 hits, each adding 1
+    assert type(got[4]) is Fraction
