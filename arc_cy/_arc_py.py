@@ -130,9 +130,9 @@ class ARCCachePolicy(CachePolicy):
                 raise ValueError(MSG_DUPLICATE.format(key, "t2"))
             ghost = self._b1 if key in self._b1 else self._b2 if key in self._b2 else None
             if ghost is not None:
-                # The forgotten ghost's key object is released when this
-                # call returns, after busy is cleared (as the core does).
-                old_key = _pop_entry(ghost, key)
+                # The forgotten ghost's key object is held until this call
+                # returns, after busy is cleared (as the core does).
+                released_on_return = _pop_entry(ghost, key)  # noqa: F841
             elif sum(map(len, self._lists)) >= self._limit:
                 raise MemoryError(MSG_FULL.format(self._limit))
             self._t1[key] = chunk
