@@ -99,6 +99,7 @@ ctypedef struct Node:
     int32_t prev        # list links, or the free-list link in next
     int32_t next
     uint8_t where       # T1, T2, B1, B2 or FREE
+    uint8_t shared      # 0: no other node has this hash (see _find)
 
 ctypedef struct Slot:
     int32_t idx         # node index, or EMPTY
@@ -237,46 +238,81 @@ cdef class ARCCore:
         searched in vLLM's order (t1, t2, b1, b2), else EMPTY.
 
         Like the dicts vLLM searches, it runs key.__eq__ only against keys
-        of the same hash, one list after the other: with an __eq__ that is
-        not transitive, the list searched first wins, as in vLLM. A list
-        that holds no key of this hash is not searched at all.
+        of the same hash, one list after the other, so that with an __eq__
+        that is not transitive the list searched first wins, as in vLLM.
+        The usual case is settled at the first node of this hash: one not
+        marked shared is the only one, so the order cannot matter. Else one
+        walk of the probe run finds the nodes of this hash first.
         """
-        cdef int w, others = 0
-        cdef int32_t i
+        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
+        cdef uint32_t h = fold(hash)
+        cdef size_t s = self._home(h)
+        cdef int32_t i, first = EMPTY
+        cdef int count = 0, seen = 0, w
+        while True:
+            i = self.table[s].idx
+            if i == EMPTY:
+                break
+            if self.table[s].h32 == h and self.nodes[i].hash == hash:
+                if not self.nodes[i].shared:
+                    if (1 << self.nodes[i].where) & lists and self._same(i, key):
+                        return i
+                    return EMPTY
+                count += 1
+                first = i
+                seen |= 1 << self.nodes[i].where
+            s = (s + 1) & mask
+        lists &= seen
+        if not lists:
+            return EMPTY
+        if count == 1:
+            return first if self._same(first, key) else EMPTY
         for w in range(4):
             if lists & (1 << w):
-                i = self._probe(key, hash, w, &others)
+                i = self._probe(key, hash, w)
                 if i != EMPTY:
                     return i
-                lists &= others
         return EMPTY
 
-    cdef int32_t _probe(self, object key, Py_hash_t hash, int w,
-                        int *others) except -2:
-        """Node index of key in list w, else EMPTY and *others = the lists
-        (a mask) of the other nodes of this hash."""
+    cdef uint8_t _share_hash(self, Py_hash_t hash) noexcept:
+        """Mark every node of this hash shared; 1 if there was one."""
         cdef size_t mask = (<size_t>1 << self.table_bits) - 1
         cdef uint32_t h = fold(hash)
         cdef size_t s = self._home(h)
         cdef int32_t i
-        cdef int seen = 0
-        cdef Node *node
+        cdef uint8_t found = 0
         while True:
             i = self.table[s].idx
             if i == EMPTY:
-                others[0] = seen
+                return found
+            if self.table[s].h32 == h and self.nodes[i].hash == hash:
+                # Never cleared when the other node goes: shared only
+                # sends _find down its slower, always correct path.
+                self.nodes[i].shared = 1
+                found = 1
+            s = (s + 1) & mask
+
+    cdef inline int _same(self, int32_t i, object key) except -1:
+        """Whether node i holds key (identity first, as dicts do)."""
+        # Mutators are locked out while __eq__ runs (see busy), so neither
+        # array can move under us.
+        if self.nodes[i].key is <PyObject *>key:
+            return 1
+        return PyObject_RichCompareBool(self.nodes[i].key, <PyObject *>key, Py_EQ)
+
+    cdef int32_t _probe(self, object key, Py_hash_t hash, int w) except -2:
+        """Node index of key in list w, else EMPTY."""
+        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
+        cdef uint32_t h = fold(hash)
+        cdef size_t s = self._home(h)
+        cdef int32_t i
+        while True:
+            i = self.table[s].idx
+            if i == EMPTY:
                 return EMPTY
-            if self.table[s].h32 == h:
-                node = &self.nodes[i]
-                if node.hash == hash:
-                    if node.where != w:
-                        seen |= 1 << node.where
-                    elif node.key is <PyObject *>key:
-                        return i
-                    # Mutators are locked out while this runs (see busy), so
-                    # neither array can move under us.
-                    elif PyObject_RichCompareBool(node.key, <PyObject *>key, Py_EQ):
-                        return i
+            if (self.table[s].h32 == h and self.nodes[i].hash == hash
+                    and self.nodes[i].where == w and self._same(i, key)):
+                return i
             s = (s + 1) & mask
 
     cdef int _reserve_slot(self) except -1:
@@ -561,8 +597,9 @@ cdef class ARCCore:
                     raise MemoryError(MSG_FULL.format(self.max_entries))
                 self._reserve_slot()
                 i = self._new_node()
-                self._table_add(i, h)
                 node = &self.nodes[i]
+                node.shared = self._share_hash(h)
+                self._table_add(i, h)
                 node.hash = h
             else:
                 node = &self.nodes[i]
@@ -862,6 +899,16 @@ cdef class ARCCore:
         finally:
             self.busy = 0
 
+    cdef Py_ssize_t _count_hash(self, Py_hash_t hash) noexcept:
+        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
+        cdef size_t s = self._home(fold(hash))
+        cdef Py_ssize_t count = 0
+        while self.table[s].idx != EMPTY:
+            if self.nodes[self.table[s].idx].hash == hash:
+                count += 1
+            s = (s + 1) & mask
+        return count
+
     cdef int _check(self) except -1:
         cdef int w
         cdef int32_t i, prev, count_free = 0
@@ -882,6 +929,8 @@ cdef class ARCCore:
                 if w <= T2:
                     chunk_ref_offset(type(<object>node.chunk))
                 assert PyObject_Hash(<object>node.key) == node.hash
+                if not node.shared:
+                    assert self._count_hash(node.hash) == 1, f"node {i} is not alone"
                 count += 1
                 assert count <= self.nodes_used, f"cycle in {LIST_NAMES[w]}"
                 prev = i
