@@ -233,7 +233,11 @@ cdef class ARCCore:
         # Fibonacci hashing spreads sequential hashes (small ints) out.
         return (<uint32_t>(h * 2654435769U)) >> (32 - self.table_bits)
 
-    cdef int32_t _find(self, object key, Py_hash_t hash, int lists) except -2:
+    cdef inline int32_t _find(self, object key, Py_hash_t hash, int lists) except -2:
+        return self._find_seen(key, hash, lists, NULL)
+
+    cdef int32_t _find_seen(self, object key, Py_hash_t hash, int lists,
+                            uint8_t *seen_hash) except -2:
         """Node index of key in the first of lists (a mask) that holds it,
         searched in vLLM's order (t1, t2, b1, b2), else EMPTY.
 
@@ -242,7 +246,8 @@ cdef class ARCCore:
         that is not transitive the list searched first wins, as in vLLM.
         The usual case is settled at the first node of this hash: one not
         marked shared is the only one, so the order cannot matter. Else one
-        walk of the probe run finds the nodes of this hash first.
+        walk of the probe run finds the nodes of this hash first. If
+        seen_hash is not NULL, it is set to whether any node has this hash.
         """
         cdef size_t mask = (<size_t>1 << self.table_bits) - 1
         cdef uint32_t h = fold(hash)
@@ -254,6 +259,8 @@ cdef class ARCCore:
             if i == EMPTY:
                 break
             if self.table[s].h32 == h and self.nodes[i].hash == hash:
+                if seen_hash is not NULL:
+                    seen_hash[0] = 1
                 if not self.nodes[i].shared:
                     if (1 << self.nodes[i].where) & lists and self._same(i, key):
                         return i
@@ -274,22 +281,20 @@ cdef class ARCCore:
                     return i
         return EMPTY
 
-    cdef uint8_t _share_hash(self, Py_hash_t hash) noexcept:
-        """Mark every node of this hash shared; 1 if there was one."""
+    cdef void _share_hash(self, Py_hash_t hash) noexcept:
+        """Mark every node of this hash shared."""
         cdef size_t mask = (<size_t>1 << self.table_bits) - 1
         cdef uint32_t h = fold(hash)
         cdef size_t s = self._home(h)
         cdef int32_t i
-        cdef uint8_t found = 0
         while True:
             i = self.table[s].idx
             if i == EMPTY:
-                return found
+                return
             if self.table[s].h32 == h and self.nodes[i].hash == hash:
                 # Never cleared when the other node goes: shared only
                 # sends _find down its slower, always correct path.
                 self.nodes[i].shared = 1
-                found = 1
             s = (s + 1) & mask
 
     cdef inline int _same(self, int32_t i, object key) except -1:
@@ -586,19 +591,22 @@ cdef class ARCCore:
         cdef int32_t i
         cdef Node *node
         cdef object old_key = None
+        cdef uint8_t shared = 0
         self._enter(OP_INSERT)
         try:
             self._ref_off(chunk)
             h = PyObject_Hash(key)
             # t1 and t2 are searched before the ghosts (see _find).
-            i = self._find(key, h, IN_ANY)
+            i = self._find_seen(key, h, IN_ANY, &shared)
             if i == EMPTY:
                 if self.table_used >= self.max_entries:
                     raise MemoryError(MSG_FULL.format(self.max_entries))
                 self._reserve_slot()
                 i = self._new_node()
                 node = &self.nodes[i]
-                node.shared = self._share_hash(h)
+                node.shared = shared
+                if shared:
+                    self._share_hash(h)
                 self._table_add(i, h)
                 node.hash = h
             else:
