@@ -326,3 +326,45 @@ def test_entry_limit(policy_cls):
     policy._check_invariants()
     with pytest.raises(ValueError):
         policy._max_entries = _common.MAX_ENTRIES + 1
+
+
+class SameHash:
+    """Distinct keys (equal by name) that all share one hash."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __hash__(self):
+        return 777
+
+    def __eq__(self, other):
+        return isinstance(other, SameHash) and other.name == self.name
+
+    def __repr__(self):
+        return f"SameHash({self.name!r})"
+
+
+def test_keys_sharing_a_hash_are_found_in_every_list(policy_cls):
+    """The core settles a look-up at the first node of a hash only when no
+    other node has it; keys sharing a hash take the list-by-list path."""
+    policy = policy_cls(4)
+    chunks = {n: ready(i) for i, n in enumerate("abcde")}
+    for n in "abcd":
+        policy.insert(SameHash(n), chunks[n], CTX)
+        policy._check_invariants()
+    policy.touch([SameHash("b")], CTX)  # t1 = [a, c, d], t2 = [b]
+    assert [k for k, _ in policy.evict(1, ())] == [SameHash("a")]  # b1 = [a]
+    policy.remove(SameHash("c"))
+    policy._check_invariants()
+    assert policy.get(SameHash("b")) is chunks["b"]
+    assert policy.get(SameHash("d")) is chunks["d"]
+    assert policy.get(SameHash("a")) is None and SameHash("a") in policy.b1
+    assert policy.get(SameHash("c")) is None and SameHash("c") not in policy.b1
+    policy.insert(SameHash("a"), chunks["e"], CTX)  # the ghost comes back
+    policy.insert(SameHash("c"), chunks["c"], CTX)
+    assert (list(policy.t1), list(policy.t2), list(policy.b1)) == (
+        [SameHash("d"), SameHash("a"), SameHash("c")],
+        [SameHash("b")],
+        [],
+    )
+    policy._check_invariants()
