@@ -427,18 +427,19 @@ class ARCMachine(RuleBasedStateMachine):
 
 # Each run must reach every counted state at least this often (the CI
 # profile reaches several times more; the long profile far more).
-# A CI-profile run reached (several runs): evict_ok 930, evict_none 1150,
-# evict_full 660, evict_pinned_run 130, evict_t1_and_t2 90, ghost_hit 640,
-# ghost_reinsert 900, ghost_trim 97.
+# CI-profile runs reached (5 runs, lowest-highest): evict_ok 810-960,
+# evict_none 1100-1260, evict_full 640-670, evict_pinned_run 130-270,
+# evict_t1_and_t2 84-92, ghost_hit 640-890, ghost_reinsert 900-970,
+# ghost_trim 26-97 (the rarest: b1 or b2 must outgrow the capacity).
 COVERAGE_MIN = {
     "evict_ok": 400,
     "evict_none": 400,
     "evict_full": 250,
     "evict_pinned_run": 50,
-    "evict_t1_and_t2": 35,
+    "evict_t1_and_t2": 30,
     "ghost_hit": 250,
     "ghost_reinsert": 350,
-    "ghost_trim": 35,
+    "ghost_trim": 10,
 }
 
 
