@@ -427,7 +427,7 @@ class ARCMachine(RuleBasedStateMachine):
 
 # Each run must reach every counted state at least this often (the CI
 # profile reaches several times more; the long profile far more).
-# CI-profile runs reached (5 runs, lowest-highest): evict_ok 810-960,
+# CI-profile runs reached (3 runs, lowest-highest): evict_ok 810-960,
 # evict_none 1100-1260, evict_full 640-670, evict_pinned_run 130-270,
 # evict_t1_and_t2 84-92, ghost_hit 640-890, ghost_reinsert 900-970,
 # ghost_trim 26-97 (the rarest: b1 or b2 must outgrow the capacity).
