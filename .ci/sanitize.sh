@@ -3,7 +3,7 @@
 # and run the crash-prone tests against that build.
 #
 # Usage (from anywhere; takes a few minutes):
-#     .ci/sanitize.sh                       # fuzz (CI profile), hostile, refcounts
+#     .ci/sanitize.sh                       # fuzz (CI profile), hostile, hardening, refcounts
 #     .ci/sanitize.sh -k evict              # extra arguments go to pytest
 #     ARC_CY_SANITIZE=address .ci/sanitize.sh   # another sanitizer set
 #
@@ -34,11 +34,9 @@ else
     echo "sanitize: keeping $work" >&2
 fi
 # Only what the build and the tests need: sources, not build outputs.
-extra=()
-[ -e "$root/README.md" ] && extra+=(README.md)
 tar -C "$root" --exclude='*.so' --exclude='*.c' --exclude=build \
     --exclude='*.egg-info' --exclude=__pycache__ --exclude=.hypothesis \
-    -cf - setup.py pyproject.toml arc_cy tests "${extra[@]}" \
+    -cf - setup.py pyproject.toml README.md LICENSE arc_cy tests \
     | tar -C "$work" -xf -
 
 echo "sanitize: building with -fsanitize=$sanitizers in $work" >&2
@@ -66,4 +64,5 @@ run -c "import arc_cy._arc_c as m, sys; p = m.__file__; print('sanitize: testing
 
 cd "$work"
 run -m pytest -p no:cacheprovider -q \
-    tests/test_fuzz_stateful.py tests/test_hostile.py tests/test_refcounts.py "$@"
+    tests/test_fuzz_stateful.py tests/test_hostile.py tests/test_hardening.py \
+    tests/test_refcounts.py "$@"

@@ -8,23 +8,26 @@ between lists relinks two nodes and never touches the table.
 """
 
 cimport cython
-from cpython.object cimport PyObject, Py_EQ
+from cpython.object cimport PyObject, PyTypeObject, Py_EQ
 from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
-from cpython.list cimport PyList_New
 from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memset
 
 from arc_cy._common import (
     ARC_DOC,
     LIST_NAMES,
+    MAX_ENTRIES,
+    MSG_CHUNK_SIZE,
     MSG_DUPLICATE,
+    MSG_FULL,
     MSG_MUTATED,
     MSG_REENTRANT,
     CachePolicy,
     ListView,
     check_capacity,
     check_evict_n,
+    check_max_entries,
     check_target,
     chunk_ref_offset,
     order_request_keys,
@@ -39,23 +42,14 @@ cdef extern from "Python.h":
     bint PyList_CheckExact(object)
     Py_ssize_t PY_SSIZE_T_MAX
 
-cdef extern from *:
-    """
-    /* ctypes keeps an instance's buffer pointer right after the object
-       header (CDataObject.b_ptr); ref_cnt is read there, live. */
-    typedef struct { PyObject_HEAD char *b_ptr; } arc_cdata;
-    static inline int32_t arc_ref_cnt(PyObject *chunk, uint16_t off) {
-        return *(int32_t *)(((arc_cdata *)chunk)->b_ptr + off);
-    }
-    #if defined(__GNUC__) || defined(__clang__)
-    #define arc_prefetch(p) __builtin_prefetch((const void *)(p))
-    #else
-    #define arc_prefetch(p) ((void)(p))
-    #endif
-    """
-    int32_t arc_ref_cnt(PyObject *chunk, uint16_t off) nogil
+# CPython-layout access lives in this header, with its invariants.
+cdef extern from "_arc_layout.h":
+    int arc_ref_cnt(PyObject *chunk, PyTypeObject *tp, Py_ssize_t off,
+                    int32_t *out) nogil
+    Py_ssize_t arc_cdata_size(PyObject *chunk) nogil
+    bint arc_check_layout(object inst, size_t address, Py_ssize_t size)
+    void arc_list_swap(list lst, Py_ssize_t k, PyObject *item)
     void arc_prefetch(const void *p) nogil
-    void PyList_SET_ITEM(object, Py_ssize_t, PyObject *)
 
 
 cdef enum:
@@ -104,8 +98,8 @@ ctypedef struct Node:
     Py_hash_t hash      # the key's hash: the table never rehashes keys
     int32_t prev        # list links, or the free-list link in next
     int32_t next
-    uint16_t ref_off    # byte offset of ref_cnt inside the ctypes buffer
     uint8_t where       # T1, T2, B1, B2 or FREE
+    uint8_t shared      # 0: no other node has this hash (see _find)
 
 ctypedef struct Slot:
     int32_t idx         # node index, or EMPTY
@@ -137,17 +131,22 @@ cdef class ARCCore:
         int32_t *scratch
         Py_ssize_t scratch_cap
         Py_ssize_t visits       # entries examined by evict() scans
-        object last_type
-        uint16_t last_off
+        object last_type        # the chunk type last seen, and
+        Py_ssize_t last_off     # its ref_cnt offset
+        Py_ssize_t max_entries  # t1 + t2 + b1 + b2 never exceed this
 
     def __cinit__(self, *args, **kwargs):
         self.nodes = NULL
-        self.table = NULL
         self.scratch = NULL
-        self._reset()
+        self.table = <Slot *>PyMem_Malloc(sizeof(Slot) << MIN_TABLE_BITS)
+        if self.table is NULL:
+            raise MemoryError()
+        self.table_bits = MIN_TABLE_BITS
+        self._empty()
         self.target = 0.0
         self.target_int = 0
         self.last_type = None
+        self.max_entries = MAX_ENTRIES
 
     def __dealloc__(self):
         ARCCore._release(self.nodes, self.nodes_used)
@@ -163,16 +162,21 @@ cdef class ARCCore:
 
     # --- storage ---------------------------------------------------------
 
-    cdef int _reset(self) except -1:
-        """Point at fresh, empty storage (the old arrays are the caller's)."""
+    cdef void _empty(self) noexcept:
+        """Forget every entry: the one reset path (__cinit__, clear() and
+        the garbage collector's tp_clear). It needs no allocation, so it
+        cannot fail halfway."""
+        cdef Node *nodes = self.nodes
+        cdef int32_t used = self.nodes_used
+        cdef Slot *small
         cdef int w
-        cdef Slot *table = <Slot *>PyMem_Malloc(sizeof(Slot) << MIN_TABLE_BITS)
-        if table is NULL:
-            raise MemoryError()
-        for w in range(1 << MIN_TABLE_BITS):
-            table[w].idx = EMPTY
-        self.table = table
-        self.table_bits = MIN_TABLE_BITS
+        if self.table_bits > MIN_TABLE_BITS:
+            # Give a grown table's memory back; if that fails, keep it.
+            small = <Slot *>PyMem_Realloc(self.table, sizeof(Slot) << MIN_TABLE_BITS)
+            if small is not NULL:
+                self.table = small
+                self.table_bits = MIN_TABLE_BITS
+        memset(self.table, 0xFF, sizeof(Slot) << self.table_bits)  # all EMPTY
         self.table_used = 0
         self.nodes = NULL
         self.nodes_cap = 0
@@ -183,7 +187,8 @@ cdef class ARCCore:
             self.tail[w] = EMPTY
             self.size[w] = 0
             self.version[w] += 1
-        return 0
+        # Released last: a __del__ that calls back finds an empty policy.
+        ARCCore._release(nodes, used)
 
     @staticmethod
     cdef void _release(Node *nodes, int32_t used) noexcept:
@@ -200,13 +205,13 @@ cdef class ARCCore:
         cdef int32_t i = self.free_head
         cdef Py_ssize_t cap
         cdef Node *grown
+        if self.table_used >= self.max_entries:
+            raise MemoryError(MSG_FULL.format(self.max_entries))
         if i != EMPTY:
             self.free_head = self.nodes[i].next
             return i
         if self.nodes_used == self.nodes_cap:
-            cap = max(64, 2 * <Py_ssize_t>self.nodes_cap)
-            if cap > 0x3FFFFFFF:
-                raise MemoryError("ARC policy is full (2**30 entries)")
+            cap = min(max(64, 2 * <Py_ssize_t>self.nodes_cap), MAX_ENTRIES)
             grown = <Node *>PyMem_Realloc(self.nodes, cap * sizeof(Node))
             if grown is NULL:
                 raise MemoryError()
@@ -228,30 +233,91 @@ cdef class ARCCore:
         # Fibonacci hashing spreads sequential hashes (small ints) out.
         return (<uint32_t>(h * 2654435769U)) >> (32 - self.table_bits)
 
-    cdef int32_t _find(self, object key, Py_hash_t hash, int lists) except -2:
-        """Node index of key if it is in one of lists (a mask), else EMPTY.
+    cdef inline int32_t _find(self, object key, Py_hash_t hash, int lists) except -2:
+        return self._find_seen(key, hash, lists, NULL)
+
+    cdef int32_t _find_seen(self, object key, Py_hash_t hash, int lists,
+                            uint8_t *seen_hash) except -2:
+        """Node index of key in the first of lists (a mask) that holds it,
+        searched in vLLM's order (t1, t2, b1, b2), else EMPTY.
 
         Like the dicts vLLM searches, it runs key.__eq__ only against keys
-        of the same hash in the lists searched.
+        of the same hash, one list after the other, so that with an __eq__
+        that is not transitive the list searched first wins, as in vLLM.
+        The usual case is settled at the first node of this hash: one not
+        marked shared is the only one, so the order cannot matter. Else one
+        walk of the probe run finds the nodes of this hash first. If
+        seen_hash is not NULL, it is set to whether any node has this hash.
         """
         cdef size_t mask = (<size_t>1 << self.table_bits) - 1
         cdef uint32_t h = fold(hash)
         cdef size_t s = self._home(h)
+        cdef int32_t i, first = EMPTY
+        cdef int count = 0, seen = 0, w
+        while True:
+            i = self.table[s].idx
+            if i == EMPTY:
+                break
+            if self.table[s].h32 == h and self.nodes[i].hash == hash:
+                if seen_hash is not NULL:
+                    seen_hash[0] = 1
+                if not self.nodes[i].shared:
+                    if (1 << self.nodes[i].where) & lists and self._same(i, key):
+                        return i
+                    return EMPTY
+                count += 1
+                first = i
+                seen |= 1 << self.nodes[i].where
+            s = (s + 1) & mask
+        lists &= seen
+        if not lists:
+            return EMPTY
+        if count == 1:
+            return first if self._same(first, key) else EMPTY
+        for w in range(4):
+            if lists & (1 << w):
+                i = self._probe(key, hash, w)
+                if i != EMPTY:
+                    return i
+        return EMPTY
+
+    cdef void _share_hash(self, Py_hash_t hash) noexcept:
+        """Mark every node of this hash shared."""
+        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
+        cdef uint32_t h = fold(hash)
+        cdef size_t s = self._home(h)
         cdef int32_t i
-        cdef Node *node
+        while True:
+            i = self.table[s].idx
+            if i == EMPTY:
+                return
+            if self.table[s].h32 == h and self.nodes[i].hash == hash:
+                # Never cleared when the other node goes: shared only
+                # sends _find down its slower, always correct path.
+                self.nodes[i].shared = 1
+            s = (s + 1) & mask
+
+    cdef inline int _same(self, int32_t i, object key) except -1:
+        """Whether node i holds key (identity first, as dicts do)."""
+        # Mutators are locked out while __eq__ runs (see busy), so neither
+        # array can move under us.
+        if self.nodes[i].key is <PyObject *>key:
+            return 1
+        return PyObject_RichCompareBool(self.nodes[i].key, <PyObject *>key, Py_EQ)
+
+    cdef int32_t _probe(self, object key, Py_hash_t hash, int w) except -2:
+        """Node index of key in list w, else EMPTY."""
+        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
+        cdef uint32_t h = fold(hash)
+        cdef size_t s = self._home(h)
+        cdef int32_t i
         while True:
             i = self.table[s].idx
             if i == EMPTY:
                 return EMPTY
-            if self.table[s].h32 == h:
-                node = &self.nodes[i]
-                if node.hash == hash and (1 << node.where) & lists:
-                    if node.key is <PyObject *>key:
-                        return i
-                    # Mutators are locked out while this runs (see busy), so
-                    # neither array can move under us.
-                    if PyObject_RichCompareBool(node.key, <PyObject *>key, Py_EQ):
-                        return i
+            if (self.table[s].h32 == h and self.nodes[i].hash == hash
+                    and self.nodes[i].where == w and self._same(i, key)):
+                return i
             s = (s + 1) & mask
 
     cdef int _reserve_slot(self) except -1:
@@ -356,12 +422,28 @@ cdef class ARCCore:
         self.busy = op
         return 0
 
-    cdef inline uint16_t _ref_off(self, object chunk) except? 0xFFFF:
+    cdef inline Py_ssize_t _ref_off(self, object chunk) except -1:
+        """Offset of ref_cnt in chunk's type (TypeError if it has none)."""
         tp = type(chunk)
         if tp is not self.last_type:
             self.last_off = chunk_ref_offset(tp)
             self.last_type = tp
         return self.last_off
+
+    cdef inline int _ref_cnt(self, PyObject *chunk, int32_t *out) except -1:
+        """chunk.ref_cnt, read through the chunk's current type (it may have
+        changed since insert()) and within its buffer."""
+        if arc_ref_cnt(chunk, <PyTypeObject *>self.last_type, self.last_off,
+                       out) == 0:
+            return 0
+        return self._ref_cnt_slow(chunk, out)
+
+    cdef int _ref_cnt_slow(self, PyObject *chunk, int32_t *out) except -1:
+        cdef Py_ssize_t off = self._ref_off(<object>chunk)
+        if arc_ref_cnt(chunk, <PyTypeObject *>self.last_type, off, out) == 0:
+            return 0
+        raise TypeError(MSG_CHUNK_SIZE.format(
+            type(<object>chunk).__qualname__, arc_cdata_size(chunk), off))
 
     cdef int32_t *_scratch(self, Py_ssize_t n) except NULL:
         cdef int32_t *grown
@@ -414,27 +496,26 @@ cdef class ARCCore:
         self._move(i, w)
         return 0
 
-    cdef list _resolve(self, keys, int lists):
+    cdef int _resolve(self, list keys, int lists, int32_t *found) except -1:
         """Look every key up before anything changes, so that a failing
-        lookup changes nothing: scratch[j] becomes the node of keys[j] in
-        lists, or EMPTY. Returns the keys as a private list (callbacks
-        cannot resize it)."""
-        cdef list copy = list(keys)
-        cdef Py_ssize_t j, n = len(copy)
-        cdef int32_t *found = self._scratch(n)
-        for j in range(n):
-            key = copy[j]
+        lookup changes nothing: found[j] becomes the node of keys[j] in
+        lists, or EMPTY. keys is a private list (callbacks cannot resize
+        it)."""
+        cdef Py_ssize_t j
+        for j in range(len(keys)):
+            key = keys[j]
             found[j] = self._find(key, PyObject_Hash(key), lists)
-        return copy
+        return 0
 
     cdef inline void _set_key(self, int32_t i, object key, list trash,
                               Py_ssize_t k) noexcept:
         """Store the caller's key object in node i, as vLLM's dict
-        assignments do; the old one goes to trash (released later)."""
+        assignments do; the old one goes to trash[k], released when the
+        call returns, after busy is cleared (as the pure twin does)."""
         cdef Node *node = &self.nodes[i]
         if node.key is not <PyObject *>key:
             Py_INCREF(key)
-            PyList_SET_ITEM(trash, k, node.key)
+            arc_list_swap(trash, k, node.key)
             node.key = <PyObject *>key
 
     # --- attributes ------------------------------------------------------
@@ -472,6 +553,16 @@ cdef class ARCCore:
         return ListView(self, B2)
 
     @property
+    def _max_entries(self):
+        """The most entries (t1, t2, b1 and b2 together) the policy holds."""
+        return self.max_entries
+
+    @_max_entries.setter
+    def _max_entries(self, value):
+        # For tests: a small limit is reached without allocating 2**29.
+        self.max_entries = check_max_entries(value)
+
+    @property
     def _scan_visits(self):
         """Entries examined by evict() scans since the policy was made."""
         return self.visits
@@ -496,21 +587,27 @@ cdef class ARCCore:
         return chunk if chunk else None
 
     def insert(self, key, chunk, req_context):
-        cdef uint16_t off
         cdef Py_hash_t h
         cdef int32_t i
         cdef Node *node
         cdef object old_key = None
+        cdef uint8_t shared = 0
         self._enter(OP_INSERT)
         try:
-            off = self._ref_off(chunk)
+            self._ref_off(chunk)
             h = PyObject_Hash(key)
-            i = self._find(key, h, IN_ANY)
+            # t1 and t2 are searched before the ghosts (see _find).
+            i = self._find_seen(key, h, IN_ANY, &shared)
             if i == EMPTY:
+                if self.table_used >= self.max_entries:
+                    raise MemoryError(MSG_FULL.format(self.max_entries))
                 self._reserve_slot()
                 i = self._new_node()
-                self._table_add(i, h)
                 node = &self.nodes[i]
+                node.shared = shared
+                if shared:
+                    self._share_hash(h)
+                self._table_add(i, h)
                 node.hash = h
             else:
                 node = &self.nodes[i]
@@ -518,6 +615,7 @@ cdef class ARCCore:
                     raise ValueError(
                         MSG_DUPLICATE.format(key, LIST_NAMES[node.where]))
                 # A ghost comes back: reuse its node, keep the new key object.
+                # The old one is released when this call returns.
                 self._unlink(i)
                 old_key = <object>node.key
                 Py_DECREF(old_key)
@@ -525,7 +623,6 @@ cdef class ARCCore:
             Py_INCREF(chunk)
             node.key = <PyObject *>key
             node.chunk = <PyObject *>chunk
-            node.ref_off = off
             self._link(i, T1)
         finally:
             self.busy = 0
@@ -555,11 +652,13 @@ cdef class ARCCore:
         cdef Py_ssize_t j, n
         cdef int32_t *found
         cdef int32_t i
+        cdef list copy
         self._enter(OP_STORE_MISS)
         try:
-            keys = self._resolve(keys, IN_B)
-            n = len(keys)
-            found = self.scratch
+            copy = list(keys)
+            n = len(copy)
+            found = self._scratch(n)
+            self._resolve(copy, IN_B, found)
             for j in range(n - 1, -1, -1):
                 i = found[j]
                 if i != EMPTY:
@@ -570,15 +669,22 @@ cdef class ARCCore:
     def touch(self, keys, req_context):
         cdef Py_ssize_t j, n
         cdef int32_t *found
-        cdef int32_t i
+        cdef int32_t i, ref_cnt
         cdef Node *node
-        cdef list trash
+        cdef list copy, trash
         self._enter(OP_TOUCH)
         try:
-            keys = self._resolve(keys, IN_ANY)
-            n = len(keys)
-            found = self.scratch
-            trash = PyList_New(n)  # NULL items: safe to free
+            copy = list(keys)
+            n = len(copy)
+            found = self._scratch(n)
+            self._resolve(copy, IN_ANY, found)
+            # A t1 chunk whose ref_cnt cannot be read fails here, before
+            # anything changes.
+            for j in range(n):
+                i = found[j]
+                if i != EMPTY and self.nodes[i].where == T1:
+                    self._ref_cnt(self.nodes[i].chunk, &ref_cnt)
+            trash = [None] * n
             for j in range(n - 1, -1, -1):
                 i = found[j]
                 if i == EMPTY:
@@ -587,8 +693,9 @@ cdef class ARCCore:
                 if node.where == T1:
                     # vLLM pops the entry and stores it again under the
                     # caller's key object.
-                    self._set_key(i, keys[j], trash, j)
-                    if arc_ref_cnt(node.chunk, node.ref_off) < 0:
+                    self._set_key(i, copy[j], trash, j)
+                    self._ref_cnt(node.chunk, &ref_cnt)
+                    if ref_cnt < 0:
                         # still being stored: not a second access
                         self._move(i, T1)
                     else:
@@ -607,39 +714,39 @@ cdef class ARCCore:
                             req_context):
         cdef Py_ssize_t j, n
         cdef int32_t *found
+        cdef int32_t *kinds
         cdef int32_t i
         cdef uint8_t w
-        cdef int kind
         cdef list keys, trash
         self._enter(OP_FINISHED)
         try:
             keys = list(order_request_keys(key_groups, req_context))
             n = len(keys)
             found = self._scratch(2 * n)
+            kinds = found + n
             # Classify (tail first, as vLLM asks), then look up only the
             # keys vLLM would look up; a failure in either changes nothing.
             for j in range(n - 1, -1, -1):
                 key = keys[j]
                 if key in insertion_only_keys:
-                    kind = INSERTED_ONLY
+                    kinds[j] = INSERTED_ONLY
                 elif key in reused_keys:
-                    kind = REUSED
+                    kinds[j] = REUSED
                 else:
-                    kind = 0
-                found[n + j] = kind
+                    kinds[j] = 0
             for j in range(n - 1, -1, -1):
-                if found[n + j]:
+                if kinds[j]:
                     key = keys[j]
                     found[j] = self._find(key, PyObject_Hash(key), IN_T)
                 else:
                     found[j] = EMPTY
-            trash = PyList_New(n)  # NULL items: safe to free
+            trash = [None] * n
             for j in range(n - 1, -1, -1):
                 i = found[j]
                 if i == EMPTY:
                     continue
                 w = self.nodes[i].where
-                if found[n + j] == INSERTED_ONLY:
+                if kinds[j] == INSERTED_ONLY:
                     # A store is not a frequency hit: refresh recency only.
                     self._move(i, w)
                 else:  # REUSED
@@ -699,7 +806,7 @@ cdef class ARCCore:
                 result[k] = (<object>node.key, <object>node.chunk)
             drop1 = max(0, self.size[B1] + n_t1 - self.capacity)
             drop2 = max(0, self.size[B2] + (want - n_t1) - self.capacity)
-            trash = PyList_New(drop1 + drop2)  # NULL items: safe to free
+            trash = [None] * (drop1 + drop2)
 
             for k in range(want):
                 i = picked[k]
@@ -739,25 +846,17 @@ cdef class ARCCore:
             self._table_del(i)
             # The node's reference moves to trash untouched; trash releases
             # it when the caller returns, after busy is cleared.
-            PyList_SET_ITEM(trash, k, self.nodes[i].key)
+            arc_list_swap(trash, k, self.nodes[i].key)
             k += 1
             self._free_node(i)
             drop -= 1
         return k
 
     def clear(self):
-        cdef Node *nodes = self.nodes
-        cdef int32_t used = self.nodes_used
-        cdef Slot *table = self.table
         self._enter(OP_CLEAR)
-        try:
-            self._reset()  # changes nothing if it fails
-        finally:
-            self.busy = 0
-        PyMem_Free(table)
+        self.busy = 0
         self._set_target(0.0)
-        # Released last: a __del__ that calls back finds an empty policy.
-        ARCCore._release(nodes, used)
+        self._empty()
 
     def mark_evictable(self, key):
         return None
@@ -808,6 +907,16 @@ cdef class ARCCore:
         finally:
             self.busy = 0
 
+    cdef Py_ssize_t _count_hash(self, Py_hash_t hash) noexcept:
+        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
+        cdef size_t s = self._home(fold(hash))
+        cdef Py_ssize_t count = 0
+        while self.table[s].idx != EMPTY:
+            if self.nodes[self.table[s].idx].hash == hash:
+                count += 1
+            s = (s + 1) & mask
+        return count
+
     cdef int _check(self) except -1:
         cdef int w
         cdef int32_t i, prev, count_free = 0
@@ -826,8 +935,10 @@ cdef class ARCCore:
                 assert node.key is not NULL
                 assert (node.chunk is not NULL) == (w <= T2), f"node {i} chunk"
                 if w <= T2:
-                    assert node.ref_off == chunk_ref_offset(type(<object>node.chunk))
+                    chunk_ref_offset(type(<object>node.chunk))
                 assert PyObject_Hash(<object>node.key) == node.hash
+                if not node.shared:
+                    assert self._count_hash(node.hash) == 1, f"node {i} is not alone"
                 count += 1
                 assert count <= self.nodes_used, f"cycle in {LIST_NAMES[w]}"
                 prev = i
@@ -870,12 +981,14 @@ cdef extern from "Python.h":
     ctypedef int (*gc_traverseproc "traverseproc")(
         PyObject *, gc_visitproc, void *) noexcept
     ctypedef int (*gc_inquiry "inquiry")(PyObject *) noexcept
-    ctypedef struct gc_type "PyTypeObject":
-        gc_traverseproc tp_traverse
-        gc_inquiry tp_clear
 
-cdef gc_traverseproc _base_traverse = (<gc_type *>ARCCore).tp_traverse
-cdef gc_inquiry _base_clear = (<gc_type *>ARCCore).tp_clear
+cdef extern from "_arc_layout.h":
+    void arc_set_gc_slots(PyTypeObject *tp, gc_traverseproc traverse,
+                          gc_inquiry clear, gc_traverseproc *base_traverse,
+                          gc_inquiry *base_clear)
+
+cdef gc_traverseproc _base_traverse
+cdef gc_inquiry _base_clear
 
 
 cdef int _core_traverse(PyObject *o, gc_visitproc visit, void *arg) noexcept:
@@ -898,28 +1011,24 @@ cdef int _core_traverse(PyObject *o, gc_visitproc visit, void *arg) noexcept:
 
 
 cdef int _core_clear(PyObject *o) noexcept:
-    # Breaking a garbage cycle: drop every entry without allocating.
-    cdef ARCCore core = <ARCCore>o
-    cdef Node *nodes = core.nodes
-    cdef int32_t used = core.nodes_used
-    cdef int w
-    core.nodes = NULL
-    core.nodes_cap = 0
-    core.nodes_used = 0
-    core.free_head = EMPTY
-    memset(core.table, 0xFF, sizeof(Slot) << core.table_bits)  # all EMPTY
-    core.table_used = 0
-    for w in range(4):
-        core.head[w] = EMPTY
-        core.tail[w] = EMPTY
-        core.size[w] = 0
-        core.version[w] += 1
-    ARCCore._release(nodes, used)
+    # Breaking a garbage cycle: drop every entry.
+    (<ARCCore>o)._empty()
     return _base_clear(o)
 
 
-(<gc_type *>ARCCore).tp_traverse = _core_traverse
-(<gc_type *>ARCCore).tp_clear = _core_clear
+arc_set_gc_slots(<PyTypeObject *>ARCCore, _core_traverse, _core_clear,
+                 &_base_traverse, &_base_clear)
+
+
+def _check_layout():
+    import ctypes
+    probe = (ctypes.c_char * 40)()
+    if not arc_check_layout(probe, ctypes.addressof(probe), ctypes.sizeof(probe)):
+        raise ImportError("arc_cy: ctypes' object layout is not the one "
+                          "_arc_layout.h expects")
+
+
+_check_layout()
 
 
 cdef inline int _check_which(int which) except -1:
@@ -966,13 +1075,15 @@ cdef class _Cursor:
         cdef int32_t i = self.pos
         cdef Node *node
         cdef int hit
+        cdef int32_t ref_cnt
         while i != EMPTY:
             if self.ahead != EMPTY:
                 self._prefetch_ahead()
             node = &core.nodes[i]
             self.pos = node.next
             core.visits += 1
-            if arc_ref_cnt(node.chunk, node.ref_off) == 0:
+            core._ref_cnt(node.chunk, &ref_cnt)
+            if ref_cnt == 0:
                 if fast:
                     hit = PySet_Contains(<PyObject *>protected, node.key)
                 else:

@@ -13,7 +13,9 @@ from typing import Any
 from ._common import (
     ARC_DOC,
     LIST_NAMES,
+    MAX_ENTRIES,
     MSG_DUPLICATE,
+    MSG_FULL,
     MSG_MUTATED,
     MSG_REENTRANT,
     CachePolicy,
@@ -21,9 +23,11 @@ from ._common import (
     ListView,
     check_capacity,
     check_evict_n,
+    check_max_entries,
     check_target,
     chunk_ref_offset,
     order_request_keys,
+    read_ref_cnt,
 )
 
 __all__ = ["ARCCachePolicy"]
@@ -47,6 +51,7 @@ class ARCCachePolicy(CachePolicy):
         # Name of the mutating method now running, while it may call back
         # into user code (hashing, protected.__contains__, req_context).
         self._busy: str | None = None
+        self._max_entries = MAX_ENTRIES
 
     # --- attributes -------------------------------------------------------
 
@@ -62,6 +67,16 @@ class ARCCachePolicy(CachePolicy):
     def target_t1_size(self, value: float) -> None:
         self._enter("target_t1_size")
         self._target = check_target(value)
+
+    @property
+    def _max_entries(self) -> int:
+        """The most entries (t1, t2, b1 and b2 together) the policy holds."""
+        return self._limit
+
+    @_max_entries.setter
+    def _max_entries(self, value: int) -> None:
+        # For tests: the compiled core's limit, reached without 2**29 entries.
+        self._limit = check_max_entries(value)
 
     @property
     def t1(self) -> ListView[ChunkStatus]:
@@ -113,9 +128,14 @@ class ARCCachePolicy(CachePolicy):
                 raise ValueError(MSG_DUPLICATE.format(key, "t1"))
             if key in self._t2:
                 raise ValueError(MSG_DUPLICATE.format(key, "t2"))
+            ghost = self._b1 if key in self._b1 else self._b2 if key in self._b2 else None
+            if ghost is not None:
+                # The forgotten ghost's key object is held until this call
+                # returns, after busy is cleared (as the core does).
+                released_on_return = _pop_entry(ghost, key)  # noqa: F841
+            elif sum(map(len, self._lists)) >= self._limit:
+                raise MemoryError(MSG_FULL.format(self._limit))
             self._t1[key] = chunk
-            self._b1.pop(key, None)
-            self._b2.pop(key, None)
         finally:
             self._busy = None
 
@@ -146,19 +166,25 @@ class ARCCachePolicy(CachePolicy):
     @staticmethod
     def _looked_up(keys: Iterable[Any], *lists: OrderedDict) -> list[Any]:
         # Every lookup first, so a key that cannot be looked up fails
-        # before anything changes.
+        # before anything changes. Returns the chunks found in lists[0].
         keys = list(keys)
+        found = []
         for key in keys:
             for od in lists:
-                if key in od:
+                value = od.get(key, _MISSING)
+                if value is not _MISSING:
+                    if od is lists[0]:
+                        found.append(value)
                     break
-        return keys
+        return found
 
     def on_store_miss(self, keys: Iterable[Any], req_context: Any) -> None:
         self._enter("on_store_miss")
         self._busy = "on_store_miss"
         try:
-            for key in reversed(self._looked_up(keys, self._b1, self._b2)):
+            keys = list(keys)
+            self._looked_up(keys, self._b1, self._b2)
+            for key in reversed(keys):
                 self._adapt_to_ghost_hit(key)
         finally:
             self._busy = None
@@ -168,10 +194,17 @@ class ARCCachePolicy(CachePolicy):
         self._busy = "touch"
         try:
             t1, t2 = self._t1, self._t2
-            for key in reversed(self._looked_up(keys, *self._lists)):
+            keys = list(keys)
+            # A t1 chunk whose ref_cnt cannot be read fails before any change.
+            for chunk in self._looked_up(keys, *self._lists):
+                read_ref_cnt(chunk)
+            # Replaced key objects, released after busy is cleared.
+            trash: list[Any] = [None] * len(keys)
+            for j in range(len(keys) - 1, -1, -1):
+                key = keys[j]
                 if key in t1:
-                    chunk = t1.pop(key)
-                    if chunk.ref_cnt < 0:
+                    trash[j], chunk = _pop_entry(t1, key)
+                    if read_ref_cnt(chunk) < 0:
                         # still being stored: not a second access
                         t1[key] = chunk
                     else:
@@ -197,7 +230,7 @@ class ARCCachePolicy(CachePolicy):
         self._busy = "on_request_finished"
         try:
             t1, t2 = self._t1, self._t2
-            keys = order_request_keys(key_groups, req_context)
+            keys = list(order_request_keys(key_groups, req_context))
             # Classify (tail first), then look up: a failure changes nothing.
             kinds = [
                 _INSERTED_ONLY
@@ -208,7 +241,10 @@ class ARCCachePolicy(CachePolicy):
                 for key in reversed(keys)
             ]
             self._looked_up((k for k, kind in zip(reversed(keys), kinds) if kind), t1, t2)
-            for key, kind in zip(reversed(keys), kinds):
+            # Replaced key objects, released after busy is cleared.
+            trash: list[Any] = [None] * len(keys)
+            for j, kind in zip(range(len(keys) - 1, -1, -1), kinds):
+                key = keys[j]
                 if kind is _INSERTED_ONLY:
                     # A store is not a frequency hit: refresh recency only.
                     if key in t1:
@@ -217,7 +253,8 @@ class ARCCachePolicy(CachePolicy):
                         t2.move_to_end(key)
                 elif kind is _REUSED:
                     if key in t1:
-                        t2[key] = t1.pop(key)
+                        trash[j], chunk = _pop_entry(t1, key)
+                        t2[key] = chunk
                     elif key in t2:
                         t2.move_to_end(key)
         finally:
@@ -331,10 +368,19 @@ class ARCCachePolicy(CachePolicy):
             )
 
 
+_MISSING = object()
+
+
+def _pop_entry(od: OrderedDict, key: Any) -> tuple[Any, Any]:
+    """Remove key's entry; return the stored key object and the value."""
+    od.move_to_end(key)
+    return od.popitem()
+
+
 def _next_victim(
     entries: Iterator[tuple[Any, ChunkStatus]], protected: Container[Any]
 ) -> tuple[Any, ChunkStatus] | None:
     for key, chunk in entries:
-        if chunk.ref_cnt == 0 and key not in protected:
+        if read_ref_cnt(chunk) == 0 and key not in protected:
             return key, chunk
     return None

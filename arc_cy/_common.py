@@ -11,6 +11,7 @@ import ctypes
 import math
 import numbers
 import operator
+import weakref
 from collections.abc import ItemsView, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -48,13 +49,24 @@ MSG_CHUNK = (
     "chunk must be a ctypes structure with a c_int32 'ref_cnt' field, "
     "like vLLM's ChunkStatus; got {}"
 )
+MSG_CHUNK_SIZE = (
+    "chunk of type {} has a {}-byte buffer, too small for its ref_cnt field "
+    "at offset {}"
+)
+MSG_FULL = "ARC policy is full: it holds its limit of {} entries (t1, t2, b1 and b2)"
+MSG_MAX_ENTRIES = "_max_entries must be between 0 and {}, got {!r}"
 MSG_REENTRANT = "{}() called on the ARC policy while {}() is still running"
 MSG_MUTATED = "ARC list changed during iteration"
 
 # Names of the four lists, in the order the compiled core numbers them.
 LIST_NAMES = ("t1", "t2", "b1", "b2")
 
-_ref_offsets: dict[type, int] = {}
+# The most entries (resident and ghost, all four lists) one policy holds:
+# the compiled core's node array is indexed by int32 and grows by doubling.
+MAX_ENTRIES = 2**29
+
+# Weak: chunk types made at run time must not be kept alive by the cache.
+_ref_offsets: weakref.WeakKeyDictionary[type, int] = weakref.WeakKeyDictionary()
 
 
 def chunk_ref_offset(tp: type) -> int:
@@ -82,6 +94,25 @@ def chunk_ref_offset(tp: type) -> int:
         raise TypeError(MSG_CHUNK.format(tp.__qualname__))
     _ref_offsets[tp] = offset
     return offset
+
+
+def read_ref_cnt(chunk: Any) -> int:
+    """chunk.ref_cnt, refused (TypeError) if the chunk's current type has no
+    c_int32 ref_cnt or its buffer has shrunk below it. The compiled core
+    makes the same checks on its raw reads."""
+    tp = type(chunk)
+    offset = chunk_ref_offset(tp)
+    size = ctypes.sizeof(chunk)
+    if offset > size - 4:
+        raise TypeError(MSG_CHUNK_SIZE.format(tp.__qualname__, size, offset))
+    return chunk.ref_cnt
+
+
+def check_max_entries(n: Any) -> int:
+    n = operator.index(n)
+    if not 0 <= n <= MAX_ENTRIES:
+        raise ValueError(MSG_MAX_ENTRIES.format(MAX_ENTRIES, n))
+    return n
 
 
 def check_evict_n(n: Any) -> int:

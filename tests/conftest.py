@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
+import os
 
 import pytest
 
@@ -26,3 +28,71 @@ def impl(request: pytest.FixtureRequest) -> str:
 def policy_cls(impl: str) -> type:
     """arc_cy's ARCCachePolicy class of the implementation under test."""
     return load_policy_class(impl)
+
+
+# --- GC stress: ARC_CY_GC_STRESS=1 (see README, "Hardening checks") ----------
+#
+# For the hostile-input tests: a collection runs at every allocation of a
+# container (gc.set_threshold(1)), and at the start of each one a
+# gc.callbacks hook reads every young object (generations 0 and 1, where
+# anything a running method just made sits) and, every 500th collection,
+# every object gc.get_objects() returns. A list with NULL items, or a core
+# whose tp_traverse sees a half-made entry, crashes the run.
+
+GC_STRESS = os.environ.get("ARC_CY_GC_STRESS", "") not in ("", "0")
+GC_STRESS_MODULES = ("test_hostile", "test_hardening")
+GC_STRESS_RUNS = {"collections": 0, "objects": 0, "policies": 0}
+
+
+def _read(obj: object) -> None:
+    # Tuples are left out: CPython fills some after tracking them, which
+    # is CPython's business, not ours.
+    if type(obj) in (list, dict, set, frozenset):
+        list(obj)
+    elif isinstance(obj, (list, dict, set, frozenset)):
+        list(obj.__iter__())
+    for ref in gc.get_referents(obj):  # runs tp_traverse (the core's too)
+        type(ref)
+
+
+def _gc_stress_hook(phase: str, info: dict) -> None:
+    if phase != "start":
+        return
+    runs = GC_STRESS_RUNS
+    runs["collections"] += 1
+    if runs["collections"] % 500 == 0:
+        objects = gc.get_objects()
+    else:
+        objects = gc.get_objects(generation=0) + gc.get_objects(generation=1)
+    for obj in objects:
+        runs["objects"] += 1
+        if type(obj).__name__ == "ARCCachePolicy":
+            runs["policies"] += 1
+        try:
+            _read(obj)
+        except Exception:  # a read may fail (an iterator in use); crashes may not
+            pass
+
+
+@pytest.fixture(autouse=True)
+def _gc_stress(request: pytest.FixtureRequest):
+    if not GC_STRESS or request.module.__name__ not in GC_STRESS_MODULES:
+        yield
+        return
+    threshold = gc.get_threshold()
+    before = dict(GC_STRESS_RUNS)
+    gc.callbacks.append(_gc_stress_hook)
+    gc.set_threshold(1)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(_gc_stress_hook)
+    # The hook did run, and saw objects.
+    assert GC_STRESS_RUNS["collections"] > before["collections"]
+    assert GC_STRESS_RUNS["objects"] > before["objects"]
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if GC_STRESS:
+        terminalreporter.write_line(f"GC stress: {GC_STRESS_RUNS}")

@@ -8,8 +8,13 @@ and after every step checks that the three agree (t1/t2 order and chunk
 identity, b1/b2 order, target_t1_size value and type, get() of every key)
 and that each arc_cy policy passes ``_check_invariants()``.
 
-Capacities are tiny (0-12) and so is the key universe, so ghost hits,
-t2 -> t1 fallback, failed evictions and ghost trimming happen all the time.
+Capacities are tiny (0-12) and so is the key universe. Rules shaped like
+the manager's traffic (store: ghost hits, evict to make room, insert; fill;
+re-insert of a ghost; touch of resident keys) and evict() sizes drawn
+against the resident and evictable counts keep the caches full, so full
+evictions, pinned runs, ghost re-insertions, victims from both t1 and t2
+and ghost trimming happen in every run: test_StateMachine counts them
+(hypothesis events, COVERAGE) and fails below COVERAGE_MIN.
 
 Profiles (hypothesis settings profiles, applied to this module's test only):
 
@@ -17,7 +22,7 @@ Profiles (hypothesis settings profiles, applied to this module's test only):
                       steps, ~30 s on a 2-core machine).
     arc_cy-fuzz-long  ARC_CY_FUZZ_PROFILE=long: 16_000 examples x up to
                       100 steps (over a million steps; ~25 minutes).
-                      It prints the number of steps run at the end:
+                      It prints the steps run and the coverage counts:
 
     ARC_CY_FUZZ_PROFILE=long "$ARC_CY_PY" -P -m pytest -s \
         tests/test_fuzz_stateful.py -k StateMachine
@@ -35,7 +40,7 @@ import random
 
 import pytest
 from helpers import ChunkStatus, ReqContext, VllmARC, assert_same_state, snapshot
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -43,6 +48,7 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
 )
 from vllm.v1.kv_offload.base import make_offload_key
 
@@ -69,7 +75,22 @@ PROFILE = {"ci": "arc_cy-fuzz-ci", "long": "arc_cy-fuzz-long"}[
     os.environ.get("ARC_CY_FUZZ_PROFILE", "ci")
 ]
 
-STEPS = {"steps": 0, "examples": 0}
+STEPS = {"steps": 0, "examples": 0, "evict_calls": 0, "resident_at_evict": 0}
+
+# What the state machine reached, counted over one run (see COVERAGE_MIN).
+COVERAGE = dict.fromkeys(
+    [
+        "evict_ok",  # evict() found all n victims, n > 0
+        "evict_none",  # evict() found fewer than n
+        "evict_full",  # a successful evict() on a full cache
+        "evict_pinned_run",  # ... that skipped 2+ pinned chunks at an LRU end
+        "evict_t1_and_t2",  # ... whose victims came from both t1 and t2
+        "ghost_hit",  # touch()/on_store_miss() of a b1/b2 key
+        "ghost_reinsert",  # insert() of a b1/b2 key
+        "ghost_trim",  # an evict() that pushed ghosts out of b1/b2
+    ],
+    0,
+)
 
 key_index = st.integers(0, 31)
 key_indexes = st.lists(key_index, max_size=6)
@@ -117,6 +138,15 @@ class ARCMachine(RuleBasedStateMachine):
     def ctx(self):
         return ReqContext(req_id="r")
 
+    def count(self, what: str) -> None:
+        COVERAGE[what] += 1
+        event(what)
+
+    def count_ghost_hits(self, keys) -> None:
+        ghosts = (self.oracle.b1, self.oracle.b2)
+        if any(k in g for k in keys for g in ghosts):
+            self.count("ghost_hit")
+
     def same_error(self, call):
         """call(policy) must raise the same error in both arc_cy classes and
         change nothing."""
@@ -140,6 +170,11 @@ class ARCMachine(RuleBasedStateMachine):
             chunk = ChunkStatus(-1)
             assert self.same_error(lambda p: p.insert(key, chunk, None)) is ValueError
             return
+        self.insert_new(key, ready)
+
+    def insert_new(self, key, ready: bool) -> None:
+        if key in self.oracle.b1 or key in self.oracle.b2:
+            self.count("ghost_reinsert")
         chunk = ChunkStatus(self.next_id)
         self.next_id += 1
         if ready:
@@ -147,6 +182,47 @@ class ARCMachine(RuleBasedStateMachine):
         ctx = self.ctx()
         for p in self.all:
             p.insert(key, chunk, ctx)
+
+    @precondition(lambda self: len(self.oracle.b1) + len(self.oracle.b2) > 0)
+    @rule(i=key_index, fresh=st.booleans(), ready=st.booleans())
+    def reinsert_ghost(self, i, fresh, ready):
+        ghosts = [*self.oracle.b1, *self.oracle.b2]
+        key = ghosts[i % len(ghosts)]
+        self.insert_new(bytes(bytearray(key)) if fresh else key, ready)
+
+    @rule(
+        idx=st.lists(key_index, min_size=1, max_size=8),
+        ready=st.sampled_from([True, True, True, False]),
+        fresh=st.booleans(),
+    )
+    def store(self, idx, ready, fresh):
+        """What the manager's prepare_store does: ghost hits for the keys
+        that are not resident, evict to make room (the request's keys are
+        protected), insert them."""
+        keys = list(dict.fromkeys(self.key(i, fresh) for i in idx))
+        missing = [k for k in keys if k not in self.oracle.t1 and k not in self.oracle.t2]
+        if not missing or len(missing) > self.capacity:
+            return
+        self.count_ghost_hits(missing)
+        ctx = self.ctx()
+        for p in self.all:
+            p.on_store_miss(missing, ctx)
+        need = len(self.oracle.t1) + len(self.oracle.t2) + len(missing) - self.capacity
+        if need > 0 and self.evict_n(need, set(keys)) is None:
+            return
+        for key in missing:
+            self.insert_new(key, ready)
+
+    @rule(start=key_index, ready=st.sampled_from([True, True, True, False]))
+    def fill(self, start, ready):
+        """Insert absent keys (ghosts among them) until the cache is full."""
+        n = len(self.keys)
+        for j in range(n):
+            if len(self.oracle.t1) + len(self.oracle.t2) >= self.capacity:
+                break
+            key = self.keys[(start + j) % n]
+            if key not in self.oracle.t1 and key not in self.oracle.t2:
+                self.insert_new(key, ready)
 
     @rule(i=key_index, mark=st.booleans())
     def complete_store(self, i, mark):
@@ -193,13 +269,25 @@ class ARCMachine(RuleBasedStateMachine):
     @rule(idx=key_indexes, fresh=st.booleans())
     def touch(self, idx, fresh):
         keys = [self.key(i, fresh) for i in idx]
+        self.count_ghost_hits(keys)
         ctx = self.ctx()
         for p in self.all:
             p.touch(keys, ctx)
 
+    @rule(idx=key_indexes)
+    def touch_resident(self, idx):
+        """A request's hits: touch resident keys (t1 -> t2 when ready)."""
+        resident = self.resident()
+        if resident:
+            keys = [resident[i % len(resident)] for i in idx]
+            ctx = self.ctx()
+            for p in self.all:
+                p.touch(keys, ctx)
+
     @rule(idx=key_indexes, as_tuple=st.booleans())
     def on_store_miss(self, idx, as_tuple):
         keys = [self.key(i) for i in idx]
+        self.count_ghost_hits(keys)
         ctx = self.ctx()
         for p in self.all:
             p.on_store_miss(tuple(keys) if as_tuple else iter(keys), ctx)
@@ -234,26 +322,68 @@ class ARCMachine(RuleBasedStateMachine):
             p.on_request_finished(key_groups, insertion_only, reused_keys, ctx)
 
     @rule(
-        n=st.integers(0, 16),
+        size=st.sampled_from(["one", "some", "some", "evictable", "all", "zero", "more"]),
+        j=st.integers(0, 16),
         prot=st.frozensets(key_index, max_size=6),
         kind=st.sampled_from(["set", "frozenset", "list", "dict", "empty-tuple"]),
     )
-    def evict(self, n, prot, kind):
+    def evict(self, size, j, prot, kind):
+        # n is drawn against what is resident: "more" asks for more chunks
+        # than are resident (always None), "all" for every one, the others
+        # for at most as many as could be evicted.
         keys = {self.key(i) for i in prot}
-        protected = {
+        resident = len(self.oracle.t1) + len(self.oracle.t2)
+        evictable = len(self.resident(lambda c: c.ref_cnt == 0)) - sum(
+            1 for k in keys if (c := self.oracle.get(k)) is not None and c.ref_cnt == 0
+        )
+        n = {
+            "zero": 0,
+            "one": min(1, resident),
+            "some": 1 + j % evictable if evictable > 0 else min(1, resident),
+            "evictable": evictable if evictable > 0 else min(1, resident),
+            "all": resident,
+            "more": resident + 1 + j % 3,
+        }[size]
+        self.evict_n(n, {
             "set": lambda: set(keys),
             "frozenset": lambda: frozenset(keys),
             "list": lambda: list(keys),
             "dict": lambda: dict.fromkeys(keys),
             "empty-tuple": lambda: (),
-        }[kind]()
+        }[kind]())
+
+    def evict_n(self, n, protected):
+        """evict(n, protected) on all three; returns vLLM's result."""
+        resident = len(self.oracle.t1) + len(self.oracle.t2)
+        STEPS["evict_calls"] += 1
+        STEPS["resident_at_evict"] += resident
         before = snapshot(self.oracle)
+        t1_before = list(self.oracle.t1)
+        full = self.capacity > 0 and resident >= self.capacity
+        pinned_run = any(
+            len(lst) >= 2 and all(c.ref_cnt != 0 for c in list(lst.values())[:2])
+            for lst in (self.oracle.t1, self.oracle.t2)
+        )
+        ghosts = len(self.oracle.b1) + len(self.oracle.b2)
         results = [p.evict(n, protected) for p in self.all]
         if results[0] is None:
+            if n:
+                self.count("evict_none")
             for p, r in zip(self.all, results):
                 assert r is None
                 assert snapshot(p) == before
             return
+        if n:
+            self.count("evict_ok")
+            from_t1 = sum(k in t1_before for k, _ in results[0])
+            if 0 < from_t1 < n:
+                self.count("evict_t1_and_t2")
+            if full:
+                self.count("evict_full")
+            if pinned_run:
+                self.count("evict_pinned_run")
+            if len(self.oracle.b1) + len(self.oracle.b2) < ghosts + n:
+                self.count("ghost_trim")
         expected = [(k, id(c)) for k, c in results[0]]
         assert len(expected) == n
         for r in results[1:]:
@@ -261,6 +391,7 @@ class ARCMachine(RuleBasedStateMachine):
             assert [(k, id(c)) for k, c in r] == expected
         for key, chunk in results[0]:
             assert chunk.ref_cnt == 0 and key not in protected
+        return results[0]
 
     @rule(i=key_index, fresh=st.booleans())
     def remove(self, i, fresh):
@@ -269,8 +400,10 @@ class ARCMachine(RuleBasedStateMachine):
             p.remove(key)
 
     @precondition(lambda self: len(self.oracle.b1) + len(self.oracle.b2) > 0)
-    @rule()
-    def clear(self):
+    @rule(go=st.integers(0, 7))
+    def clear(self, go):
+        if go:  # rarely: a clear() undoes the long histories that fill b1/b2
+            return
         for p in self.all:
             p.clear()
 
@@ -292,17 +425,37 @@ class ARCMachine(RuleBasedStateMachine):
         assert self.c.cache_capacity == self.py.cache_capacity == self.capacity
 
 
-ARCMachine.TestCase.settings = settings.get_profile(PROFILE)
-TestStateMachine = ARCMachine.TestCase
+# Each run must reach every counted state at least this often (the CI
+# profile reaches several times more; the long profile far more).
+# CI-profile runs reached (3 runs, lowest-highest): evict_ok 810-960,
+# evict_none 1100-1260, evict_full 640-670, evict_pinned_run 130-270,
+# evict_t1_and_t2 84-92, ghost_hit 640-890, ghost_reinsert 900-970,
+# ghost_trim 26-97 (the rarest: b1 or b2 must outgrow the capacity).
+COVERAGE_MIN = {
+    "evict_ok": 400,
+    "evict_none": 400,
+    "evict_full": 250,
+    "evict_pinned_run": 50,
+    "evict_t1_and_t2": 30,
+    "ghost_hit": 250,
+    "ghost_reinsert": 350,
+    "ghost_trim": 10,
+}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _report_steps():
-    yield
+def test_StateMachine():
+    STEPS.update(dict.fromkeys(STEPS, 0))
+    COVERAGE.update(dict.fromkeys(COVERAGE, 0))
+    run_state_machine_as_test(ARCMachine, settings=settings.get_profile(PROFILE))
     if PROFILE != "arc_cy-fuzz-ci" or os.environ.get("ARC_CY_FUZZ_REPORT"):
         print(
-            f"\n[{PROFILE}] {STEPS['examples']} examples, {STEPS['steps']} checked steps"
+            f"\n[{PROFILE}] {STEPS['examples']} examples, "
+            f"{STEPS['steps']} checked steps, {STEPS['evict_calls']} evict calls "
+            f"(mean resident {STEPS['resident_at_evict'] / max(1, STEPS['evict_calls']):.1f}), "
+            f"coverage {COVERAGE}"
         )
+    low = {k: v for k, v in COVERAGE.items() if v < COVERAGE_MIN[k]}
+    assert not low, (low, COVERAGE)
 
 
 # --- long plain random sequences ---------------------------------------------

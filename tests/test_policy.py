@@ -199,13 +199,52 @@ def test_chunk_with_ref_cnt_at_an_offset(policy_cls):
     assert policy.evict(1, set()) == [(b"b", b)]
 
 
+STAND_IN_LAYOUT = """
+import builtins, ctypes, json, sys
+real_import = builtins.__import__
+def no_vllm(name, *args, **kwargs):
+    if name == "vllm" or name.startswith("vllm."):
+        raise ImportError("vLLM hidden")
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = no_vllm
+from arc_cy import _common
+assert not _common.HAVE_VLLM
+cs = _common.ChunkStatus
+c = cs(7)
+print(json.dumps({
+    "fields": [(f[0], ctypes.sizeof(f[1]), getattr(cs, f[0]).offset) for f in cs._fields_],
+    "size": ctypes.sizeof(cs),
+    "align": ctypes.alignment(cs),
+    "init": [c.ref_cnt, c.chunk_id, c.is_ready],
+}))
+"""
+
+
+def layout(cs) -> dict:
+    c = cs(7)
+    return {
+        "fields": [[f[0], ctypes.sizeof(f[1]), getattr(cs, f[0]).offset] for f in cs._fields_],
+        "size": ctypes.sizeof(cs),
+        "align": ctypes.alignment(cs),
+        "init": [c.ref_cnt, c.chunk_id, c.is_ready],
+    }
+
+
 def test_chunk_stand_in_matches_vllm_layout():
+    """Without vLLM, _common defines its own ChunkStatus: same fields,
+    sizes, offsets and initial values as vLLM's."""
+    import json
+
     from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus as Vllm
 
     from arc_cy import _common
 
     assert _common.ChunkStatus is Vllm  # vLLM is installed here
-    assert [f[0] for f in Vllm._fields_] == ["ref_cnt", "chunk_id"]
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", STAND_IN_LAYOUT], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout) == layout(Vllm)
 
 
 @pytest.mark.parametrize(

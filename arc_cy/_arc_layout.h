@@ -1,0 +1,98 @@
+/* Everything the compiled ARC core knows about CPython's object layout
+ * beyond its documented C API. Nothing else in _arc_c.pyx reads an object
+ * by offset.
+ *
+ * 1. ctypes instances (ChunkStatus) are CDataObjects. Their first fields,
+ *    unchanged from CPython 3.8 to 3.13 (Modules/_ctypes/ctypes.h), are:
+ *
+ *        PyObject_HEAD
+ *        char *b_ptr;          the instance's buffer (inline or on the heap)
+ *        int b_needsfree;
+ *        CDataObject *b_base;
+ *        Py_ssize_t b_size;    the buffer's size in bytes
+ *
+ *    Invariant relied on: b_ptr points to at least b_size readable bytes
+ *    (ctypes.resize() updates both together). A chunk's type can change
+ *    after insert() (__class__ assignment), so the offset of ref_cnt is
+ *    looked up from the chunk's current type and checked against b_size on
+ *    every read; b_size shares the header's cache line with b_ptr and
+ *    ob_type. arc_check_layout() verifies the layout once, at import.
+ *    ref_cnt may be unaligned (a packed structure): it is read with memcpy.
+ *
+ * 2. Lists handed to Python code never hold NULL items: arc_list_swap puts
+ *    an owned reference into a list made with [None] * n.
+ *
+ * 3. The garbage collector must see the keys and chunks held in C arrays:
+ *    arc_set_gc_slots installs the core's own tp_traverse/tp_clear, which
+ *    call the ones Cython generated (returned through *base_*).
+ */
+#ifndef ARC_LAYOUT_H
+#define ARC_LAYOUT_H
+
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    char *b_ptr;
+    int b_needsfree;
+    PyObject *b_base;
+    Py_ssize_t b_size;
+} arc_cdata;
+
+/* ref_cnt of chunk, known to be of type tp with ref_cnt at byte offset off.
+ * Returns 0 and stores it in *out, or -1 (no exception set) when chunk is
+ * no longer of type tp or its buffer is too small: the caller looks the
+ * offset up again (the slow path). */
+static inline int arc_ref_cnt(PyObject *chunk, PyTypeObject *tp,
+                              Py_ssize_t off, int32_t *out)
+{
+    const arc_cdata *c = (const arc_cdata *)chunk;
+    if (Py_TYPE(chunk) != tp || off > c->b_size - (Py_ssize_t)sizeof(int32_t))
+        return -1;
+    memcpy(out, c->b_ptr + off, sizeof(int32_t));
+    return 0;
+}
+
+/* The buffer size of a ctypes instance (what ctypes.sizeof(chunk) says). */
+static inline Py_ssize_t arc_cdata_size(PyObject *chunk)
+{
+    return ((const arc_cdata *)chunk)->b_size;
+}
+
+/* Checks the layout above against ctypes itself, given an instance and the
+ * values ctypes.addressof() and ctypes.sizeof() report for it. */
+static inline int arc_check_layout(PyObject *inst, size_t address,
+                                   Py_ssize_t size)
+{
+    const arc_cdata *c = (const arc_cdata *)inst;
+    return (size_t)c->b_ptr == address && c->b_size == size;
+}
+
+/* Moves an owned reference into list[k], releasing what was there (None:
+ * this runs no Python code). */
+static inline void arc_list_swap(PyObject *list, Py_ssize_t k, PyObject *item)
+{
+    PyObject *old = PyList_GET_ITEM(list, k);
+    PyList_SET_ITEM(list, k, item);
+    Py_DECREF(old);
+}
+
+static inline void arc_set_gc_slots(PyTypeObject *tp, traverseproc traverse,
+                                    inquiry clear, traverseproc *base_traverse,
+                                    inquiry *base_clear)
+{
+    *base_traverse = tp->tp_traverse;
+    *base_clear = tp->tp_clear;
+    tp->tp_traverse = traverse;
+    tp->tp_clear = clear;
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+#define arc_prefetch(p) __builtin_prefetch((const void *)(p))
+#else
+#define arc_prefetch(p) ((void)(p))
+#endif
+
+#endif /* ARC_LAYOUT_H */
