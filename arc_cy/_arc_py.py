@@ -7,6 +7,7 @@ followed line by line against vLLM's ``arc.py``.
 from __future__ import annotations
 
 from collections import OrderedDict
+from ctypes import sizeof
 from collections.abc import Container, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -52,6 +53,7 @@ class ARCCachePolicy(CachePolicy):
         # into user code (hashing, protected.__contains__, req_context).
         self._busy: str | None = None
         self._max_entries = MAX_ENTRIES
+        self._chunk_type: type | None = None  # the last chunk type checked
 
     # --- attributes -------------------------------------------------------
 
@@ -121,21 +123,25 @@ class ARCCachePolicy(CachePolicy):
 
     def insert(self, key: Any, chunk: ChunkStatus, req_context: Any) -> None:
         self._enter("insert")
-        chunk_ref_offset(type(chunk))
+        if type(chunk) is not self._chunk_type:  # as the core: check new types
+            chunk_ref_offset(type(chunk))
+            self._chunk_type = type(chunk)
         self._busy = "insert"
+        t1, t2, b1, b2 = self._lists
         try:
-            if key in self._t1:
+            if key in t1:
                 raise ValueError(MSG_DUPLICATE.format(key, "t1"))
-            if key in self._t2:
+            if key in t2:
                 raise ValueError(MSG_DUPLICATE.format(key, "t2"))
-            ghost = self._b1 if key in self._b1 else self._b2 if key in self._b2 else None
-            if ghost is not None:
-                # The forgotten ghost's key object is held until this call
-                # returns, after busy is cleared (as the core does).
-                released_on_return = _pop_entry(ghost, key)  # noqa: F841
-            elif sum(map(len, self._lists)) >= self._limit:
+            # A forgotten ghost's key object is held until this call
+            # returns, after busy is cleared (as the core does).
+            if key in b1:
+                released_on_return = _pop_entry(b1, key)  # noqa: F841
+            elif key in b2:
+                released_on_return = _pop_entry(b2, key)  # noqa: F841
+            elif len(t1) + len(t2) + len(b1) + len(b2) >= self._limit:
                 raise MemoryError(MSG_FULL.format(self._limit))
-            self._t1[key] = chunk
+            t1[key] = chunk
         finally:
             self._busy = None
 
@@ -164,17 +170,16 @@ class ARCCachePolicy(CachePolicy):
             b2.move_to_end(key)
 
     @staticmethod
-    def _looked_up(keys: Iterable[Any], *lists: OrderedDict) -> list[Any]:
+    def _looked_up(keys: list[Any], *lists: OrderedDict) -> list[Any]:
         # Every lookup first, so a key that cannot be looked up fails
-        # before anything changes. Returns the chunks found in lists[0].
-        keys = list(keys)
+        # before anything changes. Returns the values found in lists[0].
+        first = lists[0]
         found = []
         for key in keys:
             for od in lists:
-                value = od.get(key, _MISSING)
-                if value is not _MISSING:
-                    if od is lists[0]:
-                        found.append(value)
+                if key in od:
+                    if od is first:
+                        found.append(first[key])
                     break
         return found
 
@@ -240,7 +245,7 @@ class ARCCachePolicy(CachePolicy):
                 else None
                 for key in reversed(keys)
             ]
-            self._looked_up((k for k, kind in zip(reversed(keys), kinds) if kind), t1, t2)
+            self._looked_up([k for k, kind in zip(reversed(keys), kinds) if kind], t1, t2)
             # Replaced key objects, released after busy is cleared.
             trash: list[Any] = [None] * len(keys)
             for j, kind in zip(range(len(keys) - 1, -1, -1), kinds):
@@ -274,24 +279,24 @@ class ARCCachePolicy(CachePolicy):
         try:
             # Select without changing anything; t1's size is tracked
             # virtually. Both scans only move forward (vLLM PR 50992).
-            t1_iter = iter(t1.items())
-            t2_iter = iter(t2.items())
+            t1_victims = _victims(t1, protected)
+            t2_victims = _victims(t2, protected)
             virtual_t1_size = len(t1)
             threshold = int(self._target)
             picked: list[tuple[Any, ChunkStatus, bool]] = []
             for _ in range(n):
                 if virtual_t1_size >= threshold:
-                    entry = _next_victim(t1_iter, protected)
+                    entry = next(t1_victims, None)
                     if entry is not None:
                         picked.append((*entry, True))
                         virtual_t1_size -= 1
                         continue
-                entry = _next_victim(t2_iter, protected)
+                entry = next(t2_victims, None)
                 if entry is not None:
                     picked.append((*entry, False))
                     continue
                 # t2 has no victim left: fall back to t1 (vLLM PR 55461).
-                entry = _next_victim(t1_iter, protected)
+                entry = next(t1_victims, None)
                 if entry is None:
                     return None
                 picked.append((*entry, True))
@@ -368,19 +373,26 @@ class ARCCachePolicy(CachePolicy):
             )
 
 
-_MISSING = object()
-
-
 def _pop_entry(od: OrderedDict, key: Any) -> tuple[Any, Any]:
     """Remove key's entry; return the stored key object and the value."""
     od.move_to_end(key)
     return od.popitem()
 
 
-def _next_victim(
-    entries: Iterator[tuple[Any, ChunkStatus]], protected: Container[Any]
-) -> tuple[Any, ChunkStatus] | None:
-    for key, chunk in entries:
-        if read_ref_cnt(chunk) == 0 and key not in protected:
-            return key, chunk
-    return None
+def _victims(
+    od: OrderedDict[Any, ChunkStatus], protected: Container[Any]
+) -> Iterator[tuple[Any, ChunkStatus]]:
+    """The entries of od with ref_cnt == 0 that are not protected, LRU first:
+    one forward walk, however often it is resumed."""
+    # read_ref_cnt, with the offset looked up again only when the chunk
+    # type changes (the walk is the twin's hot loop).
+    tp: type | None = None
+    need = 0
+    for key, chunk in od.items():
+        if type(chunk) is not tp:
+            need = chunk_ref_offset(type(chunk)) + 4
+            tp = type(chunk)
+        if sizeof(chunk) < need:
+            read_ref_cnt(chunk)  # raises the shared TypeError
+        if chunk.ref_cnt == 0 and key not in protected:
+            yield key, chunk

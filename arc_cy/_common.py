@@ -12,6 +12,8 @@ import math
 import numbers
 import operator
 import weakref
+from ctypes import sizeof
+from functools import partial
 from collections.abc import ItemsView, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -65,8 +67,16 @@ LIST_NAMES = ("t1", "t2", "b1", "b2")
 # the compiled core's node array is indexed by int32 and grows by doubling.
 MAX_ENTRIES = 2**29
 
-# Weak: chunk types made at run time must not be kept alive by the cache.
-_ref_offsets: weakref.WeakKeyDictionary[type, int] = weakref.WeakKeyDictionary()
+# id(type) -> (weak reference to the type, offset of its ref_cnt). Keyed by
+# id, so that chunk types made at run time are not kept alive by the cache
+# (the reference's callback forgets the entry), and looked up without
+# making a weak reference, as a WeakKeyDictionary would on every call.
+_ref_offsets: dict[int, tuple[weakref.ref[type], int]] = {}
+
+
+def _forget_type(key: int, ref: weakref.ref[type]) -> None:
+    if _ref_offsets.get(key, (None, 0))[0] is ref:
+        del _ref_offsets[key]
 
 
 def chunk_ref_offset(tp: type) -> int:
@@ -74,10 +84,9 @@ def chunk_ref_offset(tp: type) -> int:
 
     Raises TypeError for types whose instances cannot be read that way.
     """
-    try:
-        return _ref_offsets[tp]
-    except KeyError:
-        pass
+    entry = _ref_offsets.get(id(tp))
+    if entry is not None and entry[0]() is tp:
+        return entry[1]
     field_type = None
     if issubclass(tp, (ctypes.Structure, ctypes.Union)):
         for klass in tp.__mro__:
@@ -92,7 +101,8 @@ def chunk_ref_offset(tp: type) -> int:
     offset = tp.ref_cnt.offset
     if offset > 0xFFFF:  # the compiled core keeps it in 16 bits
         raise TypeError(MSG_CHUNK.format(tp.__qualname__))
-    _ref_offsets[tp] = offset
+    key = id(tp)
+    _ref_offsets[key] = (weakref.ref(tp, partial(_forget_type, key)), offset)
     return offset
 
 
@@ -100,12 +110,11 @@ def read_ref_cnt(chunk: Any) -> int:
     """chunk.ref_cnt, refused (TypeError) if the chunk's current type has no
     c_int32 ref_cnt or its buffer has shrunk below it. The compiled core
     makes the same checks on its raw reads."""
-    tp = type(chunk)
-    offset = chunk_ref_offset(tp)
-    size = ctypes.sizeof(chunk)
-    if offset > size - 4:
-        raise TypeError(MSG_CHUNK_SIZE.format(tp.__qualname__, size, offset))
-    return chunk.ref_cnt
+    offset = chunk_ref_offset(type(chunk))
+    if offset > sizeof(chunk) - 4:
+        raise TypeError(MSG_CHUNK_SIZE.format(type(chunk).__qualname__, sizeof(chunk), offset))
+    return chunk.ref_cnt  # type: ignore[no-any-return]
+
 
 
 def check_max_entries(n: Any) -> int:
