@@ -190,11 +190,23 @@ def _assert_workload_exercised(run: dict[str, Any], scenario: str) -> None:
 def test_scheduler_runs_identical_with_arc_cy(
     scenario: str, model_dir: str, twin: _TwinProcess, plugins_loaded: None
 ) -> None:
+    check_every_route(model_dir, scenario, twin, _assert_same_run, _assert_workload_exercised)
+
+
+def check_every_route(
+    model_dir: str,
+    scenario: str,
+    twin: _TwinProcess,
+    assert_same_run: Any,
+    assert_exercised: Any,
+) -> None:
+    """arc_cy by plugin name, by module path, and the pure twin (in its
+    child process) decide exactly as vLLM's arc in scenario."""
     import arc_cy
 
     oracle = recorded_run(model_dir, "arc", scenario)
     assert oracle["policy_class"] == VLLM_ARC
-    _assert_workload_exercised(oracle, scenario)
+    assert_exercised(oracle, scenario)
 
     by_name = recorded_run(model_dir, "arc_cy", scenario)
     assert by_name["policy_class"] == COMPILED, (
@@ -202,21 +214,21 @@ def test_scheduler_runs_identical_with_arc_cy(
         f"(arc_cy.IMPLEMENTATION={arc_cy.IMPLEMENTATION}); run without "
         "ARC_CY_NO_EXTENSIONS and with the compiled build installed"
     )
-    _assert_same_run(oracle, by_name)
+    assert_same_run(oracle, by_name)
 
     by_module = recorded_run(
         model_dir, "ARCCachePolicy", scenario, cache_policy_module_path="arc_cy"
     )
     assert by_module["policy_class"] == COMPILED
-    _assert_same_run(oracle, by_module)
+    assert_same_run(oracle, by_module)
 
     child = twin.results()
     child_oracle, twin_run = child["arc"][scenario], child["arc_cy"][scenario]
     assert child_oracle["policy_class"] == VLLM_ARC
-    _assert_workload_exercised(child_oracle, scenario)
+    assert_exercised(child_oracle, scenario)
     assert twin_run["arc_cy_implementation"] == "python"
     assert twin_run["policy_class"] == TWIN
-    _assert_same_run(child_oracle, twin_run)
+    assert_same_run(child_oracle, twin_run)
 
 
 def test_stub_spec_is_loaded_out_of_tree(model_dir: str) -> None:

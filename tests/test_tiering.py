@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 
 from offload_stub import TIERING_SCENARIOS, recorded_run, write_model_config
-from test_scheduler_e2e import COMPILED, TWIN, VLLM_ARC, _TwinProcess
+from test_scheduler_e2e import _TwinProcess, check_every_route
 
 VLLM_LRU = "vllm.v1.kv_offload.cpu.policies.lru.LRUCachePolicy"
 
@@ -102,27 +102,7 @@ def _assert_workload_exercised(run: dict[str, Any], scenario: str) -> None:
 def test_tiering_primary_tier_decides_like_vllm_arc(
     scenario: str, model_dir: str, twin: _TwinProcess, plugins_loaded: None
 ) -> None:
-    oracle = recorded_run(model_dir, "arc", scenario)
-    assert oracle["policy_class"] == VLLM_ARC
-    _assert_workload_exercised(oracle, scenario)
-
-    by_name = recorded_run(model_dir, "arc_cy", scenario)
-    assert by_name["policy_class"] == COMPILED
-    _assert_same_run(oracle, by_name)
-
-    by_module = recorded_run(
-        model_dir, "ARCCachePolicy", scenario, cache_policy_module_path="arc_cy"
-    )
-    assert by_module["policy_class"] == COMPILED
-    _assert_same_run(oracle, by_module)
-
-    child = twin.results()
-    child_oracle, twin_run = child["arc"][scenario], child["arc_cy"][scenario]
-    assert child_oracle["policy_class"] == VLLM_ARC
-    _assert_workload_exercised(child_oracle, scenario)
-    assert twin_run["arc_cy_implementation"] == "python"
-    assert twin_run["policy_class"] == TWIN
-    _assert_same_run(child_oracle, twin_run)
+    check_every_route(model_dir, scenario, twin, _assert_same_run, _assert_workload_exercised)
 
 
 def test_tiering_comparison_tells_policies_apart(model_dir: str) -> None:
