@@ -17,6 +17,7 @@ import weakref
 
 import pytest
 from helpers import ChunkStatus, ReqContext, VllmARC, snapshot
+from test_hostile import DEL_LOG, CallbackKey
 
 from arc_cy import _common
 
@@ -223,33 +224,6 @@ def test_non_transitive_get_and_remove_search_t1_first(policy_cls):
 
 
 # --- 5. a replaced key is released after the call, in both twins -------------
-
-DEL_LOG: list[str] = []
-
-
-class CallbackKey:
-    """Equal by name; when the last reference goes, calls act(policy)."""
-
-    def __init__(self, name, policy=None, act=None):
-        self.name, self.policy, self.act = name, policy, act
-
-    def __hash__(self):
-        return hash(self.name)
-
-    def __eq__(self, other):
-        return isinstance(other, CallbackKey) and other.name == self.name
-
-    def __repr__(self):
-        return f"CallbackKey({self.name!r})"
-
-    def __del__(self):
-        if self.act is not None:
-            try:
-                self.act(self.policy)
-                DEL_LOG.append("ok")
-            except RuntimeError as error:
-                DEL_LOG.append(f"RuntimeError: {error}")
-
 
 REPLACE_ACTS = {
     "insert": lambda p: p.insert(K(50), ready(50), CTX),
