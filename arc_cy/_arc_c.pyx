@@ -586,7 +586,7 @@ cdef class ARCCore:
         # vLLM returns `t1.get(key) or t2.get(key)`: a falsy chunk is None
         return chunk if chunk else None
 
-    def insert(self, key, chunk, req_context):
+    def insert(self, key, chunk, req_context=None):
         cdef Py_hash_t h
         cdef int32_t i
         cdef Node *node

@@ -121,7 +121,7 @@ class ARCCachePolicy(CachePolicy):
         finally:
             self._busy = None
 
-    def insert(self, key: Any, chunk: ChunkStatus, req_context: Any) -> None:
+    def insert(self, key: Any, chunk: ChunkStatus, req_context: Any = None) -> None:
         self._enter("insert")
         if type(chunk) is not self._chunk_type:  # as the core: check new types
             chunk_ref_offset(type(chunk))

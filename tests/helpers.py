@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ __all__ = [
     "ReqContext",
     "VllmARC",
     "assert_same_state",
+    "insert",
     "build_requirement",
     "pyproject",
     "manager_state",
@@ -80,3 +82,15 @@ def build_requirement(name: str) -> Requirement:
         if req.name.lower() == name.lower():
             return req
     raise LookupError(name)
+
+
+# vLLM 0.32's CachePolicy.insert takes no req_context; 0.33 added it.
+INSERT_TAKES_CONTEXT = "req_context" in inspect.signature(VllmARC.insert).parameters
+
+
+def insert(policy: Any, key: Any, chunk: Any, req_context: Any) -> None:
+    """policy.insert, called as the installed vLLM's manager calls it."""
+    if INSERT_TAKES_CONTEXT:
+        policy.insert(key, chunk, req_context)
+    else:
+        policy.insert(key, chunk)

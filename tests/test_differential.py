@@ -10,7 +10,14 @@ from __future__ import annotations
 import random
 
 import pytest
-from helpers import ChunkStatus, ReqContext, VllmARC, assert_same_state, manager_state
+from helpers import (
+    ChunkStatus,
+    ReqContext,
+    VllmARC,
+    assert_same_state,
+    insert,
+    manager_state,
+)
 from vllm.v1.kv_offload.base import make_offload_key
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
@@ -60,7 +67,7 @@ def run_policy_sequence(
                 next_id += 1
                 chunks[k] = chunk
                 for p in allp:
-                    p.insert(k, chunk, ctx)
+                    insert(p, k, chunk, ctx)
         elif op < 0.45:  # complete (or fail) pending stores
             pending = [k for k, c in chunks.items() if c.ref_cnt < 0]
             for k in rng.sample(pending, min(len(pending), rng.randint(0, 4))):
