@@ -20,6 +20,10 @@ if [ ! -f "$env/.arc_cy-ready" ]; then
     rm -rf "$env"
     "${ARC_CY_BASE_PYTHON:-python3}" -m venv "$env"
     "$py" -m pip install -q "vllm==$version" "pytest>=8" "hypothesis>=6.100"
+    # Where pip takes a CPU build of torch from this machine's disk (vLLM
+    # 0.32 pins torch 2.13.0), PyPI's torchvision and torchaudio fail to
+    # load beside it; the checks below need neither.
+    "$py" -m pip uninstall -y -q torchvision torchaudio torchcodec
     touch "$env/.arc_cy-ready"
 fi
 "$py" -m pip install -q --force-reinstall --no-deps "$root"

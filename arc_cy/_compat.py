@@ -1,8 +1,9 @@
 """Which vLLM releases arc_cy supports: declared here, and only here.
 
 arc_cy is checked decision for decision against the ``ARCCachePolicy`` of
-the vLLM releases in ``SUPPORTED_VLLM``. The ``CachePolicy`` interface changes
-between vLLM releases (0.32's ``insert`` has no ``req_context``; 0.33 adds
+the vLLM releases in ``SUPPORTED_VLLM``: 0.33 in CI, 0.32 by
+``.ci/vllm_compat.sh 0.32.0``. The ``CachePolicy`` interface changes between
+vLLM releases (0.32's ``insert`` has no ``req_context``; 0.33 adds
 ``on_request_access``), so on any other release the vLLM plugin refuses to
 register and ``python -m arc_cy`` fails, unless the operator overrides that.
 """
@@ -14,7 +15,7 @@ import os
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-SUPPORTED_VLLM = ">=0.33.0,<0.34"
+SUPPORTED_VLLM = ">=0.32.0,<0.34"
 """The vLLM versions arc_cy supports, as a PEP 440 specifier."""
 
 OVERRIDE_ENV = "ARC_CY_IGNORE_VLLM_VERSION"
@@ -26,8 +27,8 @@ def override_set() -> bool:
 
 
 def vllm_supported(version: str) -> bool:
-    """Whether vLLM ``version`` is in SUPPORTED_VLLM (a dev or local build of
-    a supported release counts as that release)."""
+    """Whether vLLM ``version`` is in SUPPORTED_VLLM (a pre-release, dev or
+    local build of a supported release counts as that release)."""
     try:
         parsed = Version(version)
     except InvalidVersion:
