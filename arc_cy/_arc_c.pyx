@@ -205,8 +205,6 @@ cdef class ARCCore:
         cdef int32_t i = self.free_head
         cdef Py_ssize_t cap
         cdef Node *grown
-        if self.table_used >= self.max_entries:
-            raise MemoryError(MSG_FULL.format(self.max_entries))
         if i != EMPTY:
             self.free_head = self.nodes[i].next
             return i
@@ -281,20 +279,23 @@ cdef class ARCCore:
                     return i
         return EMPTY
 
-    cdef void _share_hash(self, Py_hash_t hash) noexcept:
-        """Mark every node of this hash shared."""
+    cdef Py_ssize_t _nodes_of_hash(self, Py_hash_t hash, bint share) noexcept:
+        """How many nodes have this hash; if share, mark them all shared
+        (never cleared when another node goes: shared only sends _find
+        down its slower, always correct path)."""
         cdef size_t mask = (<size_t>1 << self.table_bits) - 1
         cdef uint32_t h = fold(hash)
         cdef size_t s = self._home(h)
         cdef int32_t i
+        cdef Py_ssize_t count = 0
         while True:
             i = self.table[s].idx
             if i == EMPTY:
-                return
+                return count
             if self.table[s].h32 == h and self.nodes[i].hash == hash:
-                # Never cleared when the other node goes: shared only
-                # sends _find down its slower, always correct path.
-                self.nodes[i].shared = 1
+                count += 1
+                if share:
+                    self.nodes[i].shared = 1
             s = (s + 1) & mask
 
     cdef inline int _same(self, int32_t i, object key) except -1:
@@ -606,7 +607,7 @@ cdef class ARCCore:
                 node = &self.nodes[i]
                 node.shared = shared
                 if shared:
-                    self._share_hash(h)
+                    self._nodes_of_hash(h, True)
                 self._table_add(i, h)
                 node.hash = h
             else:
@@ -907,16 +908,6 @@ cdef class ARCCore:
         finally:
             self.busy = 0
 
-    cdef Py_ssize_t _count_hash(self, Py_hash_t hash) noexcept:
-        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
-        cdef size_t s = self._home(fold(hash))
-        cdef Py_ssize_t count = 0
-        while self.table[s].idx != EMPTY:
-            if self.nodes[self.table[s].idx].hash == hash:
-                count += 1
-            s = (s + 1) & mask
-        return count
-
     cdef int _check(self) except -1:
         cdef int w
         cdef int32_t i, prev, count_free = 0
@@ -938,7 +929,7 @@ cdef class ARCCore:
                     chunk_ref_offset(type(<object>node.chunk))
                 assert PyObject_Hash(<object>node.key) == node.hash
                 if not node.shared:
-                    assert self._count_hash(node.hash) == 1, f"node {i} is not alone"
+                    assert self._nodes_of_hash(node.hash, False) == 1, f"node {i} is not alone"
                 count += 1
                 assert count <= self.nodes_used, f"cycle in {LIST_NAMES[w]}"
                 prev = i

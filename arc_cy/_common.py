@@ -116,7 +116,6 @@ def read_ref_cnt(chunk: Any) -> int:
     return chunk.ref_cnt  # type: ignore[no-any-return]
 
 
-
 def check_max_entries(n: Any) -> int:
     n = operator.index(n)
     if not 0 <= n <= MAX_ENTRIES:
