@@ -57,12 +57,6 @@ class BuildExt(build_ext):
         except (CCompilerError, CompileError, ExecError, PlatformError) as exc:
             raise SystemExit(HOW_TO_FIX.format(error=exc)) from exc
 
-    def build_extension(self, ext):
-        try:
-            super().build_extension(ext)
-        except (CCompilerError, CompileError, ExecError, PlatformError) as exc:
-            raise SystemExit(HOW_TO_FIX.format(error=exc)) from exc
-
 
 # Release builds: optimised, no debug info in the shared object.
 compile_args = ["-O3", "-g0"]
