@@ -96,3 +96,20 @@ def _gc_stress(request: pytest.FixtureRequest):
 def pytest_terminal_summary(terminalreporter) -> None:
     if GC_STRESS:
         terminalreporter.write_line(f"GC stress: {GC_STRESS_RUNS}")
+
+
+# For the tests that run vLLM's real scheduler (test_scheduler_e2e, test_tiering).
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny Llama config.json (nothing downloaded)."""
+    from offload_stub import write_model_config
+
+    return write_model_config(str(tmp_path_factory.mktemp("tiny-llama")))
+
+
+@pytest.fixture(scope="module")
+def plugins_loaded() -> None:
+    """vLLM's general plugins, arc_cy's included, loaded in this process."""
+    import vllm.plugins
+
+    vllm.plugins.load_general_plugins()

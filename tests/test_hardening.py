@@ -16,23 +16,13 @@ import textwrap
 import weakref
 
 import pytest
-from helpers import ChunkStatus, ReqContext, VllmARC, snapshot
-from test_hostile import DEL_LOG, CallbackKey
+from helpers import ReqContext, VllmARC, snapshot
+from test_hostile import DEL_LOG, K, CallbackKey, ready
 
 from arc_cy import _common
 
 CTX = ReqContext(req_id="hardening")
 TESTS = os.path.dirname(os.path.abspath(__file__))
-
-
-def ready(chunk_id: int) -> ChunkStatus:
-    chunk = ChunkStatus(chunk_id)
-    chunk.ref_cnt = 0
-    return chunk
-
-
-def K(i: int) -> bytes:
-    return b"key-%d" % i
 
 
 def run_child(impl: str, body: str) -> subprocess.CompletedProcess:

@@ -40,7 +40,7 @@ from typing import Any
 import pytest
 
 import offload_stub
-from offload_stub import SCENARIOS, recorded_run, write_model_config
+from offload_stub import SCENARIOS, recorded_run
 
 TESTS_DIR = Path(__file__).resolve().parent
 VLLM_ARC = "vllm.v1.kv_offload.cpu.policies.arc.ARCCachePolicy"
@@ -93,24 +93,12 @@ class _TwinProcess:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return write_model_config(str(tmp_path_factory.mktemp("tiny-llama")))
-
-
-@pytest.fixture(scope="module")
 def twin(model_dir: str, tmp_path_factory: pytest.TempPathFactory):
     process = _TwinProcess(model_dir, tmp_path_factory.mktemp("twin") / "runs.json")
     yield process
     if process.proc.poll() is None:
         process.proc.kill()
         process.proc.communicate()
-
-
-@pytest.fixture(scope="module")
-def plugins_loaded() -> None:
-    import vllm.plugins
-
-    vllm.plugins.load_general_plugins()
 
 
 def _by_kind(log: list[list[Any]]) -> dict[str, list[Any]]:

@@ -33,15 +33,10 @@ from typing import Any
 
 import pytest
 
-from offload_stub import TIERING_SCENARIOS, recorded_run, write_model_config
+from offload_stub import TIERING_SCENARIOS, recorded_run
 from test_scheduler_e2e import _TwinProcess, check_every_route
 
 VLLM_LRU = "vllm.v1.kv_offload.cpu.policies.lru.LRUCachePolicy"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return write_model_config(str(tmp_path_factory.mktemp("tiny-llama")))
 
 
 @pytest.fixture(scope="module")
@@ -53,13 +48,6 @@ def twin(model_dir: str, tmp_path_factory: pytest.TempPathFactory):
     if process.proc.poll() is None:
         process.proc.kill()
         process.proc.communicate()
-
-
-@pytest.fixture(scope="module")
-def plugins_loaded() -> None:
-    import vllm.plugins
-
-    vllm.plugins.load_general_plugins()
 
 
 def _assert_same_run(oracle: dict[str, Any], other: dict[str, Any]) -> None:
