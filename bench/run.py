@@ -173,30 +173,29 @@ def targets(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
             "figure": f"multi-turn at {tag}: the breakdown's parts' sum vs the measured step, "
                       "worst abs(median over steps of sum/step - 1) over contenders and latencies",
             "measured": round(dev, 3), "former_goal": "<= 0.1",
-            "why": "how far to trust the breakdown's parts, not a property of arc_cy. The "
-                   "parts' sum exceeds the step by 0.06 to 0.11 across runs of the default "
-                   "suite (0.08, 0.06, 0.11 at 100K; 0.07 at 1M): the timing wrappers cost "
-                   "more inside the scheduler than in their calibration loop, and by how much "
-                   "varies from run to run, so it passed and missed a goal of 0.1 by chance."})
+            "why": "it says how far to trust the breakdown's parts, not how good arc_cy is. "
+                   "The timing wrappers cost more inside the scheduler than in their "
+                   "calibration loop, by 0.06 to 0.11 of the step from run to run, so it "
+                   "passed and missed a goal of 0.1 by chance (docs/benchmarks.md)."})
         reported.append({
             "figure": f"multi-turn at {tag}, {held}: eviction time per step (mean), "
                       "arc_cy / vLLM arc", "measured": l8["evict_mean_ratio"],
             "former_goal": "<= 0.1x",
-            "why": "the wrong yardstick. Evictions here are small (about 20 chunks a call), so "
-                   "arc_cy's evict is bound by fixed per-call costs, not by the per-chunk "
-                   "costs of evict(1024) that the goal assumed; and eviction is about 1% of "
-                   "vLLM arc's step. evict.py's targets judge eviction; the policy-time target "
-                   "above judges what arc_cy changes in a step."})
+            "why": "the wrong yardstick. Evictions here are small (about 20 chunks a call), "
+                   "so arc_cy's evict is bound by fixed per-call costs, not by the per-chunk "
+                   "costs of evict(1024) that the goal assumed, and eviction is about 1% of "
+                   "vLLM arc's step. evict.py's targets judge eviction, the policy-time "
+                   "target what arc_cy changes in a step."})
         gap = l8["arc_cy_gap_to_bound_over_vllm_arc"]
         reported.append({
             "figure": f"multi-turn at {tag}, {held}: arc_cy's distance to the bound (vLLM arc's "
                       "step less its policy time), / vLLM arc's step, p50 / p99",
             "measured": f"{gap['p50']:.3f} / {gap['p99']:.3f}", "former_goal": "<= 0.05",
-            "why": "noise-level. The distance is arc_cy's own policy time, about 0.05 of the "
-                   "step, so the goal sat on the measured value: the p50 passed and missed "
-                   "from run to run (0.02 to 0.05), and a single run's p99 on a shared 2-core "
-                   "machine moves by as much as the policy's whole share. The policy-time "
-                   "target judges the same time directly."})
+            "why": "noise-level. The distance is arc_cy's own policy time, about 0.05 of "
+                   "the step, so the goal sat on the measured value (the p50 was 0.02 to 0.05 "
+                   "from run to run), and a single run's p99 on a shared 2-core machine moves "
+                   "by as much as the policy's whole share. The policy-time target judges "
+                   "that time directly."})
     return rows, reported
 
 
