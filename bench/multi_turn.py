@@ -64,7 +64,7 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests"))  # offload_stub
+sys.path.insert(0, os.path.join(ROOT, "tests"))  # offload_stub, chat_workload
 sys.path.insert(0, HERE)
 
 import benchlib as bl  # noqa: E402
