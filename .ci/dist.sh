@@ -22,10 +22,10 @@ with tarfile.open(sdist) as tar:
 tracked = set(subprocess.run(["git", "-C", root, "ls-files"], capture_output=True,
                              text=True, check=True).stdout.split())
 # Everything needed to build and test: the package, its build files, and
-# every tracked file under tests/ and .ci/ (bench/ too, less its results).
+# every tracked file under tests/ and .ci/ (bench/ too, less its reference run).
 need = {f for f in tracked
         if f.startswith(("arc_cy/", "tests/", ".ci/"))
-        or (f.startswith("bench/") and not f.startswith("bench/results/"))}
+        or (f.startswith("bench/") and not f.startswith(("bench/results/", "bench/reference/")))}
 need |= {"LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", "setup.py", "MANIFEST.in"}
 missing = sorted(need - names)
 generated = sorted(n for n in names if n.endswith((".c", ".so", ".html", ".pyc")))

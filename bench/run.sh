@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job: the benchmark suite (default: about 6 minutes on 2 cores;
 # --full: the whole grid, with the multi-turn scheduler bench at 1M chunks:
-# add about 35 minutes for that part). Results go to bench/results/ (or --out DIR).
+# add about 35 minutes for that part). Results go to bench/results/, which git
+# ignores (or --out DIR); --reference also copies the report to
+# bench/reference/, the committed reference run. See docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source .ci/env.sh

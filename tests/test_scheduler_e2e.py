@@ -17,7 +17,8 @@ manager on:
 Every run must make exactly the decisions of vLLM's ARC: the same lookups
 hit, the same keys stored, evicted, loaded and rejected in the same order,
 and the same final T1/T2/B1/B2 state. The stub spec and the harness are in
-``tests/offload_stub.py``.
+``tests/offload_stub.py``, the workload in ``tests/chat_workload.py``, the
+recorder and the scenarios in ``tests/recorder.py``.
 
 The child process runs vLLM's ARC too, and the twin is compared with that
 run: vLLM's scheduler iterates sets of request ids (e.g. finished requests'
@@ -40,7 +41,7 @@ from typing import Any
 import pytest
 
 import offload_stub
-from offload_stub import SCENARIOS, recorded_run
+from recorder import SCENARIOS, TEST_HARNESS, recorded_run
 
 TESTS_DIR = Path(__file__).resolve().parent
 VLLM_ARC = "vllm.v1.kv_offload.cpu.policies.arc.ARCCachePolicy"
@@ -66,7 +67,7 @@ class _TwinProcess:
                 sys.executable,
                 "-P",
                 "-m",
-                "offload_stub",
+                "recorder",
                 "--model-dir",
                 model_dir,
                 "--policies",
@@ -221,13 +222,13 @@ def check_every_route(
 
 def test_stub_spec_is_loaded_out_of_tree(model_dir: str) -> None:
     """vLLM built the connector's spec from spec_module_path, and its
-    manager is the real CPUOffloadingManager (recording subclass)."""
+    manager is the real CPUOffloadingManager."""
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
     harness = offload_stub.SchedulerHarness(
         model_dir,
-        offload_stub.offloading_extra_config("lru", num_chunks=8, record=False),
-        **offload_stub.TEST_HARNESS,
+        offload_stub.offloading_extra_config("lru", num_chunks=8),
+        **TEST_HARNESS,
     )
     assert type(harness.manager) is CPUOffloadingManager
     assert harness.manager._num_chunks == 8
@@ -236,5 +237,35 @@ def test_stub_spec_is_loaded_out_of_tree(model_dir: str) -> None:
         offload_stub.SchedulerHarness(
             model_dir,
             offload_stub.offloading_extra_config("lru"),
-            **offload_stub.TEST_HARNESS,
+            **TEST_HARNESS,
         )
+
+
+@pytest.mark.parametrize("allocate", ["prepare_store", "prepare_write"])
+@pytest.mark.parametrize("pin", ["prepare_load", "prepare_read"])
+def test_recorder_rejects_evicting_a_pinned_chunk(allocate: str, pin: str) -> None:
+    """The recorder's safety check, on both routes' calls: a store (or a
+    tiering promotion) that evicts a chunk pinned by a load (or a cascade
+    read), or one still being stored, fails the run."""
+    from types import SimpleNamespace
+
+    from recorder import DecisionRecorder
+
+    evicting: list[bytes] = []
+
+    def allocate_chunks(keys: Collection[bytes], ctx: Any) -> Any:
+        return SimpleNamespace(keys_to_store=list(keys), evicted_keys=list(evicting))
+
+    manager = SimpleNamespace(
+        **{pin: lambda keys, ctx: None, allocate: allocate_chunks},
+        stores_skipped_in_current_batch=0,
+    )
+    recorder = DecisionRecorder(manager)
+    getattr(manager, pin)([b"pinned"], None)
+    getattr(manager, allocate)([b"new"], None)  # evicts nothing: fine
+    for victim in (b"pinned", b"new"):  # loading; still being stored
+        evicting[:] = [victim]
+        with pytest.raises(AssertionError, match="pinned or still being stored"):
+            getattr(manager, allocate)([b"other"], None)
+    kinds = {"prepare_store": "store", "prepare_write": "promote"}
+    assert [e[0] for e in recorder.log] == [pin.removeprefix("prepare_"), kinds[allocate]]

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from offload_stub import TIERING_SCENARIOS, recorded_run
+from recorder import TIERING_SCENARIOS, recorded_run
 from test_scheduler_e2e import _TwinProcess, check_every_route
 
 VLLM_LRU = "vllm.v1.kv_offload.cpu.policies.lru.LRUCachePolicy"
