@@ -10,6 +10,9 @@
 #   * tests/test_vllm_releases.py: that release's own CPUOffloadingManager
 #     and CachePolicyFactory, driven as its scheduler drives them (0.30's
 #     touches included), by the plugin name and by the module path;
+#   * tests/test_scheduler_e2e.py and tests/test_tiering.py: that release's
+#     real v1 Scheduler and OffloadingConnector (and tiering spec) on CPU,
+#     arc_cy against vLLM's arc, decision for decision;
 #   * the differential tests on random policy calls and manager traffic
 #     (the calls that release makes), and the vLLM PR 55461 cases;
 #   * `python -m arc_cy`, the operator's self-check, through that release's
@@ -19,8 +22,9 @@
 set -euo pipefail
 version=${1:?usage: .ci/vllm_compat.sh VLLM_VERSION [--stand-in POLICY] [pytest args]}
 shift
-tests=(tests/test_vllm_releases.py tests/test_differential.py tests/test_manager.py)
-select="releases or random or pr_55461"
+tests=(tests/test_vllm_releases.py tests/test_scheduler_e2e.py tests/test_tiering.py
+       tests/test_differential.py tests/test_manager.py)
+select="releases or scheduler_e2e or tiering or random or pr_55461"
 if [ "${1:-}" = --stand-in ]; then
     export ARC_CY_COMPAT_STAND_IN=${2:?--stand-in needs a vLLM policy name, e.g. lru}
     shift 2
@@ -37,14 +41,13 @@ if [ ! -f "$env/.arc_cy-ready" ]; then
     echo "compat: creating $env with vllm==$version on Python $pyver (several minutes)" >&2
     rm -rf "$env"
     "$base_py" -m venv "$env"
-    "$py" -m pip install -q "vllm==$version" "pytest>=8" "hypothesis>=6.100"
-    # Where pip takes a CPU build of torch from this machine's disk, PyPI's
-    # torchvision and torchaudio fail to load beside it; the checks below
-    # need neither.
-    "$py" -m pip uninstall -y -q torchvision torchaudio torchcodec
+    # uv, as for the CI environments: parallel downloads, and files it has
+    # fetched before are linked, not copied.
+    "$py" -m pip install -q --disable-pip-version-check "$(grep -h '^uv==' "$root"/.ci/requirements-py*.lock | head -1)"
+    "$py" -m uv pip install -q --python "$py" "vllm==$version" "pytest>=8" "hypothesis>=6.100"
     touch "$env/.arc_cy-ready"
 fi
-"$py" -m pip install -q --force-reinstall --no-deps "$root"
+"$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$root"
 echo "compat: vLLM $("$py" -c 'import vllm; print(vllm.__version__)' 2>/dev/null | tail -1) on Python $pyver, arc_cy from $root${ARC_CY_COMPAT_STAND_IN:+, with the vLLM policy $ARC_CY_COMPAT_STAND_IN standing in for arc_cy}" >&2
 cd "$root"
 ARC_CY_IGNORE_VLLM_VERSION=1 "$py" -P -m pytest -p no:cacheprovider "${tests[@]}" -k "$select" "$@"

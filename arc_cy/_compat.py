@@ -1,10 +1,11 @@
 """Which vLLM releases arc_cy supports: declared here, and only here.
 
 arc_cy is checked decision for decision against the ``ARCCachePolicy`` of
-the vLLM releases in ``SUPPORTED_VLLM``: 0.33 in CI, 0.32 by
-``.ci/vllm_compat.sh 0.32.0``. The ``CachePolicy`` interface changes between
-vLLM releases (0.32's ``insert`` has no ``req_context``; 0.33 adds
-``on_request_access``), so on any other release the vLLM plugin refuses to
+the vLLM releases in ``SUPPORTED_VLLM``: 0.33 in CI, 0.30 to 0.32 by
+``.ci/vllm_compat.sh VERSION``. They ship the same ARC, but the interface
+around it changes (0.30's scheduler touches, 0.31 adds ``on_store_miss`` and
+``on_request_finished``, 0.33 ``on_request_access`` and ``insert``'s
+``req_context``), so on any other release the vLLM plugin refuses to
 register and ``python -m arc_cy`` fails, unless the operator overrides that.
 """
 
@@ -15,7 +16,7 @@ import os
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-SUPPORTED_VLLM = ">=0.32.0,<0.34"
+SUPPORTED_VLLM = ">=0.30.0,<0.34"
 """The vLLM versions arc_cy supports, as a PEP 440 specifier."""
 
 OVERRIDE_ENV = "ARC_CY_IGNORE_VLLM_VERSION"

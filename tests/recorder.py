@@ -58,6 +58,9 @@ class DecisionRecorder:
         # Keys allocated by prepare_store/prepare_write, not yet completed.
         self._storing: set[OffloadKey] = set()
         self._skipped = 0
+        # The largest target_t1_size seen after a store (ARC policies only):
+        # whether ghost hits moved it, whatever its final value.
+        self.target_max: float = 0
         # (The primary tier's read/write methods are its aliases of
         # load/store, bound at its __init__: wrapped separately below.)
         wrappers = {
@@ -132,6 +135,8 @@ class DecisionRecorder:
                 stored = tuple(output.keys_to_store)
                 self._storing.update(stored)
                 self.log.append((kind, offered, stored, evicted, len(self._pinned)))
+                policy = getattr(self.manager, "_policy", None)  # none on a stub
+                self.target_max = max(self.target_max, getattr(policy, "target_t1_size", 0))
                 return output
 
             return prepare
@@ -303,6 +308,7 @@ def recorded_run(
         }
         state["target_t1_size"] = policy_obj.target_t1_size
         state["target_t1_size_type"] = type(policy_obj.target_t1_size).__name__
+        state["target_t1_size_max"] = recorder.target_max
     policy_cls = type(policy_obj)
     return {
         "policy": policy,

@@ -53,9 +53,9 @@ RUNS = {
     "plugin_excluded": {"VLLM_PLUGINS": "lora_filesystem_resolver"},
     # vllm.__version__ faked to a release arc_cy does not support (see
     # fake_vllm_version): the guard must refuse it.
-    "vllm_unsupported": {"FAKE_VLLM_VERSION": "0.31.0"},
+    "vllm_unsupported": {"FAKE_VLLM_VERSION": "0.29.0"},
     "vllm_unsupported_overridden": {
-        "FAKE_VLLM_VERSION": "0.31.0",
+        "FAKE_VLLM_VERSION": "0.29.0",
         "ARC_CY_IGNORE_VLLM_VERSION": "1",
     },
 }
@@ -158,8 +158,8 @@ def test_refuses_an_unsupported_vllm(
     returncode, stdout, stderr = runs["vllm_unsupported"]
     assert returncode == 1, stdout + stderr
     f = fields(stdout)
-    assert f["vLLM"] == "0.31.0 NOT SUPPORTED"
-    assert "vLLM 0.31.0 is not supported" in f["error"]
+    assert f["vLLM"] == "0.29.0 NOT SUPPORTED"
+    assert "vLLM 0.29.0 is not supported" in f["error"]
     assert f"vllm{arc_cy.SUPPORTED_VLLM}" in f["error"]
     assert "ARC_CY_IGNORE_VLLM_VERSION=1" in f["error"]
     assert f["self-check"].startswith("not run")
@@ -171,7 +171,7 @@ def test_unsupported_vllm_override(runs: dict[str, tuple[int, str, str]]) -> Non
     returncode, stdout, stderr = runs["vllm_unsupported_overridden"]
     assert returncode == 0, stdout + stderr
     f = fields(stdout)
-    assert f["vLLM"].startswith("0.31.0 NOT SUPPORTED")
+    assert f["vLLM"].startswith("0.29.0 NOT SUPPORTED")
     assert f["vLLM"].endswith("used anyway because ARC_CY_IGNORE_VLLM_VERSION is set")
     assert f["plugin"] == '"arc_cy" registered -> arc_cy._arc_c.ARCCachePolicy'
     assert f["self-check"].startswith("ok: ")

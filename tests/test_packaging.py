@@ -85,9 +85,9 @@ def test_every_python_tests_the_same_vllm_and_torch() -> None:
 
 
 def test_classifiers_and_wheels_are_the_verified_pythons() -> None:
-    # Verified means: a lock, so the test command runs there (CI runs
-    # .ci/run's Pythons; .ci/pythons.sh the rest on demand). The metadata
-    # and cibuildwheel claim exactly those, no more.
+    # Verified means: a lock, so that the test command runs there, and CI
+    # runs it on every one of them (.ci/run). The metadata and cibuildwheel
+    # claim exactly those Pythons, no more.
     project = pyproject()
     versions = lock_versions()
     prefix = "Programming Language :: Python :: 3."

@@ -2,7 +2,8 @@
 
 The same multi-turn chat workload (shared system prompts, conversations that
 grow by their earlier turns, preemptions, aborts, loads in flight across
-steps) runs through vLLM 0.33.0's ``Scheduler`` with the CPU offloading
+steps) runs through the installed vLLM's ``Scheduler`` (0.33.0 in the test
+suite, older releases under ``.ci/vllm_compat.sh``) with the CPU offloading
 manager on:
 
 - ``"arc"``: vLLM's own ARC policy (the oracle);
@@ -162,7 +163,7 @@ def _assert_workload_exercised(run: dict[str, Any], scenario: str) -> None:
         # Reused chunks were promoted to T2 and evicted from it, and ghost
         # hits moved the adaptive target.
         assert state["t2"] and state["b2"]
-        assert state["target_t1_size"] > 0
+        assert state["target_t1_size_max"] > 0
     if scenario == "tight":
         assert run["num_chunks"] == 24  # from cpu_bytes_to_use
         assert kinds["reject"] > 0

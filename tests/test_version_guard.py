@@ -22,7 +22,10 @@ from arc_cy._compat import OVERRIDE_ENV, SUPPORTED_VLLM, vllm_supported
         ("0.33.0+cu130", True),
         ("0.32.0", True),
         ("0.32.9", True),
-        ("0.31.0", False),
+        ("0.31.0", True),
+        ("0.30.0", True),
+        ("0.30.0rc2", True),
+        ("0.29.1", False),
         ("0.33.0rc1", True),
         ("0.34.0", False),
         ("0.34.0rc1", False),
@@ -54,7 +57,7 @@ def test_registers_on_a_supported_vllm(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-@pytest.mark.parametrize("fake", ["0.31.0", "0.34.0"])
+@pytest.mark.parametrize("fake", ["0.29.1", "0.34.0"])
 def test_refuses_an_unsupported_vllm(
     fake: str,
     registry: dict[str, object],
@@ -79,20 +82,20 @@ def test_override_registers_with_a_warning(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(vllm, "__version__", "0.31.0")
+    monkeypatch.setattr(vllm, "__version__", "0.29.1")
     monkeypatch.setenv(OVERRIDE_ENV, "1")
     with caplog.at_level(logging.INFO, logger=plugin.logger.name):
         plugin.register()
     assert CachePolicyFactory.get_cache_policy_cls("arc_cy") is arc_cy.ARCCachePolicy
     levels = [r.levelno for r in caplog.records]
     assert levels == [logging.WARNING, logging.INFO]
-    assert "unsupported vLLM 0.31.0" in caplog.records[0].getMessage()
+    assert "unsupported vLLM 0.29.1" in caplog.records[0].getMessage()
 
 
 def test_override_zero_is_off(
     registry: dict[str, object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(vllm, "__version__", "0.31.0")
+    monkeypatch.setattr(vllm, "__version__", "0.29.1")
     monkeypatch.setenv(OVERRIDE_ENV, "0")
     plugin.register()
     assert "arc_cy" not in registry
