@@ -867,24 +867,33 @@ def test_last_chunk_type_is_not_kept_alive(policy_cls, how):
     policy._check_invariants()
 
 
+def _chunk_type(name, fields):
+    return type(name, (ctypes.Structure,), {"_fields_": fields})
+
+
 def test_a_chunk_type_made_at_a_freed_types_address_is_checked_again(policy_cls):
-    """With the type held weakly, a new type may be allocated where the
-    last one was: its ref_cnt offset must be looked up, not reused."""
-    policy = policy_cls(64)
-    for i in range(40):
-        pad = ctypes.c_char * (4 * (i % 5))
-        tp = type(f"T{i}", (ctypes.Structure,), {"_fields_": [("pad", pad), ("ref_cnt", ctypes.c_int32)]})
-        chunk = tp()
-        chunk.ref_cnt = i % 2
-        ctypes.memset(ctypes.addressof(chunk), 0xFF, 4 * (i % 5))  # pad: not 0
-        policy.insert(K(i), chunk, CTX)
-        got = policy.evict(1, ())
-        assert (got is not None) == (i % 2 == 0), i
-        if got is None:
-            policy.remove(K(i))
-        del tp, chunk, got
+    """With the type held weakly, a new type may be made where the cached
+    one was, and a resident chunk given that type: its ref_cnt offset must
+    be looked up, not taken from the cache."""
+    for attempt in range(200):
+        policy = policy_cls(4)
+        old = _chunk_type("Old", [("ref_cnt", ctypes.c_int32), ("pad", ctypes.c_char * 12)])
+        old_id = id(old)
+        chunk = old()
+        policy.insert(K(1), chunk, CTX)  # the cache: Old, ref_cnt at 0
+        chunk.__class__ = Small  # no read: the cache still says Old
+        del old
         gc.collect()
-    policy._check_invariants()
+        new = _chunk_type("New", [("pad", ctypes.c_char * 8), ("ref_cnt", ctypes.c_int32)])
+        if id(new) != old_id:
+            continue
+        chunk.__class__ = new
+        ctypes.memset(ctypes.addressof(chunk), 0, 16)
+        ctypes.memset(ctypes.addressof(chunk), 1, 4)  # at Old's offset: pinned
+        assert chunk.ref_cnt == 0  # at New's offset: evictable
+        assert policy.evict(1, ()) == [(K(1), chunk)]
+        return
+    pytest.fail("no type was made at a freed type's address in 200 attempts")
 
 
 # --- 10. the documented divergence, and copy/pickle -----------------------------
