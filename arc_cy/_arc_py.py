@@ -43,7 +43,7 @@ __all__ = ["ARCCachePolicy"]
 _INSERTED_ONLY = "inserted only"
 _REUSED = "reused"
 # What _chunk_type refers to before any chunk is seen (no chunk is a None).
-_NO_TYPE = weakref.ref(type(None))
+_NO_TYPE: weakref.ref[type] = weakref.ref(type(None))
 
 
 class ARCCachePolicy(CachePolicy):
@@ -66,17 +66,17 @@ class ARCCachePolicy(CachePolicy):
         self._capacity = capacity
         self._max_entries = MAX_ENTRIES
         self._target: float = 0.0
-        self._chunk_type = _NO_TYPE  # the last chunk type checked, weakly
-        if again:
-            for od in self._lists:  # in turn, as clear()
-                od.clear()
+        self._chunk_type: weakref.ref[type] = _NO_TYPE  # the last chunk type checked
+        if not again:
+            self._t1: OrderedDict[Any, ChunkStatus] = OrderedDict()
+            self._t2: OrderedDict[Any, ChunkStatus] = OrderedDict()
+            self._b1: OrderedDict[Any, None] = OrderedDict()
+            self._b2: OrderedDict[Any, None] = OrderedDict()
+            self._lists = (self._t1, self._t2, self._b1, self._b2)
+            self._views = tuple(ListView(self, i) for i in range(4))
             return
-        self._t1: OrderedDict[Any, ChunkStatus] = OrderedDict()
-        self._t2: OrderedDict[Any, ChunkStatus] = OrderedDict()
-        self._b1: OrderedDict[Any, None] = OrderedDict()
-        self._b2: OrderedDict[Any, None] = OrderedDict()
-        self._lists = (self._t1, self._t2, self._b1, self._b2)
-        self._views = tuple(ListView(self, i) for i in range(4))
+        for od in self._lists:  # in turn, as clear()
+            od.clear()
 
     def __getstate__(self) -> dict[str, Any]:
         # for copy and pickle: the chunk-type cache (a weak reference) is not
@@ -217,7 +217,7 @@ class ARCCachePolicy(CachePolicy):
         self._enter("on_store_miss")
         self._busy = "on_store_miss"
         try:
-            keys = tuple(keys)
+            keys = _held(keys)
             self._looked_up(keys, self._b1, self._b2)
             for key in reversed(keys):
                 self._adapt_to_ghost_hit(key)
@@ -229,7 +229,7 @@ class ARCCachePolicy(CachePolicy):
         self._busy = "touch"
         try:
             t1, t2 = self._t1, self._t2
-            keys = tuple(keys)
+            keys = _held(keys)
             # A t1 chunk whose ref_cnt cannot be read fails before any change.
             for chunk in self._looked_up(keys, *self._lists):
                 read_ref_cnt(chunk)
@@ -265,7 +265,7 @@ class ARCCachePolicy(CachePolicy):
         self._busy = "on_request_finished"
         try:
             t1, t2 = self._t1, self._t2
-            keys = tuple(order_request_keys(key_groups, req_context))
+            keys = _held(order_request_keys(key_groups, req_context))
             # Classify (tail first), then look up: a failure changes nothing.
             kinds = tuple(
                 _INSERTED_ONLY
@@ -389,6 +389,13 @@ class ARCCachePolicy(CachePolicy):
             )
 
 
+def _held(keys: Iterable[Any]) -> tuple[Any, ...]:
+    """The keys as working storage: a tuple. Made through an iterator, as
+    CPython 3.11's tuple(list) reads the list's items after allocating the
+    tuple, which may run a collection (and hooks that empty the list)."""
+    return keys if type(keys) is tuple else tuple(iter(keys))
+
+
 def _select(
     t1: OrderedDict[Any, ChunkStatus],
     t2: OrderedDict[Any, ChunkStatus],
@@ -422,7 +429,9 @@ def _select(
         virtual_t1_size -= 1
 
 
-def _values_in_first(keys: tuple[Any, ...], lists: tuple[OrderedDict, ...]) -> Iterator[Any]:
+def _values_in_first(
+    keys: tuple[Any, ...], lists: tuple[OrderedDict[Any, Any], ...]
+) -> Iterator[Any]:
     first = lists[0]
     for key in keys:
         for od in lists:

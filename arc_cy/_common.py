@@ -86,7 +86,7 @@ def _forget_type(key: int, ref: weakref.ref[type]) -> None:
 # What instance attribute access uses, read past any metaclass override.
 _type_mro = type.__dict__["__mro__"].__get__
 _type_namespace = type.__dict__["__dict__"].__get__
-_CField = type(ChunkStatus.ref_cnt)  # ctypes' field descriptor
+_CField: Any = type(ChunkStatus.ref_cnt)  # ctypes' field descriptor
 _OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
 
 
@@ -117,7 +117,8 @@ def _ref_cnt_offset(tp: type) -> int | None:
         if entry[0] == "ref_cnt":  # the last declaration made the field
             if len(entry) != 2 or entry[1] is not ctypes.c_int32:
                 return None
-            return field.offset  # type: ignore[no-any-return]
+            offset: int = field.offset
+            return offset
     return None
 
 
