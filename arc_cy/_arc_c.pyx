@@ -208,9 +208,9 @@ cdef class ARCCore:
     # --- storage ---------------------------------------------------------
 
     cdef void _empty(self) noexcept:
-        """Forget every entry: the one reset path (__cinit__, clear() and
-        the garbage collector's tp_clear). It needs no allocation, so it
-        cannot fail halfway."""
+        """Forget every entry at once, and give grown memory back: for
+        __cinit__, the garbage collector's tp_clear, and _empty_lists. It
+        needs no allocation, so it cannot fail halfway."""
         cdef Node *nodes = self.nodes
         cdef int32_t used = self.nodes_used
         cdef Slot *small
@@ -252,13 +252,20 @@ cdef class ARCCore:
         """Take list w's entries out of the policy, their references into
         work (LRU first, key then chunk, as a dict releases them); False,
         with nothing done, if work cannot hold them."""
-        cdef int32_t i = self.head[w], nxt
+        cdef int32_t i = self.head[w], nxt, ahead = i
         cdef Node *node
+        cdef int j
         if i == EMPTY:
             return True
         if self._work_grow(2 * self.size[w]) < 0:
             return False
+        for j in range(PREFETCH_AHEAD):  # as _trim: random accesses
+            if ahead == EMPTY:
+                break
+            ahead = self._prefetch_ghost(ahead)
         while i != EMPTY:
+            if ahead != EMPTY:
+                ahead = self._prefetch_ghost(ahead)
             node = &self.nodes[i]
             nxt = node.next
             self._table_del(i)
