@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
+from itertools import repeat
 from ctypes import sizeof
 from collections.abc import Container, Iterable, Iterator, Sequence
 from typing import Any
@@ -310,13 +311,14 @@ class ARCCachePolicy(CachePolicy):
         self._busy = "evict"
         try:
             # Select without changing anything, then apply; both compare keys
-            # (user code), so both run busy.
+            # (user code), so both run busy. picked: (key, chunk) pairs, each
+            # followed by whether it comes from t1.
             picked = tuple(_select(t1, t2, self._target, n, protected))
-            if len(picked) < n:
+            if len(picked) < 2 * n:
                 return None
-            pairs = tuple((key, chunk) for key, chunk, _ in picked)
+            pairs = picked[::2]
             b1, b2 = self._b1, self._b2
-            for key, _, from_t1 in picked:
+            for (key, _), from_t1 in zip(pairs, picked[1::2]):
                 if from_t1:
                     del t1[key]
                     b1[key] = None
@@ -324,10 +326,9 @@ class ARCCachePolicy(CachePolicy):
                     del t2[key]
                     b2[key] = None
             # Forgotten ghosts are released after busy is cleared.
-            released_on_return = tuple(  # noqa: F841
-                ghost.popitem(last=False)
-                for ghost in (b1, b2)
-                for _ in range(len(ghost) - self._capacity)
+            released_on_return = (  # noqa: F841
+                tuple(map(b1.popitem, repeat(False, len(b1) - self._capacity))),
+                tuple(map(b2.popitem, repeat(False, len(b2) - self._capacity))),
             )
             return list(pairs)
         finally:
@@ -402,10 +403,10 @@ def _select(
     target: float,
     n: int,
     protected: Container[Any],
-) -> Iterator[tuple[Any, ChunkStatus, bool]]:
-    """Up to n victims, as (key, chunk, from_t1), in vLLM's order; fewer when
-    there are not n. t1's size is tracked virtually, and both scans only
-    move forward (vLLM PR 50992)."""
+) -> Iterator[tuple[Any, ChunkStatus] | bool]:
+    """Up to n victims in vLLM's order (fewer when there are not n), each
+    as its (key, chunk) pair, then whether it comes from t1. t1's size is
+    tracked virtually, and both scans only move forward (vLLM PR 50992)."""
     t1_victims = _victims(t1, protected)
     t2_victims = _victims(t2, protected)
     virtual_t1_size = len(t1)
@@ -414,18 +415,21 @@ def _select(
         if virtual_t1_size >= threshold:
             entry = next(t1_victims, None)
             if entry is not None:
-                yield (*entry, True)
+                yield entry
+                yield True
                 virtual_t1_size -= 1
                 continue
         entry = next(t2_victims, None)
         if entry is not None:
-            yield (*entry, False)
+            yield entry
+            yield False
             continue
         # t2 has no victim left: fall back to t1 (vLLM PR 55461).
         entry = next(t1_victims, None)
         if entry is None:
             return
-        yield (*entry, True)
+        yield entry
+        yield True
         virtual_t1_size -= 1
 
 
