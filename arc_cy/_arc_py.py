@@ -316,7 +316,7 @@ class ARCCachePolicy(CachePolicy):
             picked = tuple(_select(t1, t2, self._target, n, protected))
             if len(picked) < 2 * n:
                 return None
-            pairs = picked[::2]
+            pairs: tuple[tuple[Any, ChunkStatus], ...] = picked[::2]
             b1, b2 = self._b1, self._b2
             for (key, _), from_t1 in zip(pairs, picked[1::2]):
                 if from_t1:
@@ -403,7 +403,7 @@ def _select(
     target: float,
     n: int,
     protected: Container[Any],
-) -> Iterator[tuple[Any, ChunkStatus] | bool]:
+) -> Iterator[Any]:
     """Up to n victims in vLLM's order (fewer when there are not n), each
     as its (key, chunk) pair, then whether it comes from t1. t1's size is
     tracked virtually, and both scans only move forward (vLLM PR 50992)."""
