@@ -5,11 +5,23 @@ Layout: every key the policy knows (t1, t2, b1, b2) has one node in a
 growable array; the four lists are doubly linked through node indices, and
 an open-addressing table maps a key's hash to its node. Moving an entry
 between lists relinks two nodes and never touches the table.
+
+Working storage, one rule for every method: what a call holds while Python
+code may run (a key's __hash__ or __eq__, protected.__contains__, a
+target's arithmetic, a collection and its gc.callbacks) is never a Python
+object that such code could reach and resize. Node indices live in
+`scratch`; references (the caller's keys, copied on entry; the key objects
+a call replaces or forgets; the chunks it drops; the pairs evict() returns)
+live in `work`, a C array that owns them and that tp_traverse visits. They
+are released when the call returns, after busy is cleared, so a __del__
+that calls back finds a consistent policy (and an empty `work`). A list is
+handed to Python only when nothing can run between its allocation and its
+last item (arc_list_from).
 """
 
 cimport cython
 from cpython.object cimport PyObject, PyTypeObject, Py_EQ
-from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
+from cpython.ref cimport Py_INCREF, Py_XINCREF, Py_XDECREF
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
 from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memset
@@ -22,6 +34,7 @@ from arc_cy._common import (
     MSG_DUPLICATE,
     MSG_FULL,
     MSG_MUTATED,
+    MSG_NO_COPY,
     MSG_REENTRANT,
     CachePolicy,
     ListView,
@@ -32,6 +45,10 @@ from arc_cy._common import (
     chunk_ref_offset,
     order_request_keys,
 )
+import weakref
+
+# What last_type_ref refers to before any chunk is seen (no chunk is a None).
+cdef object _NO_TYPE = weakref.ref(type(None))
 
 cdef extern from "Python.h":
     Py_hash_t PyObject_Hash(object) except -1
@@ -40,15 +57,22 @@ cdef extern from "Python.h":
     int PySequence_Contains(PyObject*, PyObject*) except -1
     bint PyAnySet_CheckExact(object)
     bint PyList_CheckExact(object)
+    bint PyTuple_CheckExact(object)
+    Py_ssize_t PySequence_Fast_GET_SIZE(object)
+    PyObject **PySequence_Fast_ITEMS(object)
+    object PyWeakref_NewRef(object, object)
     Py_ssize_t PY_SSIZE_T_MAX
 
 # CPython-layout access lives in this header, with its invariants.
 cdef extern from "_arc_layout.h":
-    int arc_ref_cnt(PyObject *chunk, PyTypeObject *tp, Py_ssize_t off,
+    int arc_ref_cnt(PyObject *chunk, PyObject *type_ref, Py_ssize_t off,
                     int32_t *out) nogil
+    PyObject *arc_weak_target(PyObject *ref) nogil
     Py_ssize_t arc_cdata_size(PyObject *chunk) nogil
     bint arc_check_layout(object inst, size_t address, Py_ssize_t size)
-    void arc_list_swap(list lst, Py_ssize_t k, PyObject *item)
+    void arc_copy_refs(PyObject **dst, PyObject **src, Py_ssize_t n) nogil
+    PyObject *arc_pair(PyObject *a, PyObject *b) except NULL
+    list arc_list_from(PyObject **items, Py_ssize_t n)
     void arc_prefetch(const void *p) nogil
 
 
@@ -62,12 +86,15 @@ cdef enum:
     MIN_TABLE_BITS = 3
     # How far ahead of a list walk the memory it will touch is requested.
     PREFETCH_AHEAD = 8
+    # work keeps its buffer between calls up to this many references
+    # (an evict(1024) with as many ghosts forgotten needs 2048).
+    WORK_KEPT = 4096
 
 # Names of the methods that can be running when user code calls back in.
 cdef tuple OP_NAMES = (
     None, "get", "insert", "remove", "touch", "on_store_miss",
     "on_request_finished", "evict", "clear", "target_t1_size",
-    "_check_invariants",
+    "_check_invariants", "__init__",
 )
 cdef enum:
     OP_GET = 1
@@ -80,6 +107,7 @@ cdef enum:
     OP_CLEAR = 8
     OP_TARGET = 9
     OP_CHECK = 10
+    OP_INIT = 11
 
 cdef enum:
     INSERTED_ONLY = 1
@@ -128,16 +156,20 @@ cdef class ARCCore:
         object target
         Py_ssize_t target_int   # int(target), clamped to Py_ssize_t
         int busy                # OP_* of the running method, or 0
-        int32_t *scratch
+        int32_t *scratch        # node indices of the running call
         Py_ssize_t scratch_cap
+        PyObject **work         # references the running call holds (owned)
+        Py_ssize_t work_used
+        Py_ssize_t work_cap
         Py_ssize_t visits       # entries examined by evict() scans
-        object last_type        # the chunk type last seen, and
-        Py_ssize_t last_off     # its ref_cnt offset
+        object last_type_ref    # a weak reference to the chunk type last
+        Py_ssize_t last_off     # seen, and its ref_cnt offset
         Py_ssize_t max_entries  # t1 + t2 + b1 + b2 never exceed this
 
     def __cinit__(self, *args, **kwargs):
         self.nodes = NULL
         self.scratch = NULL
+        self.work = NULL
         self.table = <Slot *>PyMem_Malloc(sizeof(Slot) << MIN_TABLE_BITS)
         if self.table is NULL:
             raise MemoryError()
@@ -145,27 +177,40 @@ cdef class ARCCore:
         self._empty()
         self.target = 0.0
         self.target_int = 0
-        self.last_type = None
+        self.last_type_ref = _NO_TYPE
         self.max_entries = MAX_ENTRIES
 
     def __dealloc__(self):
+        self._release_work()
+        PyMem_Free(self.work)
         ARCCore._release(self.nodes, self.nodes_used)
         PyMem_Free(self.table)
         PyMem_Free(self.scratch)
 
     def __init__(self, cache_capacity):
-        capacity = check_capacity(cache_capacity)
-        if self.table_used or self.target != 0.0:
-            self.clear()  # __init__ called again: start empty, like the twin
+        # Called again, it starts over as vLLM's __init__ does: capacity and
+        # target first, then the lists are emptied in turn; _max_entries
+        # (arc_cy's own) is reset too.
+        self._enter(OP_INIT)
+        try:
+            capacity = check_capacity(cache_capacity)
+        finally:
+            self._leave()
         self.capacity_obj = capacity
         self.capacity = min(capacity, PY_SSIZE_T_MAX)
+        self.max_entries = MAX_ENTRIES
+        self._set_target(0.0)
+        self._empty_lists()
+
+    def __reduce__(self):
+        raise TypeError(MSG_NO_COPY.format(type(self).__qualname__))
 
     # --- storage ---------------------------------------------------------
 
     cdef void _empty(self) noexcept:
-        """Forget every entry: the one reset path (__cinit__, clear() and
-        the garbage collector's tp_clear). It needs no allocation, so it
-        cannot fail halfway."""
+        """Forget every entry at once, and give grown memory back: for
+        __cinit__, the garbage collector's tp_clear, and _empty_lists. It
+        needs no allocation, so it cannot fail halfway."""
         cdef Node *nodes = self.nodes
         cdef int32_t used = self.nodes_used
         cdef Slot *small
@@ -189,6 +234,51 @@ cdef class ARCCore:
             self.version[w] += 1
         # Released last: a __del__ that calls back finds an empty policy.
         ARCCore._release(nodes, used)
+
+    cdef void _empty_lists(self) noexcept:
+        """Empty t1, t2, b1 and b2 in turn, as vLLM's clear() does: a list's
+        entries are released (busy is clear) once it is empty, before the
+        next list is touched. Then the memory goes back, unless entries were
+        added meanwhile."""
+        cdef uint8_t w
+        for w in range(4):
+            if not self._detach(w):
+                self._empty()  # no memory to hold them: all at once
+            self._release_work()
+        if self.table_used == 0:
+            self._empty()
+
+    cdef bint _detach(self, uint8_t w) noexcept:
+        """Take list w's entries out of the policy, their references into
+        work (LRU first, key then chunk, as a dict releases them); False,
+        with nothing done, if work cannot hold them."""
+        cdef int32_t i = self.head[w], nxt, ahead = i
+        cdef Node *node
+        cdef int j
+        if i == EMPTY:
+            return True
+        if self._work_grow(2 * self.size[w]) < 0:
+            return False
+        for j in range(PREFETCH_AHEAD):  # as _trim: random accesses
+            if ahead == EMPTY:
+                break
+            ahead = self._prefetch_ghost(ahead)
+        while i != EMPTY:
+            if ahead != EMPTY:
+                ahead = self._prefetch_ghost(ahead)
+            node = &self.nodes[i]
+            nxt = node.next
+            self._table_del(i)
+            self._hold(node.key)
+            if node.chunk is not NULL:
+                self._hold(node.chunk)
+            self._free_node(i)
+            i = nxt
+        self.head[w] = EMPTY
+        self.tail[w] = EMPTY
+        self.size[w] = 0
+        self.version[w] += 1
+        return True
 
     @staticmethod
     cdef void _release(Node *nodes, int32_t used) noexcept:
@@ -414,6 +504,76 @@ cdef class ARCCore:
         self._unlink(i)
         self._link(i, w)
 
+    cdef inline void _to_end(self, int32_t i, uint8_t w) noexcept:
+        """OrderedDict.move_to_end: node i, in list w, goes to its MRU end;
+        already there, nothing changes (iterators go on)."""
+        if self.tail[w] != i:
+            self._move(i, w)
+
+    # --- working storage (see the top of this file) -----------------------
+
+    cdef int _work_grow(self, Py_ssize_t n) noexcept:
+        """Room for n more references in work; -1 (no exception set) if
+        there is no memory for it."""
+        cdef Py_ssize_t need = self.work_used + n
+        cdef Py_ssize_t cap = max(need, 2 * self.work_cap, 64)
+        cdef PyObject **grown
+        if need <= self.work_cap:
+            return 0
+        grown = <PyObject **>PyMem_Realloc(self.work, cap * sizeof(PyObject *))
+        if grown is NULL:
+            return -1
+        self.work = grown
+        self.work_cap = cap
+        return 0
+
+    cdef inline int _work_reserve(self, Py_ssize_t n) except -1:
+        if self.work_used + n > self.work_cap and self._work_grow(n) < 0:
+            raise MemoryError()
+        return 0
+
+    cdef inline void _hold(self, PyObject *ref) noexcept:
+        """Move an owned reference into work (room was reserved)."""
+        self.work[self.work_used] = ref
+        self.work_used += 1
+
+    cdef Py_ssize_t _hold_keys(self, keys) except -1:
+        """Copy the caller's keys into work (at 0..n, work being empty
+        between calls) and return n. A list or tuple is read as given:
+        nothing runs between reading its items and copying them."""
+        cdef Py_ssize_t n
+        if not (PyList_CheckExact(keys) or PyTuple_CheckExact(keys)):
+            keys = tuple(keys)
+        n = PySequence_Fast_GET_SIZE(keys)
+        self._work_reserve(n)
+        arc_copy_refs(self.work + self.work_used, PySequence_Fast_ITEMS(keys), n)
+        self.work_used += n
+        return n
+
+    cdef inline void _leave(self) noexcept:
+        """End of a call: not busy, then what it held is released."""
+        self.busy = 0
+        if self.work_used:
+            self._release_work()
+
+    cdef void _release_work(self) noexcept:
+        """Release the references in work. A __del__ run meanwhile may call
+        the policy again: it finds work empty (and gets a buffer of its own)."""
+        cdef PyObject **items = self.work
+        cdef Py_ssize_t k, n = self.work_used, cap = self.work_cap
+        if n == 0:
+            return
+        self.work = NULL
+        self.work_used = 0
+        self.work_cap = 0
+        for k in range(n):
+            Py_XDECREF(items[k])
+        if self.work is NULL and cap <= WORK_KEPT:
+            self.work = items
+            self.work_cap = cap
+        else:
+            PyMem_Free(items)
+
     # --- helpers ---------------------------------------------------------
 
     cdef inline int _enter(self, int op) except -1:
@@ -425,23 +585,26 @@ cdef class ARCCore:
 
     cdef inline Py_ssize_t _ref_off(self, object chunk) except -1:
         """Offset of ref_cnt in chunk's type (TypeError if it has none)."""
+        cdef Py_ssize_t off
         tp = type(chunk)
-        if tp is not self.last_type:
-            self.last_off = chunk_ref_offset(tp)
-            self.last_type = tp
+        if <PyObject *>tp is not arc_weak_target(<PyObject *>self.last_type_ref):
+            off = chunk_ref_offset(tp)
+            # Held weakly: a type made at run time is not kept alive.
+            self.last_type_ref = PyWeakref_NewRef(tp, None)
+            self.last_off = off
         return self.last_off
 
     cdef inline int _ref_cnt(self, PyObject *chunk, int32_t *out) except -1:
         """chunk.ref_cnt, read through the chunk's current type (it may have
         changed since insert()) and within its buffer."""
-        if arc_ref_cnt(chunk, <PyTypeObject *>self.last_type, self.last_off,
+        if arc_ref_cnt(chunk, <PyObject *>self.last_type_ref, self.last_off,
                        out) == 0:
             return 0
         return self._ref_cnt_slow(chunk, out)
 
     cdef int _ref_cnt_slow(self, PyObject *chunk, int32_t *out) except -1:
         cdef Py_ssize_t off = self._ref_off(<object>chunk)
-        if arc_ref_cnt(chunk, <PyTypeObject *>self.last_type, off, out) == 0:
+        if arc_ref_cnt(chunk, <PyObject *>self.last_type_ref, off, out) == 0:
             return 0
         raise TypeError(MSG_CHUNK_SIZE.format(
             type(<object>chunk).__qualname__, arc_cdata_size(chunk), off))
@@ -494,30 +657,27 @@ cdef class ARCCore:
             if 0 > value:  # max(value, 0)
                 value = 0
         self._set_target(value)
-        self._move(i, w)
+        self._to_end(i, w)
         return 0
 
-    cdef int _resolve(self, list keys, int lists, int32_t *found) except -1:
-        """Look every key up before anything changes, so that a failing
-        lookup changes nothing: found[j] becomes the node of keys[j] in
-        lists, or EMPTY. keys is a private list (callbacks cannot resize
-        it)."""
+    cdef int _resolve(self, Py_ssize_t n, int lists, int32_t *found) except -1:
+        """Look the n keys in work up before anything changes, so that a
+        failing lookup changes nothing: found[j] becomes the node of key j
+        in lists, or EMPTY."""
         cdef Py_ssize_t j
-        for j in range(len(keys)):
-            key = keys[j]
+        for j in range(n):
+            key = <object>self.work[j]
             found[j] = self._find(key, PyObject_Hash(key), lists)
         return 0
 
-    cdef inline void _set_key(self, int32_t i, object key, list trash,
-                              Py_ssize_t k) noexcept:
+    cdef inline void _set_key(self, int32_t i, PyObject *key) noexcept:
         """Store the caller's key object in node i, as vLLM's dict
-        assignments do; the old one goes to trash[k], released when the
-        call returns, after busy is cleared (as the pure twin does)."""
+        assignments do; the old one goes to work (room was reserved)."""
         cdef Node *node = &self.nodes[i]
-        if node.key is not <PyObject *>key:
-            Py_INCREF(key)
-            arc_list_swap(trash, k, node.key)
-            node.key = <PyObject *>key
+        if node.key is not key:
+            Py_XINCREF(key)
+            self._hold(node.key)
+            node.key = key
 
     # --- attributes ------------------------------------------------------
 
@@ -535,7 +695,7 @@ cdef class ARCCore:
         try:
             self._set_target(check_target(value))
         finally:
-            self.busy = 0
+            self._leave()
 
     @property
     def t1(self):
@@ -591,7 +751,6 @@ cdef class ARCCore:
         cdef Py_hash_t h
         cdef int32_t i
         cdef Node *node
-        cdef object old_key = None
         cdef uint8_t shared = 0
         self._enter(OP_INSERT)
         try:
@@ -615,77 +774,69 @@ cdef class ARCCore:
                 if node.where <= T2:
                     raise ValueError(
                         MSG_DUPLICATE.format(key, LIST_NAMES[node.where]))
-                # A ghost comes back: reuse its node, keep the new key object.
-                # The old one is released when this call returns.
+                # A ghost comes back: reuse its node, keep the new key object
+                # (the old one is released when this call returns).
+                self._work_reserve(1)
                 self._unlink(i)
-                old_key = <object>node.key
-                Py_DECREF(old_key)
+                self._hold(node.key)
             Py_INCREF(key)
             Py_INCREF(chunk)
             node.key = <PyObject *>key
             node.chunk = <PyObject *>chunk
             self._link(i, T1)
         finally:
-            self.busy = 0
+            self._leave()
 
     def remove(self, key):
         cdef int32_t i
         cdef Node *node
-        cdef object old_key = None, old_chunk = None
         self._enter(OP_REMOVE)
         try:
             i = self._find(key, PyObject_Hash(key), IN_T)
             if i != EMPTY:
+                self._work_reserve(2)
                 node = &self.nodes[i]
                 self._unlink(i)
                 self._table_del(i)
-                # Dropped when this call returns, after busy is cleared, so
-                # a __del__ that calls back finds a consistent policy.
-                old_key = <object>node.key
-                old_chunk = <object>node.chunk
-                Py_DECREF(old_key)
-                Py_DECREF(old_chunk)
+                self._hold(node.key)
+                self._hold(node.chunk)
                 self._free_node(i)
         finally:
-            self.busy = 0
+            self._leave()
 
     def on_store_miss(self, keys, req_context):
         cdef Py_ssize_t j, n
         cdef int32_t *found
         cdef int32_t i
-        cdef list copy
         self._enter(OP_STORE_MISS)
         try:
-            copy = list(keys)
-            n = len(copy)
+            n = self._hold_keys(keys)
             found = self._scratch(n)
-            self._resolve(copy, IN_B, found)
+            self._resolve(n, IN_B, found)
             for j in range(n - 1, -1, -1):
                 i = found[j]
                 if i != EMPTY:
                     self._adapt(i)
         finally:
-            self.busy = 0
+            self._leave()
 
     def touch(self, keys, req_context):
         cdef Py_ssize_t j, n
         cdef int32_t *found
         cdef int32_t i, ref_cnt
         cdef Node *node
-        cdef list copy, trash
         self._enter(OP_TOUCH)
         try:
-            copy = list(keys)
-            n = len(copy)
+            n = self._hold_keys(keys)
+            self._work_reserve(n)  # for the key objects replaced
             found = self._scratch(n)
-            self._resolve(copy, IN_ANY, found)
+            self._resolve(n, IN_ANY, found)
             # A t1 chunk whose ref_cnt cannot be read fails here, before
             # anything changes.
             for j in range(n):
                 i = found[j]
                 if i != EMPTY and self.nodes[i].where == T1:
                     self._ref_cnt(self.nodes[i].chunk, &ref_cnt)
-            trash = [None] * n
             for j in range(n - 1, -1, -1):
                 i = found[j]
                 if i == EMPTY:
@@ -693,8 +844,8 @@ cdef class ARCCore:
                 node = &self.nodes[i]
                 if node.where == T1:
                     # vLLM pops the entry and stores it again under the
-                    # caller's key object.
-                    self._set_key(i, copy[j], trash, j)
+                    # caller's key object (a change, wherever it was).
+                    self._set_key(i, self.work[j])
                     self._ref_cnt(node.chunk, &ref_cnt)
                     if ref_cnt < 0:
                         # still being stored: not a second access
@@ -702,11 +853,11 @@ cdef class ARCCore:
                     else:
                         self._move(i, T2)
                 elif node.where == T2:
-                    self._move(i, T2)
+                    self._to_end(i, T2)
                 else:
                     self._adapt(i)
         finally:
-            self.busy = 0
+            self._leave()
 
     def on_request_access(self, keys, req_context):
         return None
@@ -718,17 +869,16 @@ cdef class ARCCore:
         cdef int32_t *kinds
         cdef int32_t i
         cdef uint8_t w
-        cdef list keys, trash
         self._enter(OP_FINISHED)
         try:
-            keys = list(order_request_keys(key_groups, req_context))
-            n = len(keys)
+            n = self._hold_keys(order_request_keys(key_groups, req_context))
+            self._work_reserve(n)  # for the key objects replaced
             found = self._scratch(2 * n)
             kinds = found + n
             # Classify (tail first, as vLLM asks), then look up only the
             # keys vLLM would look up; a failure in either changes nothing.
             for j in range(n - 1, -1, -1):
-                key = keys[j]
+                key = <object>self.work[j]
                 if key in insertion_only_keys:
                     kinds[j] = INSERTED_ONLY
                 elif key in reused_keys:
@@ -737,11 +887,10 @@ cdef class ARCCore:
                     kinds[j] = 0
             for j in range(n - 1, -1, -1):
                 if kinds[j]:
-                    key = keys[j]
+                    key = <object>self.work[j]
                     found[j] = self._find(key, PyObject_Hash(key), IN_T)
                 else:
                     found[j] = EMPTY
-            trash = [None] * n
             for j in range(n - 1, -1, -1):
                 i = found[j]
                 if i == EMPTY:
@@ -749,13 +898,14 @@ cdef class ARCCore:
                 w = self.nodes[i].where
                 if kinds[j] == INSERTED_ONLY:
                     # A store is not a frequency hit: refresh recency only.
-                    self._move(i, w)
-                else:  # REUSED
-                    if w == T1:
-                        self._set_key(i, keys[j], trash, j)
+                    self._to_end(i, w)
+                elif w == T1:  # REUSED: popped from t1, stored in t2
+                    self._set_key(i, self.work[j])
                     self._move(i, T2)
+                else:
+                    self._to_end(i, T2)
         finally:
-            self.busy = 0
+            self._leave()
 
     def evict(self, n, protected):
         cdef Py_ssize_t want, k, vt1, n_t1 = 0, drop1, drop2
@@ -764,7 +914,6 @@ cdef class ARCCore:
         cdef Node *node
         cdef _Cursor c1, c2
         cdef bint fast
-        cdef list result, trash
         self._enter(OP_EVICT)
         try:
             n = check_evict_n(n)
@@ -798,16 +947,18 @@ cdef class ARCCore:
                 picked[k] = i
                 vt1 -= 1
             n_t1 = self.size[T1] - vt1
-
-            # Allocate everything before the first change, so that the
-            # changes below cannot fail halfway.
-            result = [None] * want
-            for k in range(want):
-                node = &self.nodes[picked[k]]
-                result[k] = (<object>node.key, <object>node.chunk)
             drop1 = max(0, self.size[B1] + n_t1 - self.capacity)
             drop2 = max(0, self.size[B2] + (want - n_t1) - self.capacity)
-            trash = [None] * (drop1 + drop2)
+
+            # Everything is allocated before the first change, so that the
+            # changes cannot fail halfway: room for the forgotten ghosts'
+            # keys, the pairs (each may start a collection, which sees those
+            # made so far in work), then the list, filled at once.
+            self._work_reserve(want + drop1 + drop2)
+            for k in range(want):
+                node = &self.nodes[picked[k]]
+                self._hold(arc_pair(node.key, node.chunk))
+            result = arc_list_from(self.work, want)
 
             for k in range(want):
                 i = picked[k]
@@ -815,12 +966,11 @@ cdef class ARCCore:
                 self._move(i, B1 if node.where == T1 else B2)
                 Py_XDECREF(node.chunk)  # the result holds it now
                 node.chunk = NULL
-            k = 0
-            k = self._trim(B1, drop1, trash, k)
-            self._trim(B2, drop2, trash, k)
+            self._trim(B1, drop1)
+            self._trim(B2, drop2)
             return result
         finally:
-            self.busy = 0
+            self._leave()
 
     cdef inline int32_t _prefetch_ghost(self, int32_t i) noexcept:
         cdef Node *node = &self.nodes[i]
@@ -828,9 +978,9 @@ cdef class ARCCore:
         arc_prefetch(node.key)
         return node.next
 
-    cdef Py_ssize_t _trim(self, uint8_t w, Py_ssize_t drop, list trash,
-                          Py_ssize_t k) noexcept:
-        """Forget the drop oldest ghosts of w; their keys go to trash."""
+    cdef void _trim(self, uint8_t w, Py_ssize_t drop) noexcept:
+        """Forget the drop oldest ghosts of w; their keys go to work (room
+        was reserved)."""
         cdef int32_t i
         cdef int32_t ahead = self.head[w]
         cdef Py_ssize_t j
@@ -845,19 +995,16 @@ cdef class ARCCore:
             i = self.head[w]
             self._unlink(i)
             self._table_del(i)
-            # The node's reference moves to trash untouched; trash releases
-            # it when the caller returns, after busy is cleared.
-            arc_list_swap(trash, k, self.nodes[i].key)
-            k += 1
+            self._hold(self.nodes[i].key)
             self._free_node(i)
             drop -= 1
-        return k
 
     def clear(self):
+        # As vLLM: the lists in turn, then the target.
         self._enter(OP_CLEAR)
         self.busy = 0
+        self._empty_lists()
         self._set_target(0.0)
-        self._empty()
 
     def mark_evictable(self, key):
         return None
@@ -901,6 +1048,7 @@ cdef class ARCCore:
     def _check_invariants(self):
         """Raise AssertionError if the lists or the table are inconsistent."""
         assert self.busy == 0, f"{OP_NAMES[self.busy]}() did not finish"
+        assert self.work_used == 0, "a finished call still holds references"
         # The check hashes and compares keys: user code, locked out of changes.
         self.busy = OP_CHECK
         try:
@@ -986,9 +1134,15 @@ cdef int _core_traverse(PyObject *o, gc_visitproc visit, void *arg) noexcept:
     cdef ARCCore core = <ARCCore>o
     cdef Node *nodes = core.nodes
     cdef int32_t i
+    cdef Py_ssize_t k
     cdef int r = _base_traverse(o, visit, arg)
     if r:
         return r
+    for k in range(core.work_used):
+        if core.work[k] is not NULL:
+            r = visit(core.work[k], arg)
+            if r:
+                return r
     for i in range(core.nodes_used):
         if nodes[i].where != FREE:
             r = visit(nodes[i].key, arg)
@@ -1002,7 +1156,8 @@ cdef int _core_traverse(PyObject *o, gc_visitproc visit, void *arg) noexcept:
 
 
 cdef int _core_clear(PyObject *o) noexcept:
-    # Breaking a garbage cycle: drop every entry.
+    # Breaking a garbage cycle: drop every entry (no call is running).
+    (<ARCCore>o)._release_work()
     (<ARCCore>o)._empty()
     return _base_clear(o)
 

@@ -19,10 +19,16 @@
  *    ob_type. arc_check_layout() verifies the layout once, at import.
  *    ref_cnt may be unaligned (a packed structure): it is read with memcpy.
  *
- * 2. Lists handed to Python code never hold NULL items: arc_list_swap puts
- *    an owned reference into a list made with [None] * n.
+ * 2. The chunk type whose offset is cached is held weakly. A weak
+ *    reference's wr_object is the object, or Py_None once it is gone (set
+ *    before the object's memory can be reused), so comparing a chunk's type
+ *    with it tells whether the cached offset is that type's.
  *
- * 3. The garbage collector must see the keys and chunks held in C arrays:
+ * 3. Lists handed to Python code never hold NULL items: arc_list_from
+ *    fills a new list at once, with nothing that can run Python code (or a
+ *    collection) between its allocation and its last item.
+ *
+ * 4. The garbage collector must see the keys and chunks held in C arrays:
  *    arc_set_gc_slots installs the core's own tp_traverse/tp_clear, which
  *    call the ones Cython generated (returned through *base_*).
  */
@@ -41,15 +47,23 @@ typedef struct {
     Py_ssize_t b_size;
 } arc_cdata;
 
-/* ref_cnt of chunk, known to be of type tp with ref_cnt at byte offset off.
- * Returns 0 and stores it in *out, or -1 (no exception set) when chunk is
- * no longer of type tp or its buffer is too small: the caller looks the
- * offset up again (the slow path). */
-static inline int arc_ref_cnt(PyObject *chunk, PyTypeObject *tp,
+/* The object a weak reference refers to, or Py_None once it is gone. */
+static inline PyObject *arc_weak_target(PyObject *ref)
+{
+    return ((PyWeakReference *)ref)->wr_object;
+}
+
+/* ref_cnt of chunk, if it is of the type type_ref (a weak reference) refers
+ * to, whose ref_cnt is at byte offset off. Returns 0 and stores it in *out,
+ * or -1 (no exception set) when chunk is not of that type (or that type is
+ * gone) or its buffer is too small: the caller looks the offset up again
+ * (the slow path). */
+static inline int arc_ref_cnt(PyObject *chunk, PyObject *type_ref,
                               Py_ssize_t off, int32_t *out)
 {
     const arc_cdata *c = (const arc_cdata *)chunk;
-    if (Py_TYPE(chunk) != tp || off > c->b_size - (Py_ssize_t)sizeof(int32_t))
+    if ((PyObject *)Py_TYPE(chunk) != arc_weak_target(type_ref)
+            || off > c->b_size - (Py_ssize_t)sizeof(int32_t))
         return -1;
     memcpy(out, c->b_ptr + off, sizeof(int32_t));
     return 0;
@@ -70,13 +84,41 @@ static inline int arc_check_layout(PyObject *inst, size_t address,
     return (size_t)c->b_ptr == address && c->b_size == size;
 }
 
-/* Moves an owned reference into list[k], releasing what was there (None:
- * this runs no Python code). */
-static inline void arc_list_swap(PyObject *list, Py_ssize_t k, PyObject *item)
+/* New references to the n objects at src, stored at dst. */
+static inline void arc_copy_refs(PyObject **dst, PyObject **src, Py_ssize_t n)
 {
-    PyObject *old = PyList_GET_ITEM(list, k);
-    PyList_SET_ITEM(list, k, item);
-    Py_DECREF(old);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_INCREF(src[k]);
+        dst[k] = src[k];
+    }
+}
+
+/* A new (a, b) tuple, or NULL with an exception set. */
+static inline PyObject *arc_pair(PyObject *a, PyObject *b)
+{
+    PyObject *t = PyTuple_New(2);
+    if (t == NULL)
+        return NULL;
+    Py_INCREF(a);
+    PyTuple_SET_ITEM(t, 0, a);
+    Py_INCREF(b);
+    PyTuple_SET_ITEM(t, 1, b);
+    return t;
+}
+
+/* A new list of the n owned references at items, moved into it (items[k]
+ * become NULL), or NULL with an exception set (items untouched). A
+ * collection can start only inside PyList_New, before the list exists. */
+static inline PyObject *arc_list_from(PyObject **items, Py_ssize_t n)
+{
+    PyObject *list = PyList_New(n);
+    if (list == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyList_SET_ITEM(list, k, items[k]);
+        items[k] = NULL;
+    }
+    return list;
 }
 
 static inline void arc_set_gc_slots(PyTypeObject *tp, traverseproc traverse,

@@ -2,11 +2,19 @@
 
 It keeps vLLM's own layout (four OrderedDicts) so that a decision can be
 followed line by line against vLLM's ``arc.py``.
+
+Working storage, as in the core: what a call holds while user code may run
+(the caller's keys, the victims it picks, the key objects it replaces or
+forgets) is kept in tuples, which no other code can resize, and a list is
+handed back only when made from one (``list(tuple)`` runs no Python code).
+Whatever a call drops is released when it returns, after busy is cleared.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
+from itertools import repeat
 from ctypes import sizeof
 from collections.abc import Container, Iterable, Iterator, Sequence
 from typing import Any
@@ -35,25 +43,52 @@ __all__ = ["ARCCachePolicy"]
 
 _INSERTED_ONLY = "inserted only"
 _REUSED = "reused"
+# What _chunk_type refers to before any chunk is seen (no chunk is a None).
+_NO_TYPE: weakref.ref[type] = weakref.ref(type(None))
 
 
 class ARCCachePolicy(CachePolicy):
     __doc__ = ARC_DOC
 
     def __init__(self, cache_capacity: int) -> None:
-        self._capacity = check_capacity(cache_capacity)
-        self._target: float = 0.0
-        self._t1: OrderedDict[Any, ChunkStatus] = OrderedDict()
-        self._t2: OrderedDict[Any, ChunkStatus] = OrderedDict()
-        self._b1: OrderedDict[Any, None] = OrderedDict()
-        self._b2: OrderedDict[Any, None] = OrderedDict()
-        self._lists = (self._t1, self._t2, self._b1, self._b2)
-        self._views = tuple(ListView(self, i) for i in range(4))
+        # Called again, it starts over as vLLM's __init__ does: capacity and
+        # target first, then the lists are emptied in turn; _max_entries
+        # (arc_cy's own) is reset too.
+        again = hasattr(self, "_lists")
+        if again:
+            self._enter("__init__")
         # Name of the mutating method now running, while it may call back
         # into user code (hashing, protected.__contains__, req_context).
-        self._busy: str | None = None
+        self._busy: str | None = "__init__"
+        try:
+            capacity = check_capacity(cache_capacity)
+        finally:
+            self._busy = None
+        self._capacity = capacity
         self._max_entries = MAX_ENTRIES
-        self._chunk_type: type | None = None  # the last chunk type checked
+        self._target: float = 0.0
+        self._chunk_type: weakref.ref[type] = _NO_TYPE  # the last chunk type checked
+        if not again:
+            self._t1: OrderedDict[Any, ChunkStatus] = OrderedDict()
+            self._t2: OrderedDict[Any, ChunkStatus] = OrderedDict()
+            self._b1: OrderedDict[Any, None] = OrderedDict()
+            self._b2: OrderedDict[Any, None] = OrderedDict()
+            self._lists = (self._t1, self._t2, self._b1, self._b2)
+            self._views = tuple(ListView(self, i) for i in range(4))
+            return
+        for od in self._lists:  # in turn, as clear()
+            od.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # for copy and pickle: the chunk-type cache (a weak reference) is not
+        # state
+        state = self.__dict__.copy()
+        del state["_chunk_type"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._chunk_type = _NO_TYPE
 
     # --- attributes -------------------------------------------------------
 
@@ -68,7 +103,11 @@ class ARCCachePolicy(CachePolicy):
     @target_t1_size.setter
     def target_t1_size(self, value: float) -> None:
         self._enter("target_t1_size")
-        self._target = check_target(value)
+        self._busy = "target_t1_size"  # the check runs the value's code
+        try:
+            self._target = check_target(value)
+        finally:
+            self._busy = None
 
     @property
     def _max_entries(self) -> int:
@@ -123,12 +162,12 @@ class ARCCachePolicy(CachePolicy):
 
     def insert(self, key: Any, chunk: ChunkStatus, req_context: Any = None) -> None:
         self._enter("insert")
-        if type(chunk) is not self._chunk_type:  # as the core: check new types
-            chunk_ref_offset(type(chunk))
-            self._chunk_type = type(chunk)
         self._busy = "insert"
         t1, t2, b1, b2 = self._lists
         try:
+            if type(chunk) is not self._chunk_type():  # as the core: check new types
+                chunk_ref_offset(type(chunk))
+                self._chunk_type = weakref.ref(type(chunk))
             if key in t1:
                 raise ValueError(MSG_DUPLICATE.format(key, "t1"))
             if key in t2:
@@ -149,14 +188,14 @@ class ARCCachePolicy(CachePolicy):
         self._enter("remove")
         self._busy = "remove"
         try:
-            t1, t2 = self._t1, self._t2
-            found = t1 if key in t1 else t2 if key in t2 else None
+            # The popped key and chunk are released when this returns, after
+            # busy is cleared: their __del__ may call back, as with the core.
+            for od in (self._t1, self._t2):
+                if key in od:
+                    released_on_return = _pop_entry(od, key)  # noqa: F841
+                    break
         finally:
             self._busy = None
-        # Popped after busy is cleared: the dropped key's __del__ may call
-        # back, as with the compiled core.
-        if found is not None:
-            found.pop(key, None)
 
     def _adapt_to_ghost_hit(self, key: Any) -> None:
         b1, b2 = self._b1, self._b2
@@ -170,24 +209,16 @@ class ARCCachePolicy(CachePolicy):
             b2.move_to_end(key)
 
     @staticmethod
-    def _looked_up(keys: list[Any], *lists: OrderedDict) -> list[Any]:
+    def _looked_up(keys: tuple[Any, ...], *lists: OrderedDict) -> tuple[Any, ...]:
         # Every lookup first, so a key that cannot be looked up fails
         # before anything changes. Returns the values found in lists[0].
-        first = lists[0]
-        found = []
-        for key in keys:
-            for od in lists:
-                if key in od:
-                    if od is first:
-                        found.append(first[key])
-                    break
-        return found
+        return tuple(_values_in_first(keys, lists))
 
     def on_store_miss(self, keys: Iterable[Any], req_context: Any) -> None:
         self._enter("on_store_miss")
         self._busy = "on_store_miss"
         try:
-            keys = list(keys)
+            keys = _held(keys)
             self._looked_up(keys, self._b1, self._b2)
             for key in reversed(keys):
                 self._adapt_to_ghost_hit(key)
@@ -199,16 +230,16 @@ class ARCCachePolicy(CachePolicy):
         self._busy = "touch"
         try:
             t1, t2 = self._t1, self._t2
-            keys = list(keys)
+            keys = _held(keys)
             # A t1 chunk whose ref_cnt cannot be read fails before any change.
             for chunk in self._looked_up(keys, *self._lists):
                 read_ref_cnt(chunk)
             # Replaced key objects, released after busy is cleared.
-            trash: list[Any] = [None] * len(keys)
-            for j in range(len(keys) - 1, -1, -1):
-                key = keys[j]
+            replaced: tuple[Any, ...] = ()
+            for key in reversed(keys):
                 if key in t1:
-                    trash[j], chunk = _pop_entry(t1, key)
+                    old_key, chunk = _pop_entry(t1, key)
+                    replaced = (old_key, replaced)
                     if read_ref_cnt(chunk) < 0:
                         # still being stored: not a second access
                         t1[key] = chunk
@@ -235,21 +266,22 @@ class ARCCachePolicy(CachePolicy):
         self._busy = "on_request_finished"
         try:
             t1, t2 = self._t1, self._t2
-            keys = list(order_request_keys(key_groups, req_context))
+            keys = _held(order_request_keys(key_groups, req_context))
             # Classify (tail first), then look up: a failure changes nothing.
-            kinds = [
+            kinds = tuple(
                 _INSERTED_ONLY
                 if key in insertion_only_keys
                 else _REUSED
                 if key in reused_keys
                 else None
                 for key in reversed(keys)
-            ]
-            self._looked_up([k for k, kind in zip(reversed(keys), kinds) if kind], t1, t2)
+            )
+            self._looked_up(
+                tuple(k for k, kind in zip(reversed(keys), kinds) if kind), t1, t2
+            )
             # Replaced key objects, released after busy is cleared.
-            trash: list[Any] = [None] * len(keys)
-            for j, kind in zip(range(len(keys) - 1, -1, -1), kinds):
-                key = keys[j]
+            replaced: tuple[Any, ...] = ()
+            for key, kind in zip(reversed(keys), kinds):
                 if kind is _INSERTED_ONLY:
                     # A store is not a frequency hit: refresh recency only.
                     if key in t1:
@@ -258,7 +290,8 @@ class ARCCachePolicy(CachePolicy):
                         t2.move_to_end(key)
                 elif kind is _REUSED:
                     if key in t1:
-                        trash[j], chunk = _pop_entry(t1, key)
+                        old_key, chunk = _pop_entry(t1, key)
+                        replaced = (old_key, replaced)
                         t2[key] = chunk
                     elif key in t2:
                         t2.move_to_end(key)
@@ -277,50 +310,34 @@ class ARCCachePolicy(CachePolicy):
             return None
         self._busy = "evict"
         try:
-            # Select without changing anything; t1's size is tracked
-            # virtually. Both scans only move forward (vLLM PR 50992).
-            t1_victims = _victims(t1, protected)
-            t2_victims = _victims(t2, protected)
-            virtual_t1_size = len(t1)
-            threshold = int(self._target)
-            picked: list[tuple[Any, ChunkStatus, bool]] = []
-            for _ in range(n):
-                if virtual_t1_size >= threshold:
-                    entry = next(t1_victims, None)
-                    if entry is not None:
-                        picked.append((*entry, True))
-                        virtual_t1_size -= 1
-                        continue
-                entry = next(t2_victims, None)
-                if entry is not None:
-                    picked.append((*entry, False))
-                    continue
-                # t2 has no victim left: fall back to t1 (vLLM PR 55461).
-                entry = next(t1_victims, None)
-                if entry is None:
-                    return None
-                picked.append((*entry, True))
-                virtual_t1_size -= 1
+            # Select without changing anything, then apply; both compare keys
+            # (user code), so both run busy. picked: (key, chunk) pairs, each
+            # followed by whether it comes from t1.
+            picked = tuple(_select(t1, t2, self._target, n, protected))
+            if len(picked) < 2 * n:
+                return None
+            pairs: tuple[tuple[Any, ChunkStatus], ...] = picked[::2]
+            b1, b2 = self._b1, self._b2
+            for (key, _), from_t1 in zip(pairs, picked[1::2]):
+                if from_t1:
+                    del t1[key]
+                    b1[key] = None
+                else:
+                    del t2[key]
+                    b2[key] = None
+            # Forgotten ghosts are released after busy is cleared.
+            released_on_return = (  # noqa: F841
+                tuple(map(b1.popitem, repeat(False, len(b1) - self._capacity))),
+                tuple(map(b2.popitem, repeat(False, len(b2) - self._capacity))),
+            )
+            return list(pairs)
         finally:
             self._busy = None
 
-        b1, b2 = self._b1, self._b2
-        result = []
-        for key, chunk, from_t1 in picked:
-            if from_t1:
-                del t1[key]
-                b1[key] = None
-            else:
-                del t2[key]
-                b2[key] = None
-            result.append((key, chunk))
-        for ghost in (b1, b2):
-            for _ in range(len(ghost) - self._capacity):
-                ghost.popitem(last=False)
-        return result
-
     def clear(self) -> None:
         self._enter("clear")
+        # t1, t2, b1 and b2 in turn, then the target, as vLLM: a key released
+        # meanwhile sees its list and those before it empty, the others not.
         for od in self._lists:
             od.clear()
         self._target = 0.0
@@ -371,6 +388,61 @@ class ARCCachePolicy(CachePolicy):
             assert len(od) <= self._capacity, (
                 f"{name} holds {len(od)} > cache_capacity {self._capacity}"
             )
+
+
+def _held(keys: Iterable[Any]) -> tuple[Any, ...]:
+    """The keys as working storage: a tuple. Made through an iterator, as
+    CPython 3.11's tuple(list) reads the list's items after allocating the
+    tuple, which may run a collection (and hooks that empty the list)."""
+    return keys if type(keys) is tuple else tuple(iter(keys))
+
+
+def _select(
+    t1: OrderedDict[Any, ChunkStatus],
+    t2: OrderedDict[Any, ChunkStatus],
+    target: float,
+    n: int,
+    protected: Container[Any],
+) -> Iterator[Any]:
+    """Up to n victims in vLLM's order (fewer when there are not n), each
+    as its (key, chunk) pair, then whether it comes from t1. t1's size is
+    tracked virtually, and both scans only move forward (vLLM PR 50992)."""
+    t1_victims = _victims(t1, protected)
+    t2_victims = _victims(t2, protected)
+    virtual_t1_size = len(t1)
+    threshold = int(target)
+    for _ in range(n):
+        if virtual_t1_size >= threshold:
+            entry = next(t1_victims, None)
+            if entry is not None:
+                yield entry
+                yield True
+                virtual_t1_size -= 1
+                continue
+        entry = next(t2_victims, None)
+        if entry is not None:
+            yield entry
+            yield False
+            continue
+        # t2 has no victim left: fall back to t1 (vLLM PR 55461).
+        entry = next(t1_victims, None)
+        if entry is None:
+            return
+        yield entry
+        yield True
+        virtual_t1_size -= 1
+
+
+def _values_in_first(
+    keys: tuple[Any, ...], lists: tuple[OrderedDict[Any, Any], ...]
+) -> Iterator[Any]:
+    first = lists[0]
+    for key in keys:
+        for od in lists:
+            if key in od:
+                if od is first:
+                    yield first[key]
+                break
 
 
 def _pop_entry(od: OrderedDict, key: Any) -> tuple[Any, Any]:

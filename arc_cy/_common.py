@@ -63,6 +63,10 @@ MSG_FULL = "ARC policy is full: it holds its limit of {} entries (t1, t2, b1 and
 MSG_MAX_ENTRIES = "_max_entries must be between 0 and {}, got {!r}"
 MSG_REENTRANT = "{}() called on the ARC policy while {}() is still running"
 MSG_MUTATED = "ARC list changed during iteration"
+MSG_NO_COPY = (
+    "{} (arc_cy's compiled core) cannot be copied or pickled; "
+    "arc_cy._arc_py.ARCCachePolicy can"
+)
 
 # Names of the four lists, in the order the compiled core numbers them.
 LIST_NAMES = ("t1", "t2", "b1", "b2")
@@ -83,6 +87,45 @@ def _forget_type(key: int, ref: weakref.ref[type]) -> None:
         del _ref_offsets[key]
 
 
+# What instance attribute access uses, read past any metaclass override.
+_type_mro = type.__dict__["__mro__"].__get__
+_type_namespace = type.__dict__["__dict__"].__get__
+_CField: Any = type(ChunkStatus.ref_cnt)  # ctypes' field descriptor
+_OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
+
+
+def _lookup(mro: tuple[type, ...], name: str) -> tuple[type | None, Any]:
+    """The class of mro that defines name first, and its definition."""
+    for klass in mro:
+        namespace = _type_namespace(klass)
+        if name in namespace:
+            return klass, namespace[name]
+    return None, None
+
+
+def _ref_cnt_offset(tp: type) -> int | None:
+    """Offset of the field that ``chunk.ref_cnt`` reads for instances of tp,
+    if that is a plain c_int32 ctypes field, else None."""
+    if not issubclass(tp, (ctypes.Structure, ctypes.Union)):
+        return None
+    mro = _type_mro(tp)
+    if _lookup(mro, "__getattribute__")[1] is not _OBJECT_GETATTRIBUTE:
+        return None
+    # The most derived definition wins, as for attribute access; it must be
+    # a field that its own class declares, and neither a bitfield nor
+    # another type.
+    owner, field = _lookup(mro, "ref_cnt")
+    if type(field) is not _CField:
+        return None
+    for entry in reversed(_type_namespace(owner).get("_fields_", ())):
+        if entry[0] == "ref_cnt":  # the last declaration made the field
+            if len(entry) != 2 or entry[1] is not ctypes.c_int32:
+                return None
+            offset: int = field.offset
+            return offset
+    return None
+
+
 def chunk_ref_offset(tp: type) -> int:
     """Byte offset of the c_int32 ``ref_cnt`` field in instances of ``tp``.
 
@@ -91,19 +134,8 @@ def chunk_ref_offset(tp: type) -> int:
     entry = _ref_offsets.get(id(tp))
     if entry is not None and entry[0]() is tp:
         return entry[1]
-    field_type = None
-    if issubclass(tp, (ctypes.Structure, ctypes.Union)):
-        for klass in tp.__mro__:
-            for field in klass.__dict__.get("_fields_", ()):
-                if field[0] == "ref_cnt" and len(field) == 2:
-                    field_type = field[1]
-                    break
-            if field_type is not None:
-                break
-    if field_type is not ctypes.c_int32:
-        raise TypeError(MSG_CHUNK.format(tp.__qualname__))
-    offset = tp.ref_cnt.offset
-    if offset > 0xFFFF:  # the compiled core keeps it in 16 bits
+    offset = _ref_cnt_offset(tp)
+    if offset is None or offset > 0xFFFF:  # the compiled core keeps it in 16 bits
         raise TypeError(MSG_CHUNK.format(tp.__qualname__))
     key = id(tp)
     _ref_offsets[key] = (weakref.ref(tp, partial(_forget_type, key)), offset)

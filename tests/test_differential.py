@@ -79,16 +79,23 @@ def run_policy_sequence(
                     del chunks[k]
                     for p in allp:
                         p.remove(k)
-        elif op < 0.55:  # pin or unpin (loads in flight)
+        elif op < 0.55:  # pin or unpin (loads in flight), told as the manager tells
             ready = [k for k, c in chunks.items() if c.ref_cnt >= 0]
             if ready:
-                chunk = chunks[rng.choice(ready)]
+                k = rng.choice(ready)
+                chunk = chunks[k]
                 if chunk.ref_cnt > 0 and rng.random() < 0.6:
                     chunk.ref_cnt -= 1
+                    if chunk.ref_cnt == 0:
+                        same([p.mark_evictable(k) for p in allp])
                 else:
+                    if chunk.ref_cnt == 0:
+                        same([p.mark_non_evictable(k) for p in allp])
                     chunk.ref_cnt += 1
-        elif op < 0.70:
+        elif op < 0.70:  # a lookup's first accesses, then a touch
             batch = [rng.choice(keys) for _ in range(rng.randint(0, 5))]
+            same([p.on_request_access(batch, ctx) for p in allp])
+            assert_same_state(oracle, *policies)
             for p in allp:
                 p.touch(batch, ctx)
         elif op < 0.85:  # a finished request with token positions

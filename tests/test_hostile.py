@@ -284,6 +284,7 @@ MUTATIONS = {
     "on_request_finished": lambda p: p.on_request_finished(
         ((K(4),),), set(), {K(4)}, CTX
     ),
+    "__init__": lambda p: p.__init__(3),
 }
 
 

@@ -327,3 +327,43 @@ def test_steady_churn_does_not_grow(policy_cls):
         tracemalloc.stop()
     policy._check_invariants()
     assert second - first < 128 * 1024, (first, second)
+
+
+def test_failed_calls_and_init_again_release_what_they_held(policy_cls):
+    """The core copies the caller's keys into its own storage and holds what
+    a call replaces or forgets until the call returns: a call that fails
+    halfway, and __init__ called again, must release all of it."""
+    policy, keys, chunks, refs = filled(policy_cls, n=10, capacity=4)
+    for i in range(6):
+        policy.insert(keys[i], chunks[i], CTX)
+    policy.touch(keys[4:6], CTX)
+    del policy.evict(2, set())[:]  # keys 0, 1 become ghosts
+
+    class Boom(Exception):
+        pass
+
+    class RaisingHash:
+        def __hash__(self):
+            raise Boom
+
+    class Fails:
+        def __contains__(self, key):
+            raise Boom
+
+    before = refs.now()
+    calls = [
+        lambda: policy.touch([*keys, RaisingHash()], CTX),
+        lambda: policy.touch(iter([fresh(keys[2]), RaisingHash()]), CTX),
+        lambda: policy.on_store_miss((*keys, RaisingHash()), CTX),
+        lambda: policy.on_request_finished((tuple(keys),), Fails(), set(), CTX),
+        lambda: policy.evict(3, Fails()),
+        lambda: policy.insert(fresh(keys[0]), object(), CTX),
+    ]
+    for call in calls:
+        with pytest.raises((Boom, TypeError)):
+            call()
+        assert refs.now() == before
+    policy._check_invariants()
+    policy.__init__(4)
+    assert (len(policy.t1), len(policy.b1)) == (0, 0)
+    refs.all_released()
