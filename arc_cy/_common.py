@@ -75,11 +75,17 @@ LIST_NAMES = ("t1", "t2", "b1", "b2")
 # the compiled core's node array is indexed by int32 and grows by doubling.
 MAX_ENTRIES = 2**29
 
-# id(type) -> (weak reference to the type, offset of its ref_cnt). Keyed by
-# id, so that chunk types made at run time are not kept alive by the cache
-# (the reference's callback forgets the entry), and looked up without
-# making a weak reference, as a WeakKeyDictionary would on every call.
+# Chunk types whose ref_cnt offset is known: key -> (weak reference to the
+# type, offset). Weak, so that chunk types made at run time are not kept
+# alive (the reference's callback forgets the entry). The key is the type's
+# pointer hash, object.__hash__: unique among live objects, never a
+# metaclass's __hash__, and cheap where id() is not (CPython 3.12+ raises an
+# audit event on id(), which costs ~270 ns once any audit hook is installed,
+# as filelock, imported with vLLM, does). A hit is confirmed by identity.
 _ref_offsets: dict[int, tuple[weakref.ref[type], int]] = {}
+_type_key = object.__hash__
+# The entry of the type looked up last: most calls ask for it again.
+_last_offset: tuple[weakref.ref[type], int] = (weakref.ref(type(None)), 0)
 
 
 def _forget_type(key: int, ref: weakref.ref[type]) -> None:
@@ -131,15 +137,20 @@ def chunk_ref_offset(tp: type) -> int:
 
     Raises TypeError for types whose instances cannot be read that way.
     """
-    entry = _ref_offsets.get(id(tp))
-    if entry is not None and entry[0]() is tp:
+    global _last_offset
+    entry = _last_offset
+    if entry[0]() is tp:
         return entry[1]
-    offset = _ref_cnt_offset(tp)
-    if offset is None or offset > 0xFFFF:  # the compiled core keeps it in 16 bits
-        raise TypeError(MSG_CHUNK.format(tp.__qualname__))
-    key = id(tp)
-    _ref_offsets[key] = (weakref.ref(tp, partial(_forget_type, key)), offset)
-    return offset
+    key = _type_key(tp)
+    found = _ref_offsets.get(key)
+    if found is None or found[0]() is not tp:
+        offset = _ref_cnt_offset(tp)
+        if offset is None:
+            raise TypeError(MSG_CHUNK.format(tp.__qualname__))
+        found = (weakref.ref(tp, partial(_forget_type, key)), offset)
+        _ref_offsets[key] = found
+    _last_offset = found
+    return found[1]
 
 
 def read_ref_cnt(chunk: Any) -> int:

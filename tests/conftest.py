@@ -30,7 +30,7 @@ def policy_cls(impl: str) -> type:
     return load_policy_class(impl)
 
 
-# --- GC stress: ARC_CY_GC_STRESS=1 (see README, "Hardening checks") ----------
+# --- GC stress: ARC_CY_GC_STRESS=1 (docs/hardening.md, "Checks") ----------
 #
 # For the hostile-input tests: a collection runs at every allocation of a
 # container (gc.set_threshold(1)), and at the start of each one a

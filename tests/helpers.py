@@ -20,6 +20,8 @@ __all__ = [
     "VllmARC",
     "assert_same_state",
     "insert",
+    "ORACLE_HOOKS",
+    "KEY_POSITIONS",
     "build_requirement",
     "pyproject",
     "manager_state",
@@ -86,6 +88,18 @@ def build_requirement(name: str) -> Requirement:
 
 # vLLM 0.32's CachePolicy.insert takes no req_context; 0.33 added it.
 INSERT_TAKES_CONTEXT = "req_context" in inspect.signature(VllmARC.insert).parameters
+
+
+# The hooks the installed vLLM's ARC has: 0.30 has none of these, 0.31 and
+# 0.32 lack on_request_access. A test calls only these on every policy, as the
+# release's own manager would.
+ORACLE_HOOKS = frozenset(
+    name
+    for name in ("on_store_miss", "on_request_access", "on_request_finished")
+    if hasattr(VllmARC, name)
+)
+# Token positions on the request context came with on_request_finished (0.31).
+KEY_POSITIONS = hasattr(ReqContext, "set_offload_key_position")
 
 
 def insert(policy: Any, key: Any, chunk: Any, req_context: Any) -> None:

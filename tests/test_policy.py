@@ -188,9 +188,15 @@ class OffsetChunk(ctypes.Structure):
     _fields_ = [("pad", ctypes.c_int64), ("ref_cnt", ctypes.c_int32)]
 
 
-def test_chunk_with_ref_cnt_at_an_offset(policy_cls):
+class FarChunk(ctypes.Structure):
+    # ref_cnt past 64 KiB: any offset within the buffer is read, as vLLM does
+    _fields_ = [("pad", ctypes.c_char * 70000), ("ref_cnt", ctypes.c_int32)]
+
+
+@pytest.mark.parametrize("chunk_type", [OffsetChunk, FarChunk])
+def test_chunk_with_ref_cnt_at_an_offset(policy_cls, chunk_type):
     policy = policy_cls(4)
-    a, b = OffsetChunk(7, 0), OffsetChunk(8, 1)
+    a, b = chunk_type(ref_cnt=0), chunk_type(ref_cnt=1)
     policy.insert(b"a", a, CTX)
     policy.insert(b"b", b, CTX)
     assert policy.evict(1, set()) == [(b"a", a)]
