@@ -7,8 +7,9 @@ Run: bench/run.sh [--full] [--only evict,store_latency] [--out DIR] [--reference
 
 Results go to bench/results/, which git ignores (or to --out DIR). A subset
 run (--only) reports what it ran and the targets that it can compute.
---reference also copies the report of a whole run to bench/reference/, the
-committed reference run: it changes only on purpose.
+--reference also copies the report of a whole run to bench/reference/pyX.Y/
+(this Python's version), the committed reference run for that Python: it
+changes only on purpose.
 """
 
 from __future__ import annotations
@@ -713,8 +714,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reuse", action="store_true",
                     help="reuse the per-script JSON already in OUT/tmp (report only)")
     ap.add_argument("--reference", action="store_true",
-                    help="also copy the report to bench/reference/, the committed reference "
-                    "run (a whole run only: not with --only or --reuse)")
+                    help="also copy the report to bench/reference/pyX.Y/, the committed "
+                    "reference run for this Python (a whole run only: not with --only or --reuse)")
     args = ap.parse_args(argv)
     only = args.only.split(",") if args.only else list(SUITE)
     if set(only) - set(SUITE):
@@ -753,10 +754,11 @@ def main(argv: list[str] | None = None) -> None:
         bl.progress(TAG, f"{r['status']:4} {r['target']}: {r['measured']} (goal {r['goal']})")
     bl.progress(TAG, f"done in {data['wall_s']:.0f}s; results in {out_dir}")
     if args.reference:
-        os.makedirs(REFERENCE, exist_ok=True)
+        reference = os.path.join(REFERENCE, "py%d.%d" % sys.version_info[:2])
+        os.makedirs(reference, exist_ok=True)
         for name in report:
-            shutil.copy2(os.path.join(out_dir, name), os.path.join(REFERENCE, name))
-        bl.progress(TAG, f"reference run refreshed: {', '.join(report)} copied to {REFERENCE}; "
+            shutil.copy2(os.path.join(out_dir, name), os.path.join(reference, name))
+        bl.progress(TAG, f"reference run refreshed: {', '.join(report)} copied to {reference}; "
                     "commit them")
 
 

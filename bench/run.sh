@@ -3,7 +3,8 @@
 # --full: the whole grid, with the multi-turn scheduler bench at 1M chunks:
 # add about 35 minutes for that part). Results go to bench/results/, which git
 # ignores (or --out DIR); --reference also copies the report to
-# bench/reference/, the committed reference run. See docs/benchmarks.md.
+# bench/reference/pyX.Y/, the committed reference run for the Python it ran
+# on (ARC_CY_BASE_PYTHON, as for tests/run.sh). See docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source .ci/env.sh

@@ -170,7 +170,9 @@ def test_random_manager_traffic(seed):
         )
         for module in _MODULES.values()
     ]
-    system_prompts = [[manager_key(1000 * s + i) for i in range(6)] for s in range(3)]
+    # Apart from the turns' keys (blk0, blk1, ...): a request never offers a
+    # key twice (block hashes chain), which arc_cy's insert() would refuse.
+    system_prompts = [[manager_key(-1000 * s - i - 1) for i in range(6)] for s in range(3)]
     conversations: list[list[bytes]] = []
     inflight_loads: list[tuple[ReqContext, list[bytes]]] = []
     inflight_stores: list[tuple[ReqContext, list[bytes]]] = []
@@ -193,6 +195,7 @@ def test_random_manager_traffic(seed):
             turn = [manager_key(next_block + i) for i in range(rng.randint(1, 5))]
             next_block += len(turn)
             blocks = prefix + turn
+            assert len(set(blocks)) == len(blocks)
             conversations.append(blocks)
             ctx = [ReqContext(req_id=f"q{step}") for _ in managers]
             for c in ctx:
