@@ -904,7 +904,14 @@ def test_a_chunk_type_made_at_a_freed_types_address_is_checked_again(policy_cls)
         chunk.__class__ = Small  # no read: the cache still says Old
         del old
         gc.collect()
-        new = _chunk_type("New", [("pad", ctypes.c_char * 8), ("ref_cnt", ctypes.c_int32)])
+        # CPython 3.13 may hand the freed block out only after other blocks
+        # of its size: keep making types (all alive) until one lands there.
+        made = []
+        for _ in range(64):
+            new = _chunk_type("New", [("pad", ctypes.c_char * 8), ("ref_cnt", ctypes.c_int32)])
+            made.append(new)
+            if id(new) == old_id:
+                break
         if id(new) == old_id:
             break
     else:
