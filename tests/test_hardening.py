@@ -479,7 +479,8 @@ EMPTYING_HOOK = """
             for x in o
         )
 
-    COLLECTIONS = [0]   # collections started while armed
+    COLLECTIONS = [0]   # collections started while armed (on 3.12+, for the
+                        # compiled evict: just after it returned)
     EMPTIED_LISTS = []  # (list, its items when the hook emptied it)
 
     def emptying_hook(phase, info):
@@ -517,7 +518,7 @@ EMPTYING_HOOK = """
                 result = list(items)
         EMPTIED_LISTS.clear()
         if lengths:
-            assert COLLECTIONS[0] > 0, "no collection started during the call"
+            assert COLLECTIONS[0] > 0, "no collection started while armed"
         return p, (state(p), result and [(k.n, c.chunk_id) for k, c in result])
 """
 
