@@ -6,10 +6,18 @@ growable array; the four lists are doubly linked through node indices, and
 an open-addressing table maps a key's hash to its node. Moving an entry
 between lists relinks two nodes and never touches the table.
 
-Working storage, one rule for every method: what a call holds while Python
-code may run (a key's __hash__ or __eq__, protected.__contains__, a
-target's arithmetic, a collection and its gc.callbacks) is never a Python
-object that such code could reach and resize. Node indices live in
+The rules of docs/hardening.md, as they apply here:
+
+Busy: every call sets busy before its first user code (a key's __hash__ or
+__eq__, protected.__contains__, a target's arithmetic, n.__index__, the
+caller's iterable, a collection and its gc.callbacks); while it is set,
+mutators are refused, so nodes, table and work cannot move or be freed.
+Outside busy (a view's iterator) no pointer into them is held across
+anything that can allocate: what is needed is read into owned references
+first, and the list's version is checked again on the next step.
+
+Working storage: what a call holds while Python code may run is never a
+Python object that such code could reach and resize. Node indices live in
 `scratch`; references (the caller's keys, copied on entry; the key objects
 a call replaces or forgets; the chunks it drops; the pairs evict() returns)
 live in `work`, a C array that owns them and that tp_traverse visits. They
@@ -24,6 +32,7 @@ from cpython.object cimport PyObject, PyTypeObject, Py_EQ
 from cpython.ref cimport Py_INCREF, Py_XINCREF, Py_XDECREF
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
 from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport qsort
 from libc.string cimport memset
 
 from arc_cy._common import (
@@ -43,12 +52,9 @@ from arc_cy._common import (
     check_max_entries,
     check_target,
     chunk_ref_offset,
+    dead_ref,
     order_request_keys,
 )
-import weakref
-
-# What last_type_ref refers to before any chunk is seen (no chunk is a None).
-cdef object _NO_TYPE = weakref.ref(type(None))
 
 cdef extern from "Python.h":
     Py_hash_t PyObject_Hash(object) except -1
@@ -127,7 +133,16 @@ ctypedef struct Node:
     int32_t prev        # list links, or the free-list link in next
     int32_t next
     uint8_t where       # T1, T2, B1, B2 or FREE
-    uint8_t shared      # 0: no other node has this hash (see _find)
+    # When the entry was put in its list (a 56-bit count of such insertions,
+    # not of move_to_end): the order a dict holds its entries in, and so the
+    # order vLLM's lists release them in (see _detach). In the padding.
+    uint8_t stamp_hi
+    uint16_t stamp_mid
+    uint32_t stamp_lo
+
+ctypedef struct Order:
+    uint64_t stamp
+    int32_t idx
 
 ctypedef struct Slot:
     int32_t idx         # node index, or EMPTY
@@ -136,6 +151,22 @@ ctypedef struct Slot:
 
 cdef inline uint32_t fold(Py_hash_t h) noexcept nogil:
     return <uint32_t>(<uint64_t>h ^ (<uint64_t>h >> 32))
+
+
+cdef inline uint64_t stamp_of(const Node *node) noexcept nogil:
+    return ((<uint64_t>node.stamp_hi << 48) | (<uint64_t>node.stamp_mid << 32)
+            | node.stamp_lo)
+
+
+cdef inline void set_stamp(Node *node, uint64_t stamp) noexcept nogil:
+    node.stamp_hi = <uint8_t>(stamp >> 48)
+    node.stamp_mid = <uint16_t>(stamp >> 32)
+    node.stamp_lo = <uint32_t>stamp
+
+
+cdef int by_stamp(const void *a, const void *b) noexcept nogil:
+    cdef uint64_t x = (<const Order *>a).stamp, y = (<const Order *>b).stamp
+    return (x > y) - (x < y)
 
 
 cdef class ARCCore:
@@ -153,8 +184,8 @@ cdef class ARCCore:
         uint64_t version[4]     # bumped on every change to a list
         Py_ssize_t capacity     # cache_capacity, clamped to Py_ssize_t
         object capacity_obj     # cache_capacity as given (a Python int)
-        object target
-        Py_ssize_t target_int   # int(target), clamped to Py_ssize_t
+        object target           # int() of it is taken in evict(), as vLLM does
+        uint64_t stamps         # entries put in a list so far (Node.stamp_*)
         int busy                # OP_* of the running method, or 0
         int32_t *scratch        # node indices of the running call
         Py_ssize_t scratch_cap
@@ -176,8 +207,7 @@ cdef class ARCCore:
         self.table_bits = MIN_TABLE_BITS
         self._empty()
         self.target = 0.0
-        self.target_int = 0
-        self.last_type_ref = _NO_TYPE
+        self.last_type_ref = dead_ref()  # no chunk type seen yet
         self.max_entries = MAX_ENTRIES
 
     def __dealloc__(self):
@@ -199,8 +229,8 @@ cdef class ARCCore:
         self.capacity_obj = capacity
         self.capacity = min(capacity, PY_SSIZE_T_MAX)
         self.max_entries = MAX_ENTRIES
-        self._set_target(0.0)
-        self._empty_lists()
+        self.target = 0.0
+        self._empty_lists(True)
 
     def __reduce__(self):
         raise TypeError(MSG_NO_COPY.format(type(self).__qualname__))
@@ -235,45 +265,70 @@ cdef class ARCCore:
         # Released last: a __del__ that calls back finds an empty policy.
         ARCCore._release(nodes, used)
 
-    cdef void _empty_lists(self) noexcept:
-        """Empty t1, t2, b1 and b2 in turn, as vLLM's clear() does: a list's
+    cdef void _empty_lists(self, bint replaced) noexcept:
+        """Empty t1, t2, b1 and b2 in turn, as vLLM's clear() does (or, if
+        replaced, as its __init__ replacing each list does): a list's
         entries are released (busy is clear) once it is empty, before the
         next list is touched. Then the memory goes back, unless entries were
         added meanwhile."""
         cdef uint8_t w
         for w in range(4):
-            if not self._detach(w):
+            if not self._detach(w, replaced):
                 self._empty()  # no memory to hold them: all at once
             self._release_work()
         if self.table_used == 0:
             self._empty()
 
-    cdef bint _detach(self, uint8_t w) noexcept:
+    cdef bint _detach(self, uint8_t w, bint replaced) noexcept:
         """Take list w's entries out of the policy, their references into
-        work (LRU first, key then chunk, as a dict releases them); False,
-        with nothing done, if work cannot hold them."""
-        cdef int32_t i = self.head[w], nxt, ahead = i
+        work in the order vLLM's list releases them: OrderedDict.clear()
+        drops the values in insertion order, then the keys in list order; a
+        replaced (deallocated) OrderedDict drops key and value entry by
+        entry, in insertion order. False, with nothing done, if there is no
+        memory for it."""
+        cdef Py_ssize_t n = self.size[w], k
+        cdef int32_t i = self.head[w], ahead = i
+        cdef Order *order
+        cdef PyObject **out
         cdef Node *node
+        cdef bint values = w <= T2
         cdef int j
-        if i == EMPTY:
+        if n == 0:
             return True
-        if self._work_grow(2 * self.size[w]) < 0:
+        order = <Order *>PyMem_Malloc(n * sizeof(Order))
+        if order is NULL or self._work_grow((2 if values else 1) * n) < 0:
+            PyMem_Free(order)
             return False
         for j in range(PREFETCH_AHEAD):  # as _trim: random accesses
             if ahead == EMPTY:
                 break
             ahead = self._prefetch_ghost(ahead)
-        while i != EMPTY:
+        for k in range(n):  # list order
             if ahead != EMPTY:
                 ahead = self._prefetch_ghost(ahead)
-            node = &self.nodes[i]
-            nxt = node.next
+            order[k].idx = i
+            order[k].stamp = stamp_of(&self.nodes[i])
             self._table_del(i)
-            self._hold(node.key)
-            if node.chunk is not NULL:
-                self._hold(node.chunk)
-            self._free_node(i)
-            i = nxt
+            i = self.nodes[i].next
+        out = self.work + self.work_used
+        if not replaced:
+            for k in range(n):  # the keys, after the values, in list order
+                out[n * values + k] = self.nodes[order[k].idx].key
+        if replaced or values:
+            qsort(order, n, sizeof(Order), by_stamp)
+        for k in range(n):
+            node = &self.nodes[order[k].idx]
+            if not replaced:
+                if values:
+                    out[k] = node.chunk
+            elif values:
+                out[2 * k] = node.key
+                out[2 * k + 1] = node.chunk
+            else:
+                out[k] = node.key
+            self._free_node(order[k].idx)
+        self.work_used += (2 if values else 1) * n
+        PyMem_Free(order)
         self.head[w] = EMPTY
         self.tail[w] = EMPTY
         self.size[w] = 0
@@ -321,83 +376,12 @@ cdef class ARCCore:
         # Fibonacci hashing spreads sequential hashes (small ints) out.
         return (<uint32_t>(h * 2654435769U)) >> (32 - self.table_bits)
 
-    cdef inline int32_t _find(self, object key, Py_hash_t hash, int lists) except -2:
-        return self._find_seen(key, hash, lists, NULL)
-
-    cdef int32_t _find_seen(self, object key, Py_hash_t hash, int lists,
-                            uint8_t *seen_hash) except -2:
-        """Node index of key in the first of lists (a mask) that holds it,
-        searched in vLLM's order (t1, t2, b1, b2), else EMPTY.
-
-        Like the dicts vLLM searches, it runs key.__eq__ only against keys
-        of the same hash, one list after the other, so that with an __eq__
-        that is not transitive the list searched first wins, as in vLLM.
-        The usual case is settled at the first node of this hash: one not
-        marked shared is the only one, so the order cannot matter. Else one
-        walk of the probe run finds the nodes of this hash first. If
-        seen_hash is not NULL, it is set to whether any node has this hash.
-        """
-        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
-        cdef uint32_t h = fold(hash)
-        cdef size_t s = self._home(h)
-        cdef int32_t i, first = EMPTY
-        cdef int count = 0, seen = 0, w
-        while True:
-            i = self.table[s].idx
-            if i == EMPTY:
-                break
-            if self.table[s].h32 == h and self.nodes[i].hash == hash:
-                if seen_hash is not NULL:
-                    seen_hash[0] = 1
-                if not self.nodes[i].shared:
-                    if (1 << self.nodes[i].where) & lists and self._same(i, key):
-                        return i
-                    return EMPTY
-                count += 1
-                first = i
-                seen |= 1 << self.nodes[i].where
-            s = (s + 1) & mask
-        lists &= seen
-        if not lists:
-            return EMPTY
-        if count == 1:
-            return first if self._same(first, key) else EMPTY
-        for w in range(4):
-            if lists & (1 << w):
-                i = self._probe(key, hash, w)
-                if i != EMPTY:
-                    return i
-        return EMPTY
-
-    cdef Py_ssize_t _nodes_of_hash(self, Py_hash_t hash, bint share) noexcept:
-        """How many nodes have this hash; if share, mark them all shared
-        (never cleared when another node goes: shared only sends _find
-        down its slower, always correct path)."""
-        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
-        cdef uint32_t h = fold(hash)
-        cdef size_t s = self._home(h)
-        cdef int32_t i
-        cdef Py_ssize_t count = 0
-        while True:
-            i = self.table[s].idx
-            if i == EMPTY:
-                return count
-            if self.table[s].h32 == h and self.nodes[i].hash == hash:
-                count += 1
-                if share:
-                    self.nodes[i].shared = 1
-            s = (s + 1) & mask
-
-    cdef inline int _same(self, int32_t i, object key) except -1:
-        """Whether node i holds key (identity first, as dicts do)."""
-        # Mutators are locked out while __eq__ runs (see busy), so neither
-        # array can move under us.
-        if self.nodes[i].key is <PyObject *>key:
-            return 1
-        return PyObject_RichCompareBool(self.nodes[i].key, <PyObject *>key, Py_EQ)
-
-    cdef int32_t _probe(self, object key, Py_hash_t hash, int w) except -2:
-        """Node index of key in list w, else EMPTY."""
+    cdef int32_t _find(self, object key, Py_hash_t hash, int lists) except -2:
+        """Node index of key if one of lists (a mask) holds it, else EMPTY:
+        the probe walk from the hash's home slot. Keys are unique across the
+        lists, so for keys that keep Python's hash and eq contract at most
+        one node equals key; for keys that break it, the first in probe
+        order wins (docs/hardening.md, "The key contract")."""
         cdef size_t mask = (<size_t>1 << self.table_bits) - 1
         cdef uint32_t h = fold(hash)
         cdef size_t s = self._home(h)
@@ -407,9 +391,24 @@ cdef class ARCCore:
             if i == EMPTY:
                 return EMPTY
             if (self.table[s].h32 == h and self.nodes[i].hash == hash
-                    and self.nodes[i].where == w and self._same(i, key)):
+                    and (1 << self.nodes[i].where) & lists and self._same(i, key)):
                 return i
             s = (s + 1) & mask
+
+    cdef size_t _slot_of(self, int32_t i) noexcept:
+        """The table slot of node i (which is in the table)."""
+        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
+        cdef size_t s = self._home(fold(self.nodes[i].hash))
+        while self.table[s].idx != i:
+            s = (s + 1) & mask
+        return s
+
+    cdef inline int _same(self, int32_t i, object key) except -1:
+        """Whether node i holds key (identity first, as dicts do)."""
+        # Busy is set while __eq__ runs: neither array can move under us.
+        if self.nodes[i].key is <PyObject *>key:
+            return 1
+        return PyObject_RichCompareBool(self.nodes[i].key, <PyObject *>key, Py_EQ)
 
     cdef int _reserve_slot(self) except -1:
         """Grow the table so that one more entry keeps the load <= 0.7."""
@@ -452,10 +451,8 @@ cdef class ARCCore:
     cdef void _table_del(self, int32_t i) noexcept:
         """Drop node i's slot, shifting its probe run back (no tombstones)."""
         cdef size_t mask = (<size_t>1 << self.table_bits) - 1
-        cdef size_t s = self._home(fold(self.nodes[i].hash))
+        cdef size_t s = self._slot_of(i)
         cdef size_t j, home
-        while self.table[s].idx != i:
-            s = (s + 1) & mask
         j = s
         while True:
             j = (j + 1) & mask
@@ -476,6 +473,8 @@ cdef class ARCCore:
         cdef Node *node = &self.nodes[i]
         cdef int32_t t = self.tail[w]
         node.where = w
+        set_stamp(node, self.stamps)
+        self.stamps += 1
         node.prev = t
         node.next = EMPTY
         if t == EMPTY:
@@ -506,9 +505,13 @@ cdef class ARCCore:
 
     cdef inline void _to_end(self, int32_t i, uint8_t w) noexcept:
         """OrderedDict.move_to_end: node i, in list w, goes to its MRU end;
-        already there, nothing changes (iterators go on)."""
+        already there, nothing changes (iterators go on). Not an insertion:
+        the stamp stays."""
+        cdef uint64_t stamp
         if self.tail[w] != i:
+            stamp = stamp_of(&self.nodes[i])
             self._move(i, w)
+            set_stamp(&self.nodes[i], stamp)
 
     # --- working storage (see the top of this file) -----------------------
 
@@ -543,7 +546,7 @@ cdef class ARCCore:
         nothing runs between reading its items and copying them."""
         cdef Py_ssize_t n
         if not (PyList_CheckExact(keys) or PyTuple_CheckExact(keys)):
-            keys = tuple(keys)
+            keys = list(keys)  # as vLLM: always complete, unlike a tuple
         n = PySequence_Fast_GET_SIZE(keys)
         self._work_reserve(n)
         arc_copy_refs(self.work + self.work_used, PySequence_Fast_ITEMS(keys), n)
@@ -620,16 +623,14 @@ cdef class ARCCore:
             self.scratch_cap = n
         return self.scratch
 
-    cdef int _set_target(self, value) except -1:
-        cdef object whole = int(value)
-        self.target = value
+    cdef Py_ssize_t _threshold(self) except? -1:
+        """int(target_t1_size), clamped to Py_ssize_t."""
+        cdef object whole = int(self.target)
         if whole > PY_SSIZE_T_MAX:
-            self.target_int = PY_SSIZE_T_MAX
-        elif whole < -PY_SSIZE_T_MAX:
-            self.target_int = -PY_SSIZE_T_MAX
-        else:
-            self.target_int = whole
-        return 0
+            return PY_SSIZE_T_MAX
+        if whole < -PY_SSIZE_T_MAX:
+            return -PY_SSIZE_T_MAX
+        return whole
 
     cdef int _adapt(self, int32_t i) except -1:
         """A ghost hit: shift target_t1_size toward the list that was hit."""
@@ -656,7 +657,7 @@ cdef class ARCCore:
             value = self.target - delta
             if 0 > value:  # max(value, 0)
                 value = 0
-        self._set_target(value)
+        self.target = value
         self._to_end(i, w)
         return 0
 
@@ -693,7 +694,7 @@ cdef class ARCCore:
     def target_t1_size(self, value):
         self._enter(OP_TARGET)
         try:
-            self._set_target(check_target(value))
+            self.target = check_target(value)
         finally:
             self._leave()
 
@@ -731,14 +732,13 @@ cdef class ARCCore:
     # --- CachePolicy -----------------------------------------------------
 
     def get(self, key):
-        cdef Py_hash_t h = PyObject_Hash(key)
         cdef int saved = self.busy
         cdef int32_t i
         # Reads may nest in a running method; they lock out mutators only.
         if not saved:
             self.busy = OP_GET
         try:
-            i = self._find(key, h, IN_T)
+            i = self._find(key, PyObject_Hash(key), IN_T)
         finally:
             self.busy = saved
         if i == EMPTY:
@@ -751,22 +751,17 @@ cdef class ARCCore:
         cdef Py_hash_t h
         cdef int32_t i
         cdef Node *node
-        cdef uint8_t shared = 0
         self._enter(OP_INSERT)
         try:
             self._ref_off(chunk)
             h = PyObject_Hash(key)
-            # t1 and t2 are searched before the ghosts (see _find).
-            i = self._find_seen(key, h, IN_ANY, &shared)
+            i = self._find(key, h, IN_ANY)
             if i == EMPTY:
                 if self.table_used >= self.max_entries:
                     raise MemoryError(MSG_FULL.format(self.max_entries))
                 self._reserve_slot()
                 i = self._new_node()
                 node = &self.nodes[i]
-                node.shared = shared
-                if shared:
-                    self._nodes_of_hash(h, True)
                 self._table_add(i, h)
                 node.hash = h
             else:
@@ -913,7 +908,8 @@ cdef class ARCCore:
         cdef int32_t i
         cdef Node *node
         cdef _Cursor c1, c2
-        cdef bint fast
+        cdef bint fast, exact
+        cdef Py_ssize_t threshold = 0
         self._enter(OP_EVICT)
         try:
             n = check_evict_n(n)
@@ -928,9 +924,16 @@ cdef class ARCCore:
             c2 = _Cursor.start(self, T2)
             # Select without changing anything; t1's size is tracked
             # virtually. Both cursors only move forward (vLLM PR 50992).
+            # vLLM takes int(target_t1_size) at every step: once is the same
+            # for a float or an int, whose int() runs no user code.
+            exact = type(self.target) is float or type(self.target) is int
+            if exact:
+                threshold = self._threshold()
             vt1 = self.size[T1]
             for k in range(want):
-                if vt1 >= self.target_int:
+                if not exact:
+                    threshold = self._threshold()
+                if vt1 >= threshold:
                     i = c1.next_victim(protected, fast)
                     if i != EMPTY:
                         picked[k] = i
@@ -1002,9 +1005,9 @@ cdef class ARCCore:
     def clear(self):
         # As vLLM: the lists in turn, then the target.
         self._enter(OP_CLEAR)
-        self.busy = 0
-        self._empty_lists()
-        self._set_target(0.0)
+        self.busy = 0  # nothing but releasing runs from here
+        self._empty_lists(False)
+        self.target = 0.0
 
     def mark_evictable(self, key):
         return None
@@ -1076,8 +1079,7 @@ cdef class ARCCore:
                 if w <= T2:
                     chunk_ref_offset(type(<object>node.chunk))
                 assert PyObject_Hash(<object>node.key) == node.hash
-                if not node.shared:
-                    assert self._nodes_of_hash(node.hash, False) == 1, f"node {i} is not alone"
+                assert stamp_of(node) < self.stamps, f"node {i} has a stamp from the future"
                 count += 1
                 assert count <= self.nodes_used, f"cycle in {LIST_NAMES[w]}"
                 prev = i
@@ -1103,11 +1105,16 @@ cdef class ARCCore:
                 assert fold(self.nodes[i].hash) == self.table[s].h32
         assert slots == live == self.table_used, "table and lists disagree"
         assert self.table_used * 10 <= <Py_ssize_t>size * 7, "table overfull"
+        # Every node is found from its hash's home slot without crossing an
+        # empty slot (by index: no __eq__, so keys that break the contract
+        # are checked too).
         for w in range(4):
             i = self.head[w]
             while i != EMPTY:
-                assert self._find(<object>self.nodes[i].key, self.nodes[i].hash,
-                                  1 << self.nodes[i].where) == i
+                s = self._home(fold(self.nodes[i].hash))
+                while self.table[s].idx != i:
+                    assert self.table[s].idx != EMPTY, f"node {i} is not in its probe run"
+                    s = (s + 1) & (size - 1)
                 i = self.nodes[i].next
         return 0
 
@@ -1220,6 +1227,7 @@ cdef class _Cursor:
         cdef ARCCore core = self.core
         cdef int32_t i = self.pos
         cdef Node *node
+        cdef PyObject *key
         cdef int hit
         cdef int32_t ref_cnt
         while i != EMPTY:
@@ -1227,13 +1235,15 @@ cdef class _Cursor:
                 self._prefetch_ahead()
             node = &core.nodes[i]
             self.pos = node.next
+            key = node.key
             core.visits += 1
             core._ref_cnt(node.chunk, &ref_cnt)
             if ref_cnt == 0:
+                # evict() is busy: the node arrays cannot move or free key
                 if fast:
-                    hit = PySet_Contains(<PyObject *>protected, node.key)
+                    hit = PySet_Contains(<PyObject *>protected, key)
                 else:
-                    hit = PySequence_Contains(<PyObject *>protected, node.key)
+                    hit = PySequence_Contains(<PyObject *>protected, key)
                 if not hit:
                     return i
             i = self.pos
@@ -1272,9 +1282,11 @@ cdef class _ListIter:
             raise RuntimeError(MSG_MUTATED)
         node = &self.core.nodes[self.pos]
         self.pos = node.next
-        if node.chunk is NULL:
-            return (<object>node.key, None)
-        return (<object>node.key, <object>node.chunk)
+        # Owned references before the pair is made: making it may start a
+        # collection whose callbacks change the policy (no busy is held).
+        key = <object>node.key
+        value = None if node.chunk is NULL else <object>node.chunk
+        return (key, value)
 
 
 class ARCCachePolicy(ARCCore, CachePolicy):

@@ -3,18 +3,20 @@
 It keeps vLLM's own layout (four OrderedDicts) so that a decision can be
 followed line by line against vLLM's ``arc.py``.
 
-Working storage, as in the core: what a call holds while user code may run
-(the caller's keys, the victims it picks, the key objects it replaces or
-forgets) is kept in tuples, which no other code can resize, and a list is
-handed back only when made from one (``list(tuple)`` runs no Python code).
-Whatever a call drops is released when it returns, after busy is cleared.
+Working storage (docs/hardening.md, "Rules"): what a call holds while user
+code may run is complete when made and never changed after: the caller's
+keys as a tuple made from a list (nothing runs while it fills), the victims
+evict() picks and the key objects a call replaces or forgets as chains of
+tuple cells, each made whole, and on_request_finished's classes in a
+bytearray, which holds no objects. Whatever a call drops is released when
+it returns, after busy is cleared.
 """
 
 from __future__ import annotations
 
+import numbers
 import weakref
 from collections import OrderedDict
-from itertools import repeat
 from ctypes import sizeof
 from collections.abc import Container, Iterable, Iterator, Sequence
 from typing import Any
@@ -35,60 +37,72 @@ from ._common import (
     check_max_entries,
     check_target,
     chunk_ref_offset,
+    dead_ref,
     order_request_keys,
     read_ref_cnt,
 )
 
 __all__ = ["ARCCachePolicy"]
 
-_INSERTED_ONLY = "inserted only"
-_REUSED = "reused"
-# What _chunk_type refers to before any chunk is seen (no chunk is a None).
-_NO_TYPE: weakref.ref[type] = weakref.ref(type(None))
+# on_request_finished's classes of keys
+_INSERTED_ONLY = 1
+_REUSED = 2
+_LIST_ATTRS = ("_t1", "_t2", "_b1", "_b2")
 
 
 class ARCCachePolicy(CachePolicy):
     __doc__ = ARC_DOC
 
+    # Name of the call now running while it may run user code (hashing,
+    # protected.__contains__, req_context, a collection), or None.
+    _busy: str | None = None
+
     def __init__(self, cache_capacity: int) -> None:
         # Called again, it starts over as vLLM's __init__ does: capacity and
-        # target first, then the lists are emptied in turn; _max_entries
+        # target first, then each list is replaced in turn; _max_entries
         # (arc_cy's own) is reset too.
         again = hasattr(self, "_lists")
-        if again:
-            self._enter("__init__")
-        # Name of the mutating method now running, while it may call back
-        # into user code (hashing, protected.__contains__, req_context).
-        self._busy: str | None = "__init__"
+        self._begin("__init__")
         try:
             capacity = check_capacity(cache_capacity)
         finally:
             self._busy = None
         self._capacity = capacity
         self._max_entries = MAX_ENTRIES
-        self._target: float = 0.0
-        self._chunk_type: weakref.ref[type] = _NO_TYPE  # the last chunk type checked
+        self._target: Any = 0.0
+        self._chunk_type: weakref.ref[type] = dead_ref()  # the last chunk type checked
         if not again:
             self._t1: OrderedDict[Any, ChunkStatus] = OrderedDict()
             self._t2: OrderedDict[Any, ChunkStatus] = OrderedDict()
             self._b1: OrderedDict[Any, None] = OrderedDict()
             self._b2: OrderedDict[Any, None] = OrderedDict()
             self._lists = (self._t1, self._t2, self._b1, self._b2)
-            self._views = tuple(ListView(self, i) for i in range(4))
+            self._views = (ListView(self, 0), ListView(self, 1), ListView(self, 2), ListView(self, 3))
             return
-        for od in self._lists:  # in turn, as clear()
-            od.clear()
+        for which in range(4):
+            self._replace_list(which)
+
+    def _replace_list(self, which: int) -> None:
+        # As vLLM's `self.t1 = OrderedDict()`: the old list is released now,
+        # its entries in insertion order, before the next list is replaced.
+        old = self._lists[which]
+        new: OrderedDict[Any, Any] = OrderedDict()
+        self._lists = self._lists[:which] + (new,) + self._lists[which + 1 :]
+        setattr(self, _LIST_ATTRS[which], new)
+        del old
 
     def __getstate__(self) -> dict[str, Any]:
-        # for copy and pickle: the chunk-type cache (a weak reference) is not
-        # state
+        # for copy and pickle: neither the chunk-type cache (a weak
+        # reference) nor busy (a copy made from a callback is not running
+        # anything) is state
         state = self.__dict__.copy()
-        del state["_chunk_type"]
+        state.pop("_chunk_type", None)
+        state.pop("_busy", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._chunk_type = _NO_TYPE
+        self._chunk_type = dead_ref()
 
     # --- attributes -------------------------------------------------------
 
@@ -97,13 +111,12 @@ class ARCCachePolicy(CachePolicy):
         return self._capacity
 
     @property
-    def target_t1_size(self) -> float:
-        return self._target
+    def target_t1_size(self) -> float | numbers.Real:
+        return self._target  # type: ignore[no-any-return]
 
     @target_t1_size.setter
-    def target_t1_size(self, value: float) -> None:
-        self._enter("target_t1_size")
-        self._busy = "target_t1_size"  # the check runs the value's code
+    def target_t1_size(self, value: float | numbers.Real) -> None:
+        self._begin("target_t1_size")  # the check runs the value's code
         try:
             self._target = check_target(value)
         finally:
@@ -135,9 +148,13 @@ class ARCCachePolicy(CachePolicy):
     def b2(self) -> ListView[None]:
         return self._views[3]
 
-    def _enter(self, name: str) -> None:
+    def _begin(self, name: str) -> None:
+        """Start call `name`: refused while another call runs, then busy
+        until the caller's `finally` clears it. Every mutator calls this
+        before any user code runs."""
         if self._busy is not None:
             raise RuntimeError(MSG_REENTRANT.format(name, self._busy))
+        self._busy = name
 
     # --- CachePolicy ------------------------------------------------------
 
@@ -161,8 +178,7 @@ class ARCCachePolicy(CachePolicy):
             self._busy = None
 
     def insert(self, key: Any, chunk: ChunkStatus, req_context: Any = None) -> None:
-        self._enter("insert")
-        self._busy = "insert"
+        self._begin("insert")
         t1, t2, b1, b2 = self._lists
         try:
             if type(chunk) is not self._chunk_type():  # as the core: check new types
@@ -185,8 +201,7 @@ class ARCCachePolicy(CachePolicy):
             self._busy = None
 
     def remove(self, key: Any) -> None:
-        self._enter("remove")
-        self._busy = "remove"
+        self._begin("remove")
         try:
             # The popped key and chunk are released when this returns, after
             # busy is cleared: their __del__ may call back, as with the core.
@@ -208,32 +223,31 @@ class ARCCachePolicy(CachePolicy):
             self._target = max(self._target - delta, 0)
             b2.move_to_end(key)
 
-    @staticmethod
-    def _looked_up(keys: tuple[Any, ...], *lists: OrderedDict) -> tuple[Any, ...]:
-        # Every lookup first, so a key that cannot be looked up fails
-        # before anything changes. Returns the values found in lists[0].
-        return tuple(_values_in_first(keys, lists))
-
     def on_store_miss(self, keys: Iterable[Any], req_context: Any) -> None:
-        self._enter("on_store_miss")
-        self._busy = "on_store_miss"
+        self._begin("on_store_miss")
         try:
             keys = _held(keys)
-            self._looked_up(keys, self._b1, self._b2)
+            b1, b2 = self._b1, self._b2
+            for key in keys:  # every lookup first: a failure changes nothing
+                key in b1 or key in b2
             for key in reversed(keys):
                 self._adapt_to_ghost_hit(key)
         finally:
             self._busy = None
 
     def touch(self, keys: Iterable[Any], req_context: Any) -> None:
-        self._enter("touch")
-        self._busy = "touch"
+        self._begin("touch")
         try:
             t1, t2 = self._t1, self._t2
             keys = _held(keys)
-            # A t1 chunk whose ref_cnt cannot be read fails before any change.
-            for chunk in self._looked_up(keys, *self._lists):
-                read_ref_cnt(chunk)
+            b1, b2 = self._b1, self._b2
+            # Every lookup first, and every t1 chunk's ref_cnt read: a
+            # failure changes nothing.
+            for key in keys:
+                if key in t1:
+                    read_ref_cnt(t1[key])
+                else:
+                    key in t2 or key in b1 or key in b2
             # Replaced key objects, released after busy is cleared.
             replaced: tuple[Any, ...] = ()
             for key in reversed(keys):
@@ -262,33 +276,32 @@ class ARCCachePolicy(CachePolicy):
         reused_keys: Container[Any],
         req_context: Any,
     ) -> None:
-        self._enter("on_request_finished")
-        self._busy = "on_request_finished"
+        self._begin("on_request_finished")
         try:
             t1, t2 = self._t1, self._t2
             keys = _held(order_request_keys(key_groups, req_context))
+            tail_first = range(len(keys) - 1, -1, -1)
             # Classify (tail first), then look up: a failure changes nothing.
-            kinds = tuple(
-                _INSERTED_ONLY
-                if key in insertion_only_keys
-                else _REUSED
-                if key in reused_keys
-                else None
-                for key in reversed(keys)
-            )
-            self._looked_up(
-                tuple(k for k, kind in zip(reversed(keys), kinds) if kind), t1, t2
-            )
+            kinds = bytearray(len(keys))
+            for j in tail_first:
+                if keys[j] in insertion_only_keys:
+                    kinds[j] = _INSERTED_ONLY
+                elif keys[j] in reused_keys:
+                    kinds[j] = _REUSED
+            for j in tail_first:
+                if kinds[j]:
+                    keys[j] in t1 or keys[j] in t2
             # Replaced key objects, released after busy is cleared.
             replaced: tuple[Any, ...] = ()
-            for key, kind in zip(reversed(keys), kinds):
-                if kind is _INSERTED_ONLY:
+            for j in tail_first:
+                key, kind = keys[j], kinds[j]
+                if kind == _INSERTED_ONLY:
                     # A store is not a frequency hit: refresh recency only.
                     if key in t1:
                         t1.move_to_end(key)
                     elif key in t2:
                         t2.move_to_end(key)
-                elif kind is _REUSED:
+                elif kind == _REUSED:
                     if key in t1:
                         old_key, chunk = _pop_entry(t1, key)
                         replaced = (old_key, replaced)
@@ -301,24 +314,46 @@ class ARCCachePolicy(CachePolicy):
     def evict(
         self, n: int, protected: Container[Any]
     ) -> list[tuple[Any, ChunkStatus]] | None:
-        self._enter("evict")
-        n = check_evict_n(n)
-        if n == 0:
-            return []
-        t1, t2 = self._t1, self._t2
-        if n > len(t1) + len(t2):
-            return None
-        self._busy = "evict"
+        self._begin("evict")  # n.__index__ is user code too
         try:
-            # Select without changing anything, then apply; both compare keys
-            # (user code), so both run busy. picked: (key, chunk) pairs, each
-            # followed by whether it comes from t1.
-            picked = tuple(_select(t1, t2, self._target, n, protected))
-            if len(picked) < 2 * n:
+            n = check_evict_n(n)
+            if n == 0:
+                return []
+            t1, t2, b1, b2 = self._lists
+            if n > len(t1) + len(t2):
                 return None
-            pairs: tuple[tuple[Any, ChunkStatus], ...] = picked[::2]
-            b1, b2 = self._b1, self._b2
-            for (key, _), from_t1 in zip(pairs, picked[1::2]):
+            # Select without changing anything (the scans compare keys: user
+            # code). picked: cells (entry, from_t1, rest), the last victim
+            # first; entry is the (key, chunk) pair the result holds.
+            picked: tuple[Any, ...] = ()
+            virtual_t1_size = len(t1)
+            t1_victims = _victims(t1, protected)
+            t2_victims = _victims(t2, protected)
+            for _ in range(n):
+                if virtual_t1_size >= int(self._target):
+                    entry = next(t1_victims, None)
+                    if entry is not None:
+                        picked = (entry, True, picked)
+                        virtual_t1_size -= 1
+                        continue
+                entry = next(t2_victims, None)
+                if entry is not None:
+                    picked = (entry, False, picked)
+                    continue
+                # t2 has no victim left: fall back to t1 (vLLM PR 55461).
+                entry = next(t1_victims, None)
+                if entry is None:
+                    return None
+                picked = (entry, True, picked)
+                virtual_t1_size -= 1
+            victims: tuple[Any, ...] = ()  # the same cells, first victim first
+            while picked:
+                entry, from_t1, picked = picked
+                victims = (entry, from_t1, victims)
+
+            cell = victims
+            while cell:
+                (key, _), from_t1, cell = cell
                 if from_t1:
                     del t1[key]
                     b1[key] = None
@@ -326,16 +361,22 @@ class ARCCachePolicy(CachePolicy):
                     del t2[key]
                     b2[key] = None
             # Forgotten ghosts are released after busy is cleared.
-            released_on_return = (  # noqa: F841
-                tuple(map(b1.popitem, repeat(False, len(b1) - self._capacity))),
-                tuple(map(b2.popitem, repeat(False, len(b2) - self._capacity))),
-            )
-            return list(pairs)
+            released = ()
+            for ghost in (b1, b2):
+                for _ in range(len(ghost) - self._capacity):
+                    released = (ghost.popitem(last=False), released)
+            result = []
+            cell = victims
+            while cell:  # allocates nothing: no collection sees it half made
+                entry, _, cell = cell
+                result.append(entry)
+            return result
         finally:
             self._busy = None
 
     def clear(self) -> None:
-        self._enter("clear")
+        self._begin("clear")
+        self._busy = None  # nothing but releasing runs from here
         # t1, t2, b1 and b2 in turn, then the target, as vLLM: a key released
         # meanwhile sees its list and those before it empty, the others not.
         for od in self._lists:
@@ -360,8 +401,19 @@ class ARCCachePolicy(CachePolicy):
         return self._read(self._lists[which].__getitem__, key)
 
     def _list_iter(self, which: int) -> Iterator[tuple[Any, Any]]:
+        od = self._lists[which]
+        items = iter(od.items())
         try:
-            yield from self._lists[which].items()
+            while True:
+                # As the core: a change since the last step (here: __init__
+                # replaced the list) fails this one, unless the list is done.
+                replaced = self._lists[which] is not od
+                item = next(items, None)
+                if item is None:
+                    return
+                if replaced:
+                    raise RuntimeError(MSG_MUTATED)
+                yield item
         except RuntimeError:
             raise RuntimeError(MSG_MUTATED) from None
 
@@ -375,11 +427,12 @@ class ARCCachePolicy(CachePolicy):
             self._busy = None
 
     def _check(self) -> None:
-        seen: dict[Any, str] = {}
+        # By identity: keys that break the hash/eq contract must pass too.
+        seen: dict[int, str] = {}
         for name, od in zip(LIST_NAMES, self._lists):
             for key, value in od.items():
-                assert key not in seen, f"{key!r} is in {seen[key]} and {name}"
-                seen[key] = name
+                assert id(key) not in seen, f"{key!r} is in {seen[id(key)]} and {name}"
+                seen[id(key)] = name
                 if name in ("t1", "t2"):
                     chunk_ref_offset(type(value))
                 else:
@@ -391,58 +444,16 @@ class ARCCachePolicy(CachePolicy):
 
 
 def _held(keys: Iterable[Any]) -> tuple[Any, ...]:
-    """The keys as working storage: a tuple. Made through an iterator, as
-    CPython 3.11's tuple(list) reads the list's items after allocating the
-    tuple, which may run a collection (and hooks that empty the list)."""
-    return keys if type(keys) is tuple else tuple(iter(keys))
-
-
-def _select(
-    t1: OrderedDict[Any, ChunkStatus],
-    t2: OrderedDict[Any, ChunkStatus],
-    target: float,
-    n: int,
-    protected: Container[Any],
-) -> Iterator[Any]:
-    """Up to n victims in vLLM's order (fewer when there are not n), each
-    as its (key, chunk) pair, then whether it comes from t1. t1's size is
-    tracked virtually, and both scans only move forward (vLLM PR 50992)."""
-    t1_victims = _victims(t1, protected)
-    t2_victims = _victims(t2, protected)
-    virtual_t1_size = len(t1)
-    threshold = int(target)
-    for _ in range(n):
-        if virtual_t1_size >= threshold:
-            entry = next(t1_victims, None)
-            if entry is not None:
-                yield entry
-                yield True
-                virtual_t1_size -= 1
-                continue
-        entry = next(t2_victims, None)
-        if entry is not None:
-            yield entry
-            yield False
-            continue
-        # t2 has no victim left: fall back to t1 (vLLM PR 55461).
-        entry = next(t1_victims, None)
-        if entry is None:
-            return
-        yield entry
-        yield True
-        virtual_t1_size -= 1
-
-
-def _values_in_first(
-    keys: tuple[Any, ...], lists: tuple[OrderedDict[Any, Any], ...]
-) -> Iterator[Any]:
-    first = lists[0]
-    for key in keys:
-        for od in lists:
-            if key in od:
-                if od is first:
-                    yield first[key]
-                break
+    """The keys as working storage: a tuple, made from a list through its
+    iterator, so nothing runs while the tuple fills (CPython 3.11's
+    tuple(list) reads the list after an allocation that may run a
+    collection; tuple(generator) would show a half-made tuple to it).
+    Any other iterable becomes a list first, as vLLM's list(keys)."""
+    if type(keys) is tuple:
+        return keys
+    if type(keys) is not list:
+        keys = list(keys)
+    return tuple(iter(keys))
 
 
 def _pop_entry(od: OrderedDict, key: Any) -> tuple[Any, Any]:

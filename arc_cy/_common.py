@@ -11,6 +11,7 @@ import ctypes
 import math
 import numbers
 import operator
+import sys
 import weakref
 from ctypes import sizeof
 from functools import partial
@@ -45,6 +46,8 @@ else:
         from ._standins import order_request_keys
 
 
+from ._standins import ChunkStatus as _StandInChunkStatus  # noqa: E402
+
 # The text of every error either implementation raises.
 MSG_NEGATIVE_N = "evict() needs n >= 0, got {!r}"
 MSG_NEGATIVE_CAPACITY = "cache_capacity must be >= 0, got {!r}"
@@ -54,6 +57,10 @@ MSG_DUPLICATE = "key {!r} is already cached (in {}); remove() it before insert()
 MSG_CHUNK = (
     "chunk must be a ctypes structure with a c_int32 'ref_cnt' field, "
     "like vLLM's ChunkStatus; got {}"
+)
+MSG_CHUNK_READY = (
+    "chunk type {} overrides is_ready; arc_cy decides readiness as vLLM's "
+    "ChunkStatus does (ref_cnt >= 0)"
 )
 MSG_CHUNK_SIZE = (
     "chunk of type {} has a {}-byte buffer, too small for its ref_cnt field "
@@ -84,8 +91,17 @@ MAX_ENTRIES = 2**29
 # as filelock, imported with vLLM, does). A hit is confirmed by identity.
 _ref_offsets: dict[int, tuple[weakref.ref[type], int]] = {}
 _type_key = object.__hash__
+
+def dead_ref() -> weakref.ref[Any]:
+    """A weak reference whose object is gone: it refers to nothing (None in
+    Python, Py_None in C), so no chunk's type can equal it. The marker for
+    "no chunk type seen yet"; a live type as marker would let its instances
+    (type(None) let None) skip the chunk check."""
+    return weakref.ref(set())
+
+
 # The entry of the type looked up last: most calls ask for it again.
-_last_offset: tuple[weakref.ref[type], int] = (weakref.ref(type(None)), 0)
+_last_offset: tuple[weakref.ref[type], int] = (dead_ref(), 0)
 
 
 def _forget_type(key: int, ref: weakref.ref[type]) -> None:
@@ -111,25 +127,57 @@ def _lookup(mro: tuple[type, ...], name: str) -> tuple[type | None, Any]:
 
 def _ref_cnt_offset(tp: type) -> int | None:
     """Offset of the field that ``chunk.ref_cnt`` reads for instances of tp,
-    if that is a plain c_int32 ctypes field, else None."""
+    if reading it there is reading a native c_int32 (what the compiled core
+    does), else None. Decided by the field descriptor itself: its class's
+    ``_fields_`` is a plain list that can change after ctypes fixed the
+    layout."""
     if not issubclass(tp, (ctypes.Structure, ctypes.Union)):
         return None
     mro = _type_mro(tp)
     if _lookup(mro, "__getattribute__")[1] is not _OBJECT_GETATTRIBUTE:
         return None
-    # The most derived definition wins, as for attribute access; it must be
-    # a field that its own class declares, and neither a bitfield nor
-    # another type.
-    owner, field = _lookup(mro, "ref_cnt")
+    # The most derived definition wins, as for attribute access.
+    field = _lookup(mro, "ref_cnt")[1]
     if type(field) is not _CField:
         return None
-    for entry in reversed(_type_namespace(owner).get("_fields_", ())):
-        if entry[0] == "ref_cnt":  # the last declaration made the field
-            if len(entry) != 2 or entry[1] is not ctypes.c_int32:
-                return None
-            offset: int = field.offset
-            return offset
-    return None
+    offset: int = field.offset
+    if not 0 <= offset <= ctypes.sizeof(tp) - 4:
+        return None
+    # Read through the descriptor what the core reads with memcpy: a field
+    # of another type, byte order or width, or a bitfield, reads otherwise.
+    new = _FROM_BUFFER_COPY[issubclass(tp, ctypes.Union)]
+    for probe in _PROBES:
+        buf = bytearray(b"\xff" * ctypes.sizeof(tp))
+        buf[offset : offset + 4] = probe
+        try:
+            value = field.__get__(new(tp, buf), tp)
+        except (TypeError, ValueError):  # e.g. an abstract structure
+            return None
+        if type(value) is not int or value != int.from_bytes(probe, sys.byteorder, signed=True):
+            return None
+    return offset
+
+
+# Patterns for the ref_cnt probe: signs, bytes that differ, every bit used.
+_PROBES = (b"\x01\x02\x03\x84", b"\xfe\x7f\x00\x40", b"\x00\x00\x00\x00")
+# ctypes' own from_buffer_copy (not a metaclass override): no user code runs.
+_FROM_BUFFER_COPY = (
+    type(ctypes.Structure).__dict__["from_buffer_copy"],
+    type(ctypes.Union).__dict__["from_buffer_copy"],
+)
+# is_ready as vLLM's ChunkStatus (and the stand-in) define it: ref_cnt >= 0.
+_IS_READY = frozenset(
+    id(klass.__dict__["is_ready"])
+    for klass in (ChunkStatus, _StandInChunkStatus)
+    if "is_ready" in klass.__dict__
+)
+
+
+def _ready_as_vllm(tp: type) -> bool:
+    """Whether tp's is_ready is vLLM's (or absent): arc_cy reads ref_cnt < 0
+    where vLLM's touch asks chunk.is_ready."""
+    definition = _lookup(_type_mro(tp), "is_ready")[1]
+    return definition is None or id(definition) in _IS_READY
 
 
 def chunk_ref_offset(tp: type) -> int:
@@ -147,6 +195,8 @@ def chunk_ref_offset(tp: type) -> int:
         offset = _ref_cnt_offset(tp)
         if offset is None:
             raise TypeError(MSG_CHUNK.format(tp.__qualname__))
+        if not _ready_as_vllm(tp):
+            raise TypeError(MSG_CHUNK_READY.format(tp.__qualname__))
         found = (weakref.ref(tp, partial(_forget_type, key)), offset)
         _ref_offsets[key] = found
     _last_offset = found
@@ -187,9 +237,14 @@ def check_capacity(capacity: Any) -> int:
 def check_target(value: Any) -> Any:
     # Stored as given (int or float), as vLLM does, so arithmetic on it
     # produces the same types and values in both implementations.
+    # int() of it is taken where vLLM takes it, in evict().
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(MSG_TARGET_TYPE.format(value))
-    if not math.isfinite(value):
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # beyond a float's range (10**400): finite
+        finite = True
+    if not finite:
         raise ValueError(MSG_TARGET_FINITE.format(value))
     return value
 
