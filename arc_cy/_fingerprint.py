@@ -259,15 +259,32 @@ def module_file(name: str) -> str | None:
 
 
 def cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache"
-    )
+    """``$XDG_CACHE_HOME/arc_cy`` (an absolute XDG_CACHE_HOME only, as the
+    XDG spec says), else ``~/.cache/arc_cy``."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "arc_cy")
 
 
 def _stat_key(path: str) -> list[object]:
     st = os.stat(path)
     return [path, st.st_size, st.st_mtime_ns]
+
+
+def _well_formed(entry: object) -> bool:
+    """Whether a cached analysis has analyse_source's shape (a damaged
+    cache file is analysed again, never trusted)."""
+    if not isinstance(entry, dict) or set(entry) != {"fingerprint", "defines", "uses"}:
+        return False
+    defines, uses = entry["defines"], entry["uses"]
+    return (
+        isinstance(entry["fingerprint"], str)
+        and (defines is None or (isinstance(defines, list)
+                                 and all(isinstance(d, str) for d in defines)))
+        and isinstance(uses, dict)
+        and all(isinstance(k, str) and type(v) is int for k, v in uses.items())
+    )
 
 
 class _Cache:
@@ -285,7 +302,11 @@ class _Cache:
             with open(self.path, encoding="utf-8") as f:
                 data = json.load(f)
             if data["key"] == key and isinstance(data["entries"], dict):
-                self.entries = data["entries"]
+                self.entries = {
+                    path: entry
+                    for path, entry in data["entries"].items()
+                    if _well_formed(entry)
+                }
         except (OSError, ValueError, KeyError, TypeError):
             pass
         self.dirty = False
@@ -353,11 +374,14 @@ class CodeCheck:
 
 
 def _release_key(version: str) -> tuple[int, ...]:
+    # The release numbers of a version ("0.33.0rc1+local" -> (0, 33, 0));
+    # orders the table and finds the nearest release, nothing more.
     parts = []
     for part in version.split("+")[0].split("."):
-        digits = "".join(c for c in part if c.isdigit()) or "0"
-        parts.append(int(digits))
-        if not part.isdigit():
+        leading = len(part) - len(part.lstrip("0123456789"))
+        if leading:
+            parts.append(int(part[:leading]))
+        if leading < len(part) or not leading:
             break
     return tuple(parts)
 
@@ -409,7 +433,7 @@ def check_vllm_code(
     for path in present:
         try:
             entries[path] = store.get(path)
-        except (OSError, SyntaxError, ValueError):
+        except (OSError, SyntaxError, ValueError, RecursionError):
             unreadable.append(path)
     store.save()
     if unreadable:

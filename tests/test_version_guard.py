@@ -407,3 +407,21 @@ def test_a_cache_that_cannot_be_written_is_harmless(
     fake.install("0.34.0")
     register(caplog)
     assert registered()
+
+
+def test_a_damaged_cache_is_analysed_again(
+    registry: dict[str, object], fake: FakeVllm, tmp_path: Path
+) -> None:
+    fake.install("0.34.0", {ARC_MODULE: ARC_DECISION})
+    assert not check_vllm_code("0.34.0").ok
+    [cached] = (tmp_path / "cache" / "arc_cy" / "vllm-code").iterdir()
+    data = json.loads(cached.read_text())
+    arc = str(fake.files[ARC_MODULE])
+    # A verified fingerprint in a damaged entry is not trusted ...
+    data["entries"][arc] = {"fingerprint": VERIFIED_VLLM["0.33.0"]["arc.py"]}
+    cached.write_text(json.dumps(data))
+    assert not check_vllm_code("0.34.0").ok
+    # ... and a file that is not JSON is no error.
+    cached.write_text("{not json")
+    result = check_vllm_code("0.34.0")
+    assert [n for n, _ in result.differing] == ["arc.py"]
