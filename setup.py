@@ -27,9 +27,13 @@ HOW_TO_FIX = """
 arc_cy: building the compiled core failed ({error}).
 It needs a C compiler and the Python headers, e.g. on Debian/Ubuntu:
     apt-get install gcc python3-dev
-or install a pre-built wheel. To install the (much slower) pure-Python
-implementation instead, build with ARC_CY_NO_EXTENSIONS=1:
-    ARC_CY_NO_EXTENSIONS=1 pip install arc-cy
+or install a pre-built wheel instead (pip install arc_cy-*.whl; .ci/wheel.sh
+or cibuildwheel builds them). To install the (much slower) pure-Python
+implementation, build with ARC_CY_NO_EXTENSIONS=1, from a checkout or an
+unpacked sdist:
+    ARC_CY_NO_EXTENSIONS=1 pip install .
+or from the sdist file:
+    ARC_CY_NO_EXTENSIONS=1 pip install arc_cy-*.tar.gz
 """
 
 

@@ -16,9 +16,11 @@
 #   * the differential tests on random policy calls and manager traffic
 #     (the calls that release makes), and the vLLM PR 55461 cases;
 #   * `python -m arc_cy`, the operator's self-check, through that release's
-#     plugin loading and manager.
-# Extra arguments go to pytest. A release joins arc_cy.SUPPORTED_VLLM
-# (arc_cy/_compat.py) only after this passes.
+#     plugin loading and manager;
+# then prints the fingerprints of that release's policy code and checks its
+# callers (.ci/fingerprint.py). Extra arguments go to pytest. A release joins
+# arc_cy/_compat.py's VERIFIED_VLLM, with the fingerprints printed here, only
+# after this passes (and SUPPORTED_VLLM, the [vllm] extra, then spans it).
 set -euo pipefail
 version=${1:?usage: .ci/vllm_compat.sh VLLM_VERSION [--stand-in POLICY] [pytest args]}
 shift
@@ -52,3 +54,5 @@ echo "compat: vLLM $("$py" -c 'import vllm; print(vllm.__version__)' 2>/dev/null
 cd "$root"
 ARC_CY_IGNORE_VLLM_VERSION=1 "$py" -P -m pytest -p no:cacheprovider "${tests[@]}" -k "$select" "$@"
 (cd "${TMPDIR:-/tmp}" && ARC_CY_IGNORE_VLLM_VERSION=1 "$py" -P -m arc_cy)
+echo "compat: vLLM $version passed; its entry for VERIFIED_VLLM (arc_cy/_compat.py):" >&2
+"$py" -P "$root/.ci/fingerprint.py"

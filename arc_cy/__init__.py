@@ -3,7 +3,8 @@
 ``arc_cy.ARCCachePolicy`` is the compiled core (``arc_cy._arc_c``) unless
 ``ARC_CY_NO_EXTENSIONS`` is set to a non-empty value other than ``0``, which
 selects the pure-Python twin (``arc_cy._arc_py``). Both make the decisions of
-vLLM's ``ARCCachePolicy`` for the releases in ``SUPPORTED_VLLM``.
+vLLM's ``ARCCachePolicy`` on the vLLM releases arc_cy verified
+(``arc_cy._compat.VERIFIED_VLLM``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,37 @@ __version__ = "0.2.0"
 IMPLEMENTATION: str
 """Which implementation ``ARCCachePolicy`` is: "cython" or "python"."""
 
+
+def _source_tree() -> str | None:
+    """The directory of this package if it is a source tree (a checkout or
+    an unpacked sdist: setup.py and pyproject.toml beside it), else None."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    for name in ("setup.py", "pyproject.toml"):
+        if not os.path.isfile(os.path.join(root, name)):
+            return None
+    return here
+
+
+def _missing_core_message(error: ImportError) -> str:
+    tree = _source_tree()
+    shadow = (
+        f"This arc_cy is the source tree {tree}, which shadows any installed "
+        "arc_cy: run from another directory (or with `python -P`) to use the "
+        "installed one. "
+        if tree
+        else ""
+    )
+    return (
+        f"arc_cy: the compiled core is not available ({error}); using the "
+        f"pure-Python twin, which is much slower. {shadow}To get the core, "
+        "install from a checkout or an unpacked sdist with `pip install .` "
+        "(a C compiler and the Python headers are needed), or install a wheel "
+        "(`pip install arc_cy-*.whl`); or set ARC_CY_NO_EXTENSIONS=1 to choose "
+        "the twin and silence this warning."
+    )
+
+
 if TYPE_CHECKING:
     from ._arc_py import ARCCachePolicy
 elif os.environ.get("ARC_CY_NO_EXTENSIONS", "") not in ("", "0"):
@@ -44,11 +76,7 @@ else:
         if platform.python_implementation() == "CPython":
             # Never silent: a CPython install is meant to have the core.
             warnings.warn(
-                f"arc_cy: the compiled core is not available ({exc}); using "
-                "the pure-Python twin, which is much slower. Reinstall with "
-                "`pip install arc-cy` (a C compiler is needed to build from "
-                "source), or set ARC_CY_NO_EXTENSIONS=1 to choose the twin "
-                "and silence this warning.",
+                _missing_core_message(exc),
                 RuntimeWarning,
                 stacklevel=2,
             )

@@ -1,15 +1,18 @@
 """``python -m arc_cy``: report the installation and run a self-check.
 
-Prints which implementation ``import arc_cy`` selected, the Cython that built
-the compiled core, the versions of vLLM (and whether arc_cy supports it) and
+Prints which implementation ``import arc_cy`` selected and where it was
+imported from, the Cython that built the compiled core, the versions of vLLM
+(and which verified release its policy code is, ``arc_cy._fingerprint``) and
 Python, whether vLLM's general plugins register the ``"arc_cy"`` cache
 policy name, and the result of one store/evict cycle: through vLLM's
 ``CPUOffloadingManager`` with ``cache_policy="arc_cy"`` (as an operator
 configures it) when vLLM is installed, else through the policy alone.
 
-Exits 0 when everything passes; 1 when the self-check fails, when vLLM is
-installed but fails to import, or when the installed vLLM is not supported
-(see ``arc_cy.SUPPORTED_VLLM`` and ``ARC_CY_IGNORE_VLLM_VERSION``).
+Exits 0 when everything passes; 1 when the self-check fails, when the
+arc_cy imported is a source tree rather than the installed one (run from a
+checkout's root), when vLLM is installed but fails to import, or when the
+installed vLLM's policy code is not one arc_cy verified (see
+``ARC_CY_IGNORE_VLLM_VERSION``).
 """
 
 from __future__ import annotations
@@ -18,16 +21,18 @@ import logging
 import os
 import platform
 import sys
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import arc_cy
 from arc_cy._common import HAVE_VLLM, VLLM_IMPORT_ERROR, ChunkStatus
-from arc_cy._compat import (
-    OVERRIDE_ENV,
-    SUPPORTED_VLLM,
-    override_set,
-    unsupported_message,
-    vllm_supported,
+from arc_cy._compat import OVERRIDE_ENV, override_set
+from arc_cy._fingerprint import (
+    check_vllm_code,
+    matched_message,
+    overridden_message,
+    refused_message,
 )
 
 
@@ -40,8 +45,37 @@ def _built_with() -> str:
     return str(_arc_c.CYTHON_VERSION)
 
 
+def _package_report() -> tuple[bool, str]:
+    """(ok, line) about where arc_cy was imported from: a source tree (a
+    checkout's root on sys.path) is not what vLLM loads."""
+    here = Path(arc_cy.__file__).resolve().parent
+    tree = arc_cy._source_tree()
+    if tree is None:
+        return True, f"package: {here}"
+    installed = []
+    for dist in metadata.distributions(name="arc-cy"):
+        if dist.read_text("RECORD") is None:  # build metadata, not an install
+            continue
+        init = Path(str(dist.locate_file("arc_cy/__init__.py")))
+        if not init.is_file() or init.resolve().parent == here:
+            # An editable install: this source tree is what is installed.
+            return True, f"package: {here} (an editable install)"
+        installed.append(str(init.resolve().parent))
+    where = (
+        f"which shadows the installed arc_cy ({', '.join(installed)}) that vLLM loads"
+        if installed
+        else "and arc_cy is not installed on this Python (pip install .)"
+    )
+    return False, (
+        f"package: {here} is a source tree, {where}; this report is not about "
+        "an installed arc_cy. Run `python -m arc_cy` from another directory, "
+        "or `python -P -m arc_cy`."
+    )
+
+
 def _vllm_report() -> tuple[bool, list[str]]:
-    """(ok, lines) about the installed vLLM: importable and supported?"""
+    """(ok, lines) about the installed vLLM: importable, and its policy code
+    one that arc_cy verified?"""
     if VLLM_IMPORT_ERROR is not None:
         err = VLLM_IMPORT_ERROR
         return False, [
@@ -52,16 +86,17 @@ def _vllm_report() -> tuple[bool, list[str]]:
     import vllm
 
     version = str(getattr(vllm, "__version__", "unknown"))
-    if vllm_supported(version):
-        return True, [f"vLLM: {version} (supported: vllm{SUPPORTED_VLLM})"]
+    code = check_vllm_code(version, cache=False)
+    if code.ok:
+        return True, [f"vLLM: {version} ({matched_message(code)})"]
     if override_set():
         return True, [
-            f"vLLM: {version} NOT SUPPORTED (arc_cy supports vllm{SUPPORTED_VLLM}); "
-            f"used anyway because {OVERRIDE_ENV} is set"
+            f"vLLM: {version} NOT VERIFIED, used anyway because {OVERRIDE_ENV} is set",
+            f"warning: {overridden_message(code, OVERRIDE_ENV)}",
         ]
     return False, [
-        f"vLLM: {version} NOT SUPPORTED",
-        f"error: {unsupported_message(version)}",
+        f"vLLM: {version} NOT VERIFIED",
+        f"error: {refused_message(code, OVERRIDE_ENV)}",
     ]
 
 
@@ -170,11 +205,16 @@ def main() -> int:
     print(f"implementation: {arc_cy.IMPLEMENTATION} ({module})")
     print(f"ARC_CY_NO_EXTENSIONS: {'unset' if env is None else repr(env)}")
     print(f"built with Cython: {_built_with()}")
+    package_ok, package_line = _package_report()
+    print(package_line)
     vllm_ok, lines = _vllm_report()
     for line in lines:
         print(line)
     print(f"Python: {platform.python_version()} ({sys.executable})")
 
+    if not package_ok:
+        print("self-check: not run (see the package line above)")
+        return 1
     if not vllm_ok:
         print("self-check: not run (see the vLLM line above)")
         return 1

@@ -16,23 +16,30 @@ logger: logging.Logger = logging.getLogger("vllm.plugins.arc_cy")
 def register() -> None:
     """Register ``arc_cy`` with vLLM's CachePolicyFactory (idempotent).
 
-    On a vLLM outside ``arc_cy.SUPPORTED_VLLM`` it logs an error and
-    registers nothing, unless ``ARC_CY_IGNORE_VLLM_VERSION=1``.
+    Only when the installed vLLM's policy code is that of a release arc_cy
+    has verified (``arc_cy._fingerprint``; its version string does not
+    count): else it logs an error and registers nothing, unless
+    ``ARC_CY_IGNORE_VLLM_VERSION=1``.
     """
     import vllm
     from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 
     import arc_cy
-    from arc_cy._compat import override_set, unsupported_message, vllm_supported
+    from arc_cy._compat import OVERRIDE_ENV, override_set
+    from arc_cy._fingerprint import (
+        check_vllm_code,
+        matched_message,
+        overridden_message,
+        refused_message,
+    )
 
-    version = str(getattr(vllm, "__version__", "unknown"))
-    if not vllm_supported(version):
+    code = check_vllm_code(str(getattr(vllm, "__version__", "unknown")))
+    if not code.ok:
         if not override_set():
             logger.error("%s The 'arc_cy' cache policy is NOT registered.",
-                         unsupported_message(version))
+                         refused_message(code, OVERRIDE_ENV))
             return
-        logger.warning("arc_cy: registering on unsupported vLLM %s because "
-                       "ARC_CY_IGNORE_VLLM_VERSION is set", version)
+        logger.warning("%s", overridden_message(code, OVERRIDE_ENV))
     try:
         CachePolicyFactory.register_cache_policy(
             POLICY_NAME, "arc_cy", "ARCCachePolicy"
@@ -48,7 +55,10 @@ def register() -> None:
             ) from None
         return
     logger.info(
-        "arc_cy: registered CPU offloading cache policy %r (%s implementation)",
+        "arc_cy: registered CPU offloading cache policy %r (%s implementation) "
+        "on vLLM %s: %s",
         POLICY_NAME,
         arc_cy.IMPLEMENTATION,
+        code.version,
+        matched_message(code) if code.ok else "UNVERIFIED code",
     )

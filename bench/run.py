@@ -28,14 +28,36 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 REFERENCE = os.path.join(HERE, "reference")
+SUITE = ("evict", "store_latency", "memory", "hit_ratio", "multi_turn")
 sys.path.insert(0, HERE)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="bench/run.sh", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--full", action="store_true", help="the whole grid (long: over an hour; "
+                    "the multi-turn part at 1M chunks alone about 35 minutes)")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"),
+                    help="output folder (default: bench/results/, ignored by git)")
+    ap.add_argument("--only", help="comma-separated subset of " + ",".join(SUITE))
+    ap.add_argument("--reuse", action="store_true",
+                    help="reuse the per-script JSON already in OUT/tmp (report only)")
+    ap.add_argument("--reference", action="store_true",
+                    help="also copy the report to bench/reference/pyX.Y/, the committed "
+                    "reference run for this Python (a whole run only: not with --only or --reuse)")
+    return ap
+
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    # Before anything the benchmarks need is imported: bench/run.sh --help
+    # runs this on a bare Python.
+    parser().parse_args()
 
 import benchlib as bl  # noqa: E402
 
 TAG = "run"
 TWIN_MISS = ("the pure twin, for debugging in vLLM arc's place, costs over 10% more than "
              "vLLM arc: its checks or bookkeeping grew")
-SUITE = ("evict", "store_latency", "memory", "hit_ratio", "multi_turn")
 N = bl.NAMES
 L = bl.LABELS
 
@@ -705,17 +727,7 @@ def plots(data: dict[str, Any], out_dir: str) -> list[tuple[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--full", action="store_true", help="the whole grid (long: over an hour; "
-                    "the multi-turn part at 1M chunks alone about 35 minutes)")
-    ap.add_argument("--out", default=os.path.join(HERE, "results"),
-                    help="output folder (default: bench/results/, ignored by git)")
-    ap.add_argument("--only", help="comma-separated subset of " + ",".join(SUITE))
-    ap.add_argument("--reuse", action="store_true",
-                    help="reuse the per-script JSON already in OUT/tmp (report only)")
-    ap.add_argument("--reference", action="store_true",
-                    help="also copy the report to bench/reference/pyX.Y/, the committed "
-                    "reference run for this Python (a whole run only: not with --only or --reuse)")
+    ap = parser()
     args = ap.parse_args(argv)
     only = args.only.split(",") if args.only else list(SUITE)
     if set(only) - set(SUITE):

@@ -7,6 +7,12 @@
 # on (ARC_CY_BASE_PYTHON, as for tests/run.sh). See docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for arg in "$@"; do
+    case $arg in
+        -h|--help)  # answers at once: no environment is built for it
+            exec "$(.ci/find-python "${ARC_CY_BASE_PYTHON:-python3}")" -P bench/run.py --help ;;
+    esac
+done
 source .ci/env.sh
 export ARC_CY_BENCH_COMMAND="bench/run.sh${*:+ $*}"
 exec "$ARC_CY_PY" -P bench/run.py "$@"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from importlib import metadata
@@ -16,14 +17,17 @@ from packaging.version import Version
 import arc_cy
 from arc_cy import _arc_c
 
-from helpers import build_requirement
+from helpers import REPO, build_requirement
 
 # The Cython range of pyproject.toml's [build-system] requires.
 BUILD_CYTHON = build_requirement("Cython").specifier
 
 
 def start_main(
-    cwd: Path, extra_env: dict[str, str] | None = None, pythonpath: str = ""
+    cwd: Path,
+    extra_env: dict[str, str] | None = None,
+    pythonpath: str = "",
+    safe_path: bool = True,
 ) -> subprocess.Popen[str]:
     env = {
         k: v
@@ -33,9 +37,10 @@ def start_main(
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     env.update(extra_env or {})
-    # -P and a neutral cwd: the installed arc_cy, never the source tree.
+    # -P and a neutral cwd: the installed arc_cy, never the source tree
+    # (safe_path=False: as an operator types it, the cwd first on sys.path).
     return subprocess.Popen(
-        [sys.executable, "-P", "-m", "arc_cy"],
+        [sys.executable, *(["-P"] if safe_path else []), "-m", "arc_cy"],
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
@@ -51,38 +56,78 @@ RUNS = {
     # VLLM_PLUGINS is vLLM's allowlist: naming only another plugin keeps
     # arc_cy's entry point from running, as a misconfigured deployment would.
     "plugin_excluded": {"VLLM_PLUGINS": "lora_filesystem_resolver"},
-    # vllm.__version__ faked to a release arc_cy does not support (see
-    # fake_vllm_version): the guard must refuse it.
-    "vllm_unsupported": {"FAKE_VLLM_VERSION": "0.29.0"},
-    "vllm_unsupported_overridden": {
-        "FAKE_VLLM_VERSION": "0.29.0",
+    # A fake vLLM (see SITECUSTOMIZE): the installed 0.33.0's code under a
+    # version arc_cy never verified must register ...
+    "vllm_newer": {"FAKE_VLLM_VERSION": "0.34.0"},
+    # ... and a local build whose arc.py differs in one line of decision
+    # code must not, unless overridden.
+    "vllm_patched": {"FAKE_VLLM_VERSION": "0.33.0+local", "FAKE_VLLM_OVERLAY": "1"},
+    "vllm_patched_overridden": {
+        "FAKE_VLLM_VERSION": "0.33.0+local",
+        "FAKE_VLLM_OVERLAY": "1",
         "ARC_CY_IGNORE_VLLM_VERSION": "1",
     },
 }
 
 # Imported before anything else (PYTHONPATH beats site-packages): sets
-# vllm.__version__ to $FAKE_VLLM_VERSION, as another vLLM release would.
+# vllm.__version__ to $FAKE_VLLM_VERSION, as another vLLM release would, and
+# with $FAKE_VLLM_OVERLAY set, imports vllm's modules from the overlay
+# folder (vllm/...) where it has a file, as a patched vLLM on PYTHONPATH would.
 SITECUSTOMIZE = """
-import os
+import importlib.abc, importlib.util, os, sys
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+class Overlay(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        file = os.path.join(HERE, *name.split(".")) + ".py"
+        if name.startswith("vllm.") and os.path.isfile(file):
+            return importlib.util.spec_from_file_location(name, file)
+        return None
+
+if os.environ.get("FAKE_VLLM_OVERLAY"):
+    sys.meta_path.insert(0, Overlay())
 if os.environ.get("FAKE_VLLM_VERSION"):
     import vllm
     vllm.__version__ = os.environ["FAKE_VLLM_VERSION"]
 """
+ARC_FILE = ("vllm", "v1", "kv_offload", "cpu", "policies", "arc.py")
+# One changed line of ARC decision code.
+ARC_DECISION = (
+    "if virtual_t1_size >= int(self.target_t1_size):",
+    "if virtual_t1_size > int(self.target_t1_size):",
+)
+
+
+def _fake_vllm_dir(root: Path) -> Path:
+    from arc_cy._fingerprint import ARC_MODULE, module_file
+
+    (root / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    source = Path(str(module_file(ARC_MODULE))).read_text()
+    assert source.count(ARC_DECISION[0]) == 1
+    arc = root.joinpath(*ARC_FILE)
+    arc.parent.mkdir(parents=True)
+    arc.write_text(source.replace(*ARC_DECISION))
+    return arc
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, str]]:
     cwd = tmp_path_factory.mktemp("cwd")
-    fake = tmp_path_factory.mktemp("fake_version")
-    (fake / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    fake = tmp_path_factory.mktemp("fake_vllm")
+    _fake_vllm_dir(fake)
     procs = {
-        name: start_main(cwd, env, pythonpath=str(fake) if "FAKE_VLLM_VERSION" in env else "")
+        name: start_main(
+            cwd,
+            {**env, "XDG_CACHE_HOME": str(cwd / "cache")},
+            pythonpath=str(fake) if "FAKE_VLLM_VERSION" in env else "",
+        )
         for name, env in RUNS.items()
     }
     results = {}
     for name, proc in procs.items():
         stdout, stderr = proc.communicate(timeout=600)
         results[name] = (proc.returncode, stdout, stderr)
+    results["overlay"] = (0, str(fake.joinpath(*ARC_FILE)), "")
     return results
 
 
@@ -94,7 +139,9 @@ def fields(stdout: str) -> dict[str, str]:
             "implementation",
             "ARC_CY_NO_EXTENSIONS",
             "built with Cython",
+            "package",
             "vLLM",
+            "warning",
             "error",
             "Python",
             "plugin",
@@ -128,14 +175,15 @@ def test_report_and_self_check(
     # environment need not have Cython at all.
     assert f["built with Cython"] == _arc_c.CYTHON_VERSION
     assert Version(_arc_c.CYTHON_VERSION) in SpecifierSet(BUILD_CYTHON)
-    assert f["vLLM"] == (
-        f"{metadata.version('vllm')} (supported: vllm{arc_cy.SUPPORTED_VLLM})"
-    )
+    assert f["package"] == str(Path(arc_cy.__file__).parent)
+    version = metadata.version("vllm")
+    matched = f"its ARC and policy interface are those of verified vLLM {version}"
+    assert f["vLLM"] == f"{version} ({matched})"
     assert f["Python"].startswith(platform.python_version() + " (")
     assert f["plugin"] == f'"arc_cy" registered -> {module}.ARCCachePolicy'
     assert f["plugin log"] == (
         "arc_cy: registered CPU offloading cache policy 'arc_cy' "
-        f"({impl} implementation)"
+        f"({impl} implementation) on vLLM {version}: {matched}"
     )
     assert f["self-check"].startswith("ok: ")
     assert 'CPUOffloadingManager(cache_policy="arc_cy")' in f["self-check"]
@@ -152,29 +200,77 @@ def test_fails_when_vllm_does_not_load_the_plugin(
     assert f["self-check"].startswith('FAILED: vLLM does not know "arc_cy"')
 
 
-def test_refuses_an_unsupported_vllm(
+def test_a_verified_releases_code_under_another_version(
     runs: dict[str, tuple[int, str, str]],
 ) -> None:
-    returncode, stdout, stderr = runs["vllm_unsupported"]
+    returncode, stdout, stderr = runs["vllm_newer"]
+    assert returncode == 0, stdout + stderr
+    f = fields(stdout)
+    version = metadata.version("vllm")
+    assert f["vLLM"] == (
+        f"0.34.0 (its ARC and policy interface are those of verified vLLM {version})"
+    )
+    assert f["plugin"] == '"arc_cy" registered -> arc_cy._arc_c.ARCCachePolicy'
+    assert f["plugin log"].endswith(f"on vLLM 0.34.0: its ARC and policy "
+                                    f"interface are those of verified vLLM {version}")
+    assert f["self-check"].startswith("ok: ")
+
+
+def test_refuses_a_patched_vllm(runs: dict[str, tuple[int, str, str]]) -> None:
+    returncode, stdout, stderr = runs["vllm_patched"]
     assert returncode == 1, stdout + stderr
     f = fields(stdout)
-    assert f["vLLM"] == "0.29.0 NOT SUPPORTED"
-    assert "vLLM 0.29.0 is not supported" in f["error"]
-    assert f"vllm{arc_cy.SUPPORTED_VLLM}" in f["error"]
+    assert f["vLLM"] == "0.33.0+local NOT VERIFIED"
+    assert f["error"].startswith(
+        "arc_cy: vLLM 0.33.0+local's policy code is not what arc_cy has verified: "
+        f"its arc.py ({runs['overlay'][1]}) differs from that of vLLM 0.33.0, "
+        "the nearest verified release."
+    )
+    assert "`.ci/vllm_compat.sh VERSION`" in f["error"]
     assert "ARC_CY_IGNORE_VLLM_VERSION=1" in f["error"]
     assert f["self-check"].startswith("not run")
     # import arc_cy itself still works: the report got this far.
     assert f["implementation"] == "cython (arc_cy._arc_c)"
 
 
-def test_unsupported_vllm_override(runs: dict[str, tuple[int, str, str]]) -> None:
-    returncode, stdout, stderr = runs["vllm_unsupported_overridden"]
+def test_patched_vllm_override(runs: dict[str, tuple[int, str, str]]) -> None:
+    returncode, stdout, stderr = runs["vllm_patched_overridden"]
     assert returncode == 0, stdout + stderr
     f = fields(stdout)
-    assert f["vLLM"].startswith("0.29.0 NOT SUPPORTED")
-    assert f["vLLM"].endswith("used anyway because ARC_CY_IGNORE_VLLM_VERSION is set")
+    assert f["vLLM"] == (
+        "0.33.0+local NOT VERIFIED, used anyway because ARC_CY_IGNORE_VLLM_VERSION is set"
+    )
+    assert f["warning"].startswith(
+        "arc_cy: using arc_cy on vLLM 0.33.0+local's unverified policy code "
+        f"because ARC_CY_IGNORE_VLLM_VERSION is set (its arc.py ({runs['overlay'][1]})"
+    )
     assert f["plugin"] == '"arc_cy" registered -> arc_cy._arc_c.ARCCachePolicy'
+    assert f["plugin log"].endswith("on vLLM 0.33.0+local: UNVERIFIED code")
+    # (The patched line does not change the self-check's two-chunk cycle.)
     assert f["self-check"].startswith("ok: ")
+
+
+def test_from_a_source_tree(tmp_path: Path) -> None:
+    # `python -m arc_cy` in a checkout's root imports the source tree, which
+    # has no compiled core and is not what vLLM loads: it says so and fails.
+    tree = tmp_path / "checkout"
+    shutil.copytree(REPO / "arc_cy", tree / "arc_cy",
+                    ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
+    for name in ("setup.py", "pyproject.toml"):
+        shutil.copy(REPO / name, tree / name)
+    proc = start_main(tree, {"XDG_CACHE_HOME": str(tmp_path / "cache")}, safe_path=False)
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 1, stdout + stderr
+    f = fields(stdout)
+    assert f["implementation"] == "python (arc_cy._arc_py)"
+    installed = Path(arc_cy.__file__).parent
+    assert f["package"] == (
+        f"{tree / 'arc_cy'} is a source tree, which shadows the installed arc_cy "
+        f"({installed}) that vLLM loads; this report is not about an installed "
+        "arc_cy. Run `python -m arc_cy` from another directory, or `python -P -m arc_cy`."
+    )
+    assert f["self-check"] == "not run (see the package line above)"
+    assert f"This arc_cy is the source tree {tree / 'arc_cy'}" in stderr
 
 
 def _fake_vllm(tmp_path: Path, init: str) -> str:
