@@ -7,6 +7,7 @@ usable types whether or not vLLM is installed.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from fractions import Fraction
 
 import arc_cy
 from arc_cy import ARCCachePolicy, ChunkStatus
@@ -38,7 +39,8 @@ def main() -> None:
     policy = arc_cy.ARCCachePolicy(cache_capacity=4)
     fill(policy, 4)
     chunk_ids: list[int] = victims(policy, 2)
-    target: float = policy.target_t1_size
+    policy.target_t1_size = Fraction(1, 3)  # any real number, as in vLLM
+    target: float = float(policy.target_t1_size)
     ghosts: list[object] = list(policy.b1)
     ready: int = resident(policy.t1)
     implementation: str = arc_cy.IMPLEMENTATION
