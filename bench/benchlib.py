@@ -31,8 +31,7 @@ CONTENDERS: tuple[tuple[str, str, str | None], ...] = (
     ("arc_cy", "ARCCachePolicy", "arc_cy._arc_c"),
     ("arc_cy_pure", "ARCCachePolicy", "arc_cy._arc_py"),
 )
-NAMES = tuple(c[0] for c in CONTENDERS)
-ARC_LIKE = ("vllm_arc", "arc_cy", "arc_cy_pure")  # must decide identically
+ARC_LIKE: tuple[str, ...] = ("vllm_arc", "arc_cy", "arc_cy_pure")  # must decide identically
 BASELINE = "vllm_arc"
 LABELS = {
     "vllm_arc": "vLLM arc",
@@ -40,6 +39,14 @@ LABELS = {
     "arc_cy": "arc_cy compiled",
     "arc_cy_pure": "arc_cy pure",
 }
+# ARC_CY_BENCH_BASE: a directory from bench/base.sh REV; that revision's core
+# joins as a fifth contender, for side-by-side A/B runs of the core.
+if os.environ.get("ARC_CY_BENCH_BASE"):
+    sys.path.insert(0, os.environ["ARC_CY_BENCH_BASE"])
+    CONTENDERS += (("arc_cy_base", "ARCCachePolicy", "arc_cy_base._arc_c"),)
+    ARC_LIKE += ("arc_cy_base",)
+    LABELS["arc_cy_base"] = "arc_cy compiled, base revision"
+NAMES = tuple(c[0] for c in CONTENDERS)
 
 GROUP_SUFFIX = (0).to_bytes(4, "big", signed=False)
 
