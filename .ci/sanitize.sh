@@ -3,7 +3,7 @@
 # and run the crash-prone tests against that build.
 #
 # Usage (from anywhere; takes a few minutes):
-#     .ci/sanitize.sh                       # fuzz (CI profile), hostile, hardening, refcounts
+#     .ci/sanitize.sh                       # rules, both fuzzers (CI budgets), hostile, hardening, refcounts
 #     .ci/sanitize.sh -k evict              # extra arguments go to pytest
 #     ARC_CY_SANITIZE=address .ci/sanitize.sh   # another sanitizer set
 #
@@ -64,5 +64,5 @@ run -c "import arc_cy._arc_c as m, sys; p = m.__file__; print('sanitize: testing
 
 cd "$work"
 run -m pytest -p no:cacheprovider -q \
-    tests/test_fuzz_stateful.py tests/test_hostile.py tests/test_hardening.py \
-    tests/test_refcounts.py "$@"
+    tests/test_rules.py tests/test_fuzz_hostile.py tests/test_fuzz_stateful.py \
+    tests/test_hostile.py tests/test_hardening.py tests/test_refcounts.py "$@"

@@ -40,7 +40,7 @@ def policy_cls(impl: str) -> type:
 # whose tp_traverse sees a half-made entry, crashes the run.
 
 GC_STRESS = os.environ.get("ARC_CY_GC_STRESS", "") not in ("", "0")
-GC_STRESS_MODULES = ("test_hostile", "test_hardening")
+GC_STRESS_MODULES = ("test_hostile", "test_hardening", "test_rules")
 GC_STRESS_RUNS = {"collections": 0, "objects": 0, "policies": 0}
 
 

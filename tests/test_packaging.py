@@ -171,7 +171,7 @@ def _closure(reqs: list[Requirement]) -> set[str]:
 
 def _third_party_imports(paths: list[Path]) -> set[str]:
     # The project's own modules (bench/ imports tests/offload_stub.py).
-    local = {p.stem for p in REPO.glob("*/*.py")} | {"arc_cy"}
+    local = {p.stem for p in REPO.glob("*/*.py")} | {p.stem for p in REPO.glob("tests/progs/*.py")} | {"arc_cy"}
     found = set()
     for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):

@@ -1,0 +1,97 @@
+"""The hostile fuzzer (issue 19, ask 3), run in a child process.
+
+tests/progs/hostile_fuzz.py is a hypothesis state machine whose keys,
+chunks, protected containers, targets, n, key iterables, request contexts,
+gc.callbacks hooks and __del__ methods act (raise, re-enter, read, copy,
+collect). It runs in a child so that a crash fails the test instead of
+killing pytest; the child inherits os.environ, so the sanitizer build's
+LD_PRELOAD and PYTHONPATH reach it. Each test asserts a clean exit and that
+the run reached what it is for (the COVERAGE line's counts).
+
+    agree           the core, the twin and vLLM (behind an adapter for
+                    arc_cy's documented divergences) side by side
+    chaos-cython,   one implementation, with contract-breaking keys,
+    chaos-python    mutating __del__ and gc hooks and non-chunk objects:
+                    no crash, allowed exceptions only, _check_invariants()
+
+ARC_CY_FUZZ_PROFILE=long runs the long profile; ARC_CY_FUZZ_SEED=N fixes
+the seed (every run prints its seed; rerun the program by hand with
+``--seed N``, see its docstring).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+PROG = os.path.join(TESTS, "progs", "hostile_fuzz.py")
+PROFILE = os.environ.get("ARC_CY_FUZZ_PROFILE", "ci")
+# Generous: the ci profile takes ~30-60 s here, 3-5x that under ASan.
+TIMEOUT = {"ci": 1200, "long": 8 * 3600}[PROFILE]
+
+# Counts every run must reach (a quarter or less of what ci-profile runs
+# reached; see the report in issue 19). Keys are the program's counters.
+COMMON_MIN = {
+    "cb_hash": 1000,  # each callback kind fired
+    "cb_eq": 100,
+    "cb_contains": 200,
+    "cb_next": 400,
+    "cb_ctx": 200,
+    "cb_index": 20,
+    "cb_target_int": 5,
+    "cb_target_float": 5,
+    "cb_del_key": 10,
+    "cb_del_chunk": 5,
+    "refused": 1000,  # re-entrant mutators refused
+    "collect_in_call": 100,  # collections started inside a call
+    "gc_in_call": 200,
+    "ghost_hit": 20,
+    "evict_full": 30,  # successful evictions of a full cache
+    "evict_pinned_skip": 15,
+    "evict_protected_skip": 5,
+    "view_iter_in_call": 200,  # views iterated during a call
+    "gc_hook_action": 50,
+    "exc_HostileError": 100,
+}
+MIN = {
+    "agree": {**COMMON_MIN, "copy_taken": 50, "copy_refused": 20},
+    "chaos-cython": {**COMMON_MIN, "copy_refused": 50, "mutate_accepted": 10},
+    "chaos-python": {**COMMON_MIN, "copy_taken": 50, "mutate_accepted": 10},
+}
+
+
+def run_fuzzer(mode: str, impl: str) -> dict:
+    cmd = [sys.executable, "-P", PROG, "--mode", mode, "--impl", impl, "--profile", PROFILE]
+    if os.environ.get("ARC_CY_FUZZ_SEED"):
+        cmd += ["--seed", os.environ["ARC_CY_FUZZ_SEED"]]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=TIMEOUT, env=dict(os.environ)
+    )
+    if proc.returncode != 0:
+        how = f"exit {proc.returncode}"
+        if proc.returncode < 0:
+            how = f"killed by {signal.Signals(-proc.returncode).name} (a crash)"
+        pytest.fail(f"{' '.join(cmd)}: {how}\n{proc.stderr[-8000:]}", pytrace=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("COVERAGE ")]
+    assert len(lines) == 1, proc.stdout[-2000:]
+    counts = json.loads(lines[0][len("COVERAGE "):])
+    print(f"\n[{mode} {impl} {PROFILE}] {lines[0]}")
+    return counts
+
+
+@pytest.mark.parametrize(
+    ("mode", "impl"),
+    [("agree", "both"), ("chaos", "cython"), ("chaos", "python")],
+    ids=["agree", "chaos-cython", "chaos-python"],
+)
+def test_hostile_fuzz(mode: str, impl: str) -> None:
+    counts = run_fuzzer(mode, impl)
+    key = mode if mode == "agree" else f"{mode}-{impl}"
+    low = {k: (counts.get(k, 0), want) for k, want in MIN[key].items() if counts.get(k, 0) < want}
+    assert not low, f"coverage below the minimum (reached, minimum): {low}; all: {counts}"
