@@ -57,7 +57,7 @@ def test_any_object_as_a_chunk_is_refused_alike():
     chunk (the 'no type yet' marker was type(None)) and crashed the core's
     evict. Every non-chunk is refused with arc_cy's message, the same in
     both, whether or not a real chunk came before."""
-    got = run_json("any_chunk.py")
+    got = run_json("any_chunk.py", "--no-vllm")
     assert got["cython"] == got["python"]
     for name, messages in got["python"].items():
         assert len(set(messages)) == 1, (name, messages)
@@ -82,7 +82,7 @@ def test_view_iterator_and_a_collection_that_changes_the_policy(view, source):
     garbage cycle's __del__ that called remove(), clear() or __init__ left
     it reading freed nodes. Both implementations must end alike: the items
     read so far, then MSG_MUTATED if the list changed."""
-    got = run_json("view_iter_gc.py", view, source, *VIEW_CHANGES)
+    got = run_json("view_iter_gc.py", "--no-vllm", view, source, *VIEW_CHANGES)
     for how in VIEW_CHANGES:
         assert got["cython"][how] == got["python"][how], how
         changed = not (view == "b1" and how in ("remove", "insert"))
@@ -92,13 +92,16 @@ def test_view_iterator_and_a_collection_that_changes_the_policy(view, source):
 # --- Working storage is complete before any other code can see it --------------
 
 
-@pytest.mark.parametrize("call", ["evict", "touch", "on_store_miss", "on_request_finished"])
-def test_gc_hook_reading_young_tuples(call):
+TUPLE_READER_CALLS = ("evict", "touch", "on_store_miss", "on_request_finished")
+
+
+def test_gc_hook_reading_young_tuples():
     """Item 3: the twin built its working storage with tuple(<generator>):
     a tracked tuple with NULL items while user code ran; a gc hook that
     read it crashed. Both implementations, and vLLM, survive alike."""
-    got = run_json("tuple_reader_gc.py", call)
-    assert got["cython"] == got["python"] == got["vllm"]
+    got = run_json("tuple_reader_gc.py", *TUPLE_READER_CALLS)
+    for call in TUPLE_READER_CALLS:
+        assert got[call]["cython"] == got[call]["python"] == got[call]["vllm"], call
 
 
 # --- Every call is busy before its first user code -----------------------------

@@ -255,6 +255,12 @@ def do_read(p, name: str, kind: str) -> None:
             G.counts["view_iter_in_call"] += 1
     except RuntimeError:
         G.counts["read_error"] += 1  # a list changed under a read (mid-clear)
+    except KeyError:
+        # vLLM's OrderedDict mid-clear: the dict is empty, its order list
+        # not yet (a read from a __del__ that clear() runs)
+        if G.pname != "vllm":
+            G.failures.append(f"{G.pname}: read {name} from {kind} raised KeyError")
+        G.counts["read_error"] += 1
     except ALLOWED as exc:
         if G.mode == "agree":
             G.failures.append(f"{G.pname}: read {name} from {kind} raised {exc!r}")
@@ -290,10 +296,25 @@ def do_copy(p, kind: str) -> None:
         G.counts["copy_mutated"] += 1
 
 
+_TUPLE_HEADER = tuple.__basicsize__
+
+
 def _read_object(obj) -> int:
     tp = type(obj)
-    if tp in (tuple, list):
-        for item in obj:  # a NULL item crashes here
+    if tp is tuple and obj:
+        # CPython itself fills some tuples after the collector can see them
+        # (zip's reused result, tuple(<iterator>)); reading a NULL item
+        # would crash CPython, whoever made the tuple. So items are read
+        # only when none is NULL, and NULLs are counted. test_rules.py reads
+        # tuples where only arc_cy's own code runs (issue 19, item 3).
+        slots = (ctypes.c_void_p * len(obj)).from_address(id(obj) + _TUPLE_HEADER)
+        if None in list(slots):
+            G.counts["null_tuple_seen"] += 1
+            return 1
+        for item in obj:
+            type(item)
+    elif tp is list:
+        for item in obj:
             type(item)
     elif tp in (dict, set, frozenset):
         list(obj)
@@ -1247,8 +1268,9 @@ def build_machine(mode: str, impls: tuple, exclude: set):
 
 
 PROFILES = {
-    # ci: sized for ~30-60 s per run on a 2-core machine (normal build).
-    "ci": dict(agree=(2500, 40), chaos=(2500, 40)),
+    # ci: ~15 s of fuzzing per run on a 2-core machine (normal build; 3-5x
+    # that under ASan), reaching every minimum of test_fuzz_hostile.py.
+    "ci": dict(agree=(1000, 40), chaos=(1000, 40)),
     "long": dict(agree=(20_000, 80), chaos=(20_000, 80)),
 }
 

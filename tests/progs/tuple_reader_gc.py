@@ -10,7 +10,6 @@ import sys
 
 from _child import K, policy_class, ready
 
-call = sys.argv[1]
 READS = [0]
 
 
@@ -45,7 +44,7 @@ class Ctx:
 
 
 
-def run(impl):
+def run(impl, call):
     policy = policy_class(impl)(16)
     for i in range(12):
         policy.insert(K(i), ready(i), None)
@@ -75,4 +74,6 @@ def run(impl):
     }
 
 
-print(json.dumps({impl: run(impl) for impl in ("cython", "python", "vllm")}))
+print(json.dumps({
+    call: {impl: run(impl, call) for impl in ("cython", "python", "vllm")} for call in sys.argv[1:]
+}))
