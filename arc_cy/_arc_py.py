@@ -8,8 +8,10 @@ code may run is complete when made and never changed after: the caller's
 keys as a tuple made from a list (nothing runs while it fills), the victims
 evict() picks and the key objects a call replaces or forgets as chains of
 tuple cells, each made whole, and on_request_finished's classes in a
-bytearray, which holds no objects. Whatever a call drops is released when
-it returns, after busy is cleared.
+bytearray, which holds no objects. Whatever a call drops (a forgotten
+ghost's key, a removed entry, a replaced key object) goes into the call's
+`released` chain, so it is released when the call returns, after busy is
+cleared.
 """
 
 from __future__ import annotations
@@ -180,6 +182,7 @@ class ARCCachePolicy(CachePolicy):
     def insert(self, key: Any, chunk: ChunkStatus, req_context: Any = None) -> None:
         self._begin("insert")
         t1, t2, b1, b2 = self._lists
+        released: tuple[Any, ...] = ()
         try:
             if type(chunk) is not self._chunk_type():  # as the core: check new types
                 chunk_ref_offset(type(chunk))
@@ -188,12 +191,10 @@ class ARCCachePolicy(CachePolicy):
                 raise ValueError(MSG_DUPLICATE.format(key, "t1"))
             if key in t2:
                 raise ValueError(MSG_DUPLICATE.format(key, "t2"))
-            # A forgotten ghost's key object is held until this call
-            # returns, after busy is cleared (as the core does).
             if key in b1:
-                released_on_return = _pop_entry(b1, key)  # noqa: F841
+                released = (_pop_entry(b1, key), released)
             elif key in b2:
-                released_on_return = _pop_entry(b2, key)  # noqa: F841
+                released = (_pop_entry(b2, key), released)
             elif len(t1) + len(t2) + len(b1) + len(b2) >= self._limit:
                 raise MemoryError(MSG_FULL.format(self._limit))
             t1[key] = chunk
@@ -202,12 +203,11 @@ class ARCCachePolicy(CachePolicy):
 
     def remove(self, key: Any) -> None:
         self._begin("remove")
+        released: tuple[Any, ...] = ()
         try:
-            # The popped key and chunk are released when this returns, after
-            # busy is cleared: their __del__ may call back, as with the core.
             for od in (self._t1, self._t2):
                 if key in od:
-                    released_on_return = _pop_entry(od, key)  # noqa: F841
+                    released = (_pop_entry(od, key), released)
                     break
         finally:
             self._busy = None
@@ -248,12 +248,11 @@ class ARCCachePolicy(CachePolicy):
                     read_ref_cnt(t1[key])
                 else:
                     key in t2 or key in b1 or key in b2
-            # Replaced key objects, released after busy is cleared.
-            replaced: tuple[Any, ...] = ()
+            released: tuple[Any, ...] = ()  # the replaced key objects
             for key in reversed(keys):
                 if key in t1:
                     old_key, chunk = _pop_entry(t1, key)
-                    replaced = (old_key, replaced)
+                    released = (old_key, released)
                     if read_ref_cnt(chunk) < 0:
                         # still being stored: not a second access
                         t1[key] = chunk
@@ -291,8 +290,7 @@ class ARCCachePolicy(CachePolicy):
             for j in tail_first:
                 if kinds[j]:
                     keys[j] in t1 or keys[j] in t2
-            # Replaced key objects, released after busy is cleared.
-            replaced: tuple[Any, ...] = ()
+            released: tuple[Any, ...] = ()  # the replaced key objects
             for j in tail_first:
                 key, kind = keys[j], kinds[j]
                 if kind == _INSERTED_ONLY:
@@ -304,7 +302,7 @@ class ARCCachePolicy(CachePolicy):
                 elif kind == _REUSED:
                     if key in t1:
                         old_key, chunk = _pop_entry(t1, key)
-                        replaced = (old_key, replaced)
+                        released = (old_key, released)
                         t2[key] = chunk
                     elif key in t2:
                         t2.move_to_end(key)
@@ -360,8 +358,7 @@ class ARCCachePolicy(CachePolicy):
                 else:
                     del t2[key]
                     b2[key] = None
-            # Forgotten ghosts are released after busy is cleared.
-            released = ()
+            released: tuple[Any, ...] = ()  # the forgotten ghosts
             for ghost in (b1, b2):
                 for _ in range(len(ghost) - self._capacity):
                     released = (ghost.popitem(last=False), released)
