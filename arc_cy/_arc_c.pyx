@@ -1227,7 +1227,6 @@ cdef class _Cursor:
         cdef ARCCore core = self.core
         cdef int32_t i = self.pos
         cdef Node *node
-        cdef PyObject *key
         cdef int hit
         cdef int32_t ref_cnt
         while i != EMPTY:
@@ -1235,15 +1234,14 @@ cdef class _Cursor:
                 self._prefetch_ahead()
             node = &core.nodes[i]
             self.pos = node.next
-            key = node.key
             core.visits += 1
             core._ref_cnt(node.chunk, &ref_cnt)
             if ref_cnt == 0:
-                # evict() is busy: the node arrays cannot move or free key
+                # evict() is busy: the nodes cannot move, nor their keys go
                 if fast:
-                    hit = PySet_Contains(<PyObject *>protected, key)
+                    hit = PySet_Contains(<PyObject *>protected, node.key)
                 else:
-                    hit = PySequence_Contains(<PyObject *>protected, key)
+                    hit = PySequence_Contains(<PyObject *>protected, node.key)
                 if not hit:
                     return i
             i = self.pos
