@@ -39,13 +39,16 @@ LABELS = {
     "arc_cy": "arc_cy compiled",
     "arc_cy_pure": "arc_cy pure",
 }
-# ARC_CY_BENCH_BASE: a directory from bench/base.sh REV; that revision's core
-# joins as a fifth contender, for side-by-side A/B runs of the core.
-if os.environ.get("ARC_CY_BENCH_BASE"):
-    sys.path.insert(0, os.environ["ARC_CY_BENCH_BASE"])
-    CONTENDERS += (("arc_cy_base", "ARCCachePolicy", "arc_cy_base._arc_c"),)
-    ARC_LIKE += ("arc_cy_base",)
-    LABELS["arc_cy_base"] = "arc_cy compiled, base revision"
+# ARC_CY_BENCH_BASE: directories from bench/base.sh, separated by ":"; the
+# core each holds (package arc_cy_*) joins as a contender of that name, for
+# side-by-side A/B runs of revisions of the core.
+for _base in filter(None, os.environ.get("ARC_CY_BENCH_BASE", "").split(":")):
+    sys.path.insert(0, _base)
+    for _name in sorted(os.listdir(_base)):
+        if _name.startswith("arc_cy_") and os.path.isdir(os.path.join(_base, _name)):
+            CONTENDERS += ((_name, "ARCCachePolicy", f"{_name}._arc_c"),)
+            ARC_LIKE += (_name,)
+            LABELS[_name] = f"arc_cy compiled ({_name}, bench/base.sh)"
 NAMES = tuple(c[0] for c in CONTENDERS)
 
 GROUP_SUFFIX = (0).to_bytes(4, "big", signed=False)
