@@ -14,7 +14,10 @@ from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy as VllmARC
 from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
 
 __all__ = [
+    "K",
     "REPO",
+    "keysnap",
+    "ready",
     "ChunkStatus",
     "ReqContext",
     "VllmARC",
@@ -43,6 +46,24 @@ def snapshot(policy: Any) -> tuple:
         policy.target_t1_size,
         type(policy.target_t1_size),
     )
+
+
+def keysnap(policy: Any) -> tuple:
+    """snapshot() without chunk identities (to compare different policies)."""
+    s = snapshot(policy)
+    return ([k for k, _ in s[0]], [k for k, _ in s[1]], *s[2:])
+
+
+def ready(chunk_id: int) -> ChunkStatus:
+    """A stored chunk that nothing is reading (ref_cnt 0)."""
+    chunk = ChunkStatus(chunk_id)
+    chunk.ref_cnt = 0
+    return chunk
+
+
+def K(i: int) -> bytes:
+    """Key number i."""
+    return b"key-%d" % i
 
 
 def assert_same_state(oracle: Any, *policies: Any) -> None:

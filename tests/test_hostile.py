@@ -19,27 +19,11 @@ import sys
 import textwrap
 
 import pytest
-from helpers import ChunkStatus, ReqContext, VllmARC, snapshot
+from helpers import ChunkStatus, K, ReqContext, VllmARC, keysnap, ready, snapshot
 
 from conftest import IMPLEMENTATIONS, load_policy_class
 
 CTX = ReqContext(req_id="hostile")
-
-
-def ready(chunk_id: int) -> ChunkStatus:
-    chunk = ChunkStatus(chunk_id)
-    chunk.ref_cnt = 0
-    return chunk
-
-
-def K(i: int) -> bytes:
-    return b"key-%d" % i
-
-
-def keysnap(policy) -> tuple:
-    """The state without chunk identities (to compare different policies)."""
-    s = snapshot(policy)
-    return ([k for k, _ in s[0]], [k for k, _ in s[1]], *s[2:])
 
 
 def populated(cls):

@@ -15,27 +15,12 @@ from fractions import Fraction
 
 import pytest
 from childproc import run_json
-from helpers import ChunkStatus, ReqContext, VllmARC, snapshot
+from helpers import ChunkStatus, K, ReqContext, VllmARC, keysnap, ready, snapshot
 
 from arc_cy import _common
 
 CTX = ReqContext(req_id="rules")
 BOTH = ("cython", "python")
-
-
-def ready(i: int) -> ChunkStatus:
-    chunk = ChunkStatus(i)
-    chunk.ref_cnt = 0
-    return chunk
-
-
-def K(i: int) -> bytes:
-    return b"key-%d" % i
-
-
-def keysnap(policy) -> tuple:
-    s = snapshot(policy)
-    return ([k for k, _ in s[0]], [k for k, _ in s[1]], *s[2:])
 
 
 def with_ghosts(cls, capacity=4):
