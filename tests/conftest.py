@@ -93,9 +93,22 @@ def _gc_stress(request: pytest.FixtureRequest):
     assert GC_STRESS_RUNS["objects"] > before["objects"]
 
 
+# What each hostile-fuzzer run reached (test_fuzz_hostile.py), printed at
+# the end of the session, so CI's log shows it.
+FUZZ_COVERAGE: dict[str, dict] = {}
+
+
+@pytest.fixture
+def fuzz_coverage() -> dict[str, dict]:
+    """Where test_fuzz_hostile.py puts each run's COVERAGE counts."""
+    return FUZZ_COVERAGE
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     if GC_STRESS:
         terminalreporter.write_line(f"GC stress: {GC_STRESS_RUNS}")
+    for run, counts in FUZZ_COVERAGE.items():
+        terminalreporter.write_line(f"hostile fuzz {run}: {counts}")
 
 
 # For the tests that run vLLM's real scheduler (test_scheduler_e2e, test_tiering).

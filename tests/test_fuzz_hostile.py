@@ -90,8 +90,9 @@ def run_fuzzer(mode: str, impl: str) -> dict:
     [("agree", "both"), ("chaos", "cython"), ("chaos", "python")],
     ids=["agree", "chaos-cython", "chaos-python"],
 )
-def test_hostile_fuzz(mode: str, impl: str) -> None:
+def test_hostile_fuzz(mode: str, impl: str, fuzz_coverage: dict) -> None:
     counts = run_fuzzer(mode, impl)
     key = mode if mode == "agree" else f"{mode}-{impl}"
+    fuzz_coverage[f"{key} ({PROFILE})"] = counts
     low = {k: (counts.get(k, 0), want) for k, want in MIN[key].items() if counts.get(k, 0) < want}
     assert not low, f"coverage below the minimum (reached, minimum): {low}; all: {counts}"
