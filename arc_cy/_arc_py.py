@@ -364,7 +364,7 @@ class ARCCachePolicy(CachePolicy):
                     released = (ghost.popitem(last=False), released)
             result = []
             cell = victims
-            while cell:  # allocates nothing: no collection sees it half made
+            while cell:  # the list never holds a NULL item, unlike a tuple being filled
                 entry, _, cell = cell
                 result.append(entry)
             return result
