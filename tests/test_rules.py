@@ -20,7 +20,6 @@ from helpers import ChunkStatus, K, ReqContext, VllmARC, keysnap, ready, snapsho
 from arc_cy import _common
 
 CTX = ReqContext(req_id="rules")
-BOTH = ("cython", "python")
 
 
 def with_ghosts(cls, capacity=4):
@@ -185,28 +184,20 @@ BUSY_CALLS = {
 
 
 @pytest.mark.parametrize("how", BUSY_CALLS)
-def test_every_call_is_busy_before_its_first_user_code(how):
+def test_every_call_is_busy_before_its_first_user_code(policy_cls, how):
     """Items 4 and 5 of round 3 and item 5 here (the twin ran n.__index__
     before it was busy), checked for every method: the first user code a
     call runs already finds it busy, in both implementations."""
     running, call = BUSY_CALLS[how]
-    expected = _common.MSG_REENTRANT.format("insert", running)
-    for impl in BOTH:
-        REFUSALS.clear()
-        policy = with_ghosts(_class(impl))
-        Arm.policy = policy
-        try:
-            call(policy)
-        finally:
-            Arm.policy = None
-        assert REFUSALS == [expected], (impl, REFUSALS)
-        policy._check_invariants()
-
-
-def _class(impl):
-    import importlib
-
-    return importlib.import_module({"cython": "arc_cy._arc_c", "python": "arc_cy._arc_py"}[impl]).ARCCachePolicy
+    REFUSALS.clear()
+    policy = with_ghosts(policy_cls)
+    Arm.policy = policy
+    try:
+        call(policy)
+    finally:
+        Arm.policy = None
+    assert REFUSALS == [_common.MSG_REENTRANT.format("insert", running)], REFUSALS
+    policy._check_invariants()
 
 
 # --- Derived values are taken where vLLM takes them ----------------------------
@@ -269,28 +260,22 @@ def test_a_ghost_hit_to_a_target_without_int_completes(policy_cls):
     """Item 4: a ghost hit whose new target has no int() made the core's
     touch() raise after it had applied the keys before it."""
 
-    def run(cls):
-        policy = with_ghosts(cls)
-        policy.target_t1_size = NoInt(1, 2)  # + 1 at the b1 hit: still NoInt? no:
-        policy.touch([K(4), K(0), K(3)], CTX)  # Fraction arithmetic gives a Fraction
-        return keysnap(policy), _evict_outcome(policy, 1)
-
     class NoIntAfterAdd(Fraction):
         def __add__(self, other):
             return NoInt(Fraction.__add__(self, other))
 
-    def run_hit(cls):
+    def run(cls, target):
         policy = with_ghosts(cls)
-        policy.target_t1_size = NoIntAfterAdd(1, 2)
+        policy.target_t1_size = target
         policy.touch([K(4), K(0), K(3)], CTX)  # K(0): b1 hit; K(4), K(3) after it
-        state = keysnap(policy)
-        return state, _evict_outcome(policy, 1)
+        return keysnap(policy), _evict_outcome(policy, 1)
 
-    got = run_hit(policy_cls)
-    assert got == run_hit(VllmARC)
+    got = run(policy_cls, NoIntAfterAdd(1, 2))
+    assert got == run(VllmARC, NoIntAfterAdd(1, 2))
     assert type(got[0][4]) is NoInt and got[1][0] == "raised"
     assert got[0][1] == [K(3), K(4)]  # the keys around the hit were applied
-    assert run(policy_cls) == run(VllmARC)
+    # a NoInt target itself: the hit's Fraction arithmetic makes a Fraction
+    assert run(policy_cls, NoInt(1, 2)) == run(VllmARC, NoInt(1, 2))
 
 
 @pytest.mark.parametrize(
