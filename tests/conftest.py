@@ -3,19 +3,10 @@
 from __future__ import annotations
 
 import gc
-import importlib
 import os
 
 import pytest
-
-IMPLEMENTATIONS = ("cython", "python")
-_MODULES = {"cython": "arc_cy._arc_c", "python": "arc_cy._arc_py"}
-
-
-def load_policy_class(name: str) -> type:
-    # The compiled module is imported directly: a missing build fails here
-    # instead of quietly testing the pure twin twice.
-    return importlib.import_module(_MODULES[name]).ARCCachePolicy
+from impls import IMPLEMENTATIONS, load_policy_class
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)

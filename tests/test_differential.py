@@ -23,7 +23,7 @@ from helpers import (
 from vllm.v1.kv_offload.base import make_offload_key
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
-from conftest import _MODULES, load_policy_class
+from impls import MODULES, load_policy_class
 
 
 def run_policy_sequence(
@@ -32,7 +32,7 @@ def run_policy_sequence(
     """Drive vLLM's ARC and both arc_cy classes with the same calls."""
     rng = random.Random(seed)
     oracle = VllmARC(capacity)
-    policies = [load_policy_class(name)(capacity) for name in _MODULES]
+    policies = [load_policy_class(name)(capacity) for name in MODULES]
     allp = [oracle, *policies]
     keys = [make_offload_key(f"k{i}".encode(), i % 2) for i in range(universe)]
     chunks: dict[bytes, ChunkStatus] = {}  # resident key -> its chunk
@@ -168,7 +168,7 @@ def test_random_manager_traffic(seed):
             cache_policy="ARCCachePolicy",
             cache_policy_module_path=module,
         )
-        for module in _MODULES.values()
+        for module in MODULES.values()
     ]
     # Apart from the turns' keys (blk0, blk1, ...): a request never offers a
     # key twice (block hashes chain), which arc_cy's insert() would refuse.

@@ -32,7 +32,7 @@ from test_hostile import (
     unchanged,
 )
 
-from conftest import IMPLEMENTATIONS, load_policy_class
+from impls import IMPLEMENTATIONS, load_policy_class
 
 from arc_cy import _common
 
@@ -45,7 +45,7 @@ def run_child(impl: str, body: str) -> subprocess.CompletedProcess:
         """
         import sys
         sys.path.insert(0, {tests!r})
-        from conftest import load_policy_class
+        from impls import load_policy_class
         cls = load_policy_class({impl!r})
         """
     ).format(tests=TESTS, impl=impl) + textwrap.dedent(body)

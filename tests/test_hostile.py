@@ -21,7 +21,7 @@ import textwrap
 import pytest
 from helpers import ChunkStatus, K, ReqContext, VllmARC, keysnap, ready, snapshot
 
-from conftest import IMPLEMENTATIONS, load_policy_class
+from impls import IMPLEMENTATIONS, load_policy_class
 
 CTX = ReqContext(req_id="hostile")
 

@@ -11,7 +11,7 @@ from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
 
 import arc_cy
-from conftest import _MODULES
+from impls import MODULES
 from helpers import manager_state
 
 
@@ -30,7 +30,7 @@ def make_manager(impl: str | None, num_chunks: int) -> CPUOffloadingManager:
     return CPUOffloadingManager(
         num_chunks=num_chunks,
         cache_policy="ARCCachePolicy",
-        cache_policy_module_path=_MODULES[impl],
+        cache_policy_module_path=MODULES[impl],
     )
 
 

@@ -278,7 +278,7 @@ def test_chunk_stand_in_matches_vllm_layout():
 def test_bad_input_raises_and_changes_nothing(impl, policy_cls, call, exc):
     from helpers import snapshot
 
-    from conftest import load_policy_class
+    from impls import load_policy_class
 
     def run(cls):
         policy, _ = filled(cls, 4, t1=[b"a", b"b"], t2=[b"c"])
