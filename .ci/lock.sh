@@ -12,7 +12,7 @@
 # [test,bench,lint] extras (pyproject.toml) and .ci/requirements.in (which
 # pins the vLLM release CI tests on every Python) for that Python on CI's
 # platform (x86_64 Linux, manylinux_2_28 wheels; ARC_CY_LOCK_PLATFORM says
-# another). It installs nothing and needs no interpreter of that Python.
+# another). It installs nothing and needs no interpreter of that version.
 # uv keeps the pins of the lock it rewrites wherever they still satisfy the
 # requirements, so a pin moves only when it must (or when asked:
 # --upgrade-package NAME, --upgrade). Commit the result; .ci/env.sh syncs
@@ -52,9 +52,11 @@ fi
 echo "lock: $("$uv" --version) ($uv), for $platform" >&2
 
 extras=(--extra test --extra bench --extra lint)
+out=$(mktemp "${TMPDIR:-/tmp}/arc_cy-lock.XXXXXX")
+trap 'rm -f "$out"' EXIT
 for version in "${versions[@]}"; do
     lock=.ci/requirements-py$version.lock
-    out=$(mktemp "${TMPDIR:-/tmp}/arc_cy-lock.XXXXXX")
+    : > "$out"
     # The current lock, less its header, is the output file uv reads its
     # preferences from; the header is written afresh.
     if [ -f "$lock" ]; then
@@ -68,6 +70,5 @@ for version in "${versions[@]}"; do
         echo "# Python $version, $platform. Do not edit by hand."
         cat "$out"
     } > "$lock"
-    rm -f "$out"
     echo "lock: wrote $lock ($(grep -c '==' "$lock") packages)" >&2
 done
