@@ -6,6 +6,7 @@
 #
 #     .ci/lock.sh                          # every verified Python (each lock)
 #     .ci/lock.sh 3.14                     # that Python (a first lock: a new verified Python)
+#     ARC_CY_BASE_PYTHON=3.12 .ci/lock.sh  # that interpreter's version (a version or a path)
 #     .ci/lock.sh --upgrade-package vllm   # options go to `uv pip compile`
 #
 # A maintainer's tool, not CI: it resolves, with `uv pip compile`, arc_cy's
@@ -37,6 +38,10 @@ for arg in "$@"; do
         uv_args+=("$arg")
     fi
 done
+if [ ${#versions[@]} -eq 0 ] && [ -n "${ARC_CY_BASE_PYTHON:-}" ]; then
+    base_py=$(.ci/find-python "$ARC_CY_BASE_PYTHON")
+    versions=("$("$base_py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')")
+fi
 if [ ${#versions[@]} -eq 0 ]; then
     mapfile -t versions < <(ls .ci/requirements-py*.lock | sed 's/.*requirements-py\(.*\)\.lock/\1/' | sort -t. -k2,2n)
 fi

@@ -232,7 +232,10 @@ PRE_COMMIT_REPOS = {
 
 
 def test_pre_commit_runs_the_locked_linters() -> None:
-    text = (REPO / ".pre-commit-config.yaml").read_text()
+    config = REPO / ".pre-commit-config.yaml"
+    if not config.exists() and not (REPO / ".git").exists():
+        pytest.skip("an unpacked sdist: MANIFEST.in leaves out .pre-commit-config.yaml")
+    text = config.read_text()
     revs = dict(re.findall(r"^\s*-\s*repo:\s*(\S+)\s*\n\s*rev:\s*(\S+)\s*$", text, re.M))
     assert set(revs) == set(PRE_COMMIT_REPOS), revs
     for version in lock_versions():
