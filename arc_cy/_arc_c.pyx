@@ -292,14 +292,14 @@ cdef class ARCCore:
         cdef PyObject **out
         cdef Node *node
         cdef bint values = w <= T2
-        cdef int j
+        cdef int _j
         if n == 0:
             return True
         order = <Order *>PyMem_Malloc(n * sizeof(Order))
         if order is NULL or self._work_grow((2 if values else 1) * n) < 0:
             PyMem_Free(order)
             return False
-        for j in range(PREFETCH_AHEAD):  # as _trim: random accesses
+        for _j in range(PREFETCH_AHEAD):  # as _trim: random accesses
             if ahead == EMPTY:
                 break
             ahead = self._prefetch_ghost(ahead)
@@ -986,11 +986,11 @@ cdef class ARCCore:
         was reserved)."""
         cdef int32_t i
         cdef int32_t ahead = self.head[w]
-        cdef Py_ssize_t j
+        cdef Py_ssize_t _j
         # A ghost's table slot and its key (released right after) are
         # random accesses into memory far larger than the cache at 10^6
         # entries: ask for them early.
-        for j in range(min(drop, <Py_ssize_t>PREFETCH_AHEAD)):
+        for _j in range(min(drop, <Py_ssize_t>PREFETCH_AHEAD)):
             ahead = self._prefetch_ghost(ahead)
         while drop > 0:
             if ahead != EMPTY:
@@ -1202,11 +1202,11 @@ cdef class _Cursor:
     @staticmethod
     cdef _Cursor start(ARCCore core, uint8_t w):
         cdef _Cursor c = _Cursor.__new__(_Cursor)
-        cdef int j
+        cdef int _j
         c.core = core
         c.pos = core.head[w]
         c.ahead = c.pos
-        for j in range(PREFETCH_AHEAD):
+        for _j in range(PREFETCH_AHEAD):
             if c.ahead == EMPTY:
                 break
             c._prefetch_ahead()

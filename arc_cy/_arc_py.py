@@ -19,8 +19,8 @@ from __future__ import annotations
 import numbers
 import weakref
 from collections import OrderedDict
-from ctypes import sizeof
 from collections.abc import Container, Iterable, Iterator, Sequence
+from ctypes import sizeof
 from typing import Any
 
 from ._common import (
@@ -79,7 +79,9 @@ class ARCCachePolicy(CachePolicy):
             self._b1: OrderedDict[Any, None] = OrderedDict()
             self._b2: OrderedDict[Any, None] = OrderedDict()
             self._lists = (self._t1, self._t2, self._b1, self._b2)
-            self._views = (ListView(self, 0), ListView(self, 1), ListView(self, 2), ListView(self, 3))
+            self._views = (
+                ListView(self, 0), ListView(self, 1), ListView(self, 2), ListView(self, 3)
+            )
             return
         for which in range(4):
             self._replace_list(which)
@@ -229,7 +231,7 @@ class ARCCachePolicy(CachePolicy):
             keys = _held(keys)
             b1, b2 = self._b1, self._b2
             for key in keys:  # every lookup first: a failure changes nothing
-                key in b1 or key in b2
+                key in b1 or key in b2  # noqa: B018 -- for what it raises, not its value
             for key in reversed(keys):
                 self._adapt_to_ghost_hit(key)
         finally:
@@ -247,7 +249,7 @@ class ARCCachePolicy(CachePolicy):
                 if key in t1:
                     read_ref_cnt(t1[key])
                 else:
-                    key in t2 or key in b1 or key in b2
+                    key in t2 or key in b1 or key in b2  # noqa: B018 -- as in on_store_miss
             released: tuple[Any, ...] = ()  # the replaced key objects
             for key in reversed(keys):
                 if key in t1:

@@ -13,10 +13,13 @@ import numbers
 import operator
 import sys
 import weakref
+from collections.abc import ItemsView, Iterator, Mapping
 from ctypes import sizeof
 from functools import partial
-from collections.abc import ItemsView, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+# The stand-in's ChunkStatus, vLLM or not (_IS_READY knows both classes).
+from ._standins import ChunkStatus as _StandInChunkStatus
 
 VLLM_IMPORT_ERROR: BaseException | None = None
 """Why vLLM failed to import when it is installed but broken (else None)."""
@@ -31,11 +34,13 @@ else:
         from vllm.v1.kv_offload.cpu.policies.base import CachePolicy, ChunkStatus
 
         HAVE_VLLM = True
-    except Exception as exc:  # noqa: BLE001 - a broken vLLM must not break arc_cy
+    except Exception as exc:  # any: a broken vLLM must not break arc_cy
         HAVE_VLLM = False
         if not (isinstance(exc, ModuleNotFoundError) and exc.name == "vllm"):
             VLLM_IMPORT_ERROR = exc  # installed, but failed to import
-        from ._standins import CachePolicy, ChunkStatus
+        # `X as X`: a re-export (arc_cy and the twins import it from here).
+        from ._standins import CachePolicy as CachePolicy
+        from ._standins import ChunkStatus
     try:
         if not HAVE_VLLM:
             raise ImportError
@@ -43,10 +48,8 @@ else:
     except ImportError:
         # vLLM 0.30 has no order_request_keys (0.31 added it, with
         # on_request_finished); arc_cy still subclasses its CachePolicy.
-        from ._standins import order_request_keys
+        from ._standins import order_request_keys as order_request_keys
 
-
-from ._standins import ChunkStatus as _StandInChunkStatus  # noqa: E402
 
 # The text of every error either implementation raises.
 MSG_NEGATIVE_N = "evict() needs n >= 0, got {!r}"

@@ -442,7 +442,11 @@ def check_vllm_code(
     fingerprints = {n: str(entries[p]["fingerprint"]) for n, p in files.items() if p}
     matches = tuple(
         sorted(
-            (r for r, fps in verified.items() if all(fps.get(n) == fp for n, fp in fingerprints.items())),
+            (
+                r
+                for r, fps in verified.items()
+                if all(fps.get(n) == fp for n, fp in fingerprints.items())
+            ),
             key=_release_key,
         )
     )

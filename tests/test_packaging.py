@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 import sysconfig
 from importlib import metadata
@@ -17,7 +18,7 @@ import arc_cy
 from helpers import REPO, pyproject
 
 LOCK_DIR = REPO / ".ci"
-PYVER = "%d.%d" % sys.version_info[:2]
+PYVER = "{}.{}".format(*sys.version_info[:2])
 LOCK = LOCK_DIR / f"requirements-py{PYVER}.lock"
 
 
@@ -52,7 +53,23 @@ def declared() -> list[tuple[str, Requirement]]:
 def test_this_python_has_a_lock() -> None:
     assert PYVER in lock_versions(), f"no {LOCK.name}: Python {PYVER} is not verified"
     header = LOCK.read_text().splitlines()[:3]
-    assert any(f"# Python {PYVER}." in line for line in header), header
+    assert any(f"# Python {PYVER}, " in line for line in header), header
+
+
+@pytest.mark.parametrize("version", lock_versions())
+def test_lock_is_what_the_environment_sync_reads(version: str) -> None:
+    # .ci/lock.sh writes `uv pip compile` output: pins at the start of a
+    # line, uv's annotations as comments. .ci/setup-env.sh installs uv from
+    # the line `grep '^uv=='` finds, then `uv pip sync`s the lock, and
+    # installs arc_cy with the pip it pins.
+    path = LOCK_DIR / f"requirements-py{version}.lock"
+    lines = path.read_text().splitlines()
+    assert any(f"# Python {version}, " in line for line in lines[:3]), lines[:3]
+    pins = locked(path)  # every other line an exact pin or a comment
+    assert "pip" in pins
+    assert [line for line in lines if line.startswith("uv==")] == [f"uv=={pins['uv']}"]
+    for line in lines:
+        assert line == line.lstrip() or line.lstrip().startswith("#"), line
 
 
 @pytest.mark.parametrize("version", lock_versions())
@@ -171,7 +188,8 @@ def _closure(reqs: list[Requirement]) -> set[str]:
 
 def _third_party_imports(paths: list[Path]) -> set[str]:
     # The project's own modules (bench/ imports tests/offload_stub.py).
-    local = {p.stem for p in REPO.glob("*/*.py")} | {p.stem for p in REPO.glob("tests/progs/*.py")} | {"arc_cy"}
+    local = {p.stem for p in REPO.glob("*/*.py")} | {p.stem for p in REPO.glob("tests/progs/*.py")}
+    local.add("arc_cy")
     found = set()
     for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
@@ -204,3 +222,69 @@ def test_extra_brings_what_is_imported(extra: str, folder: str) -> None:
         if not owners & brought:
             missing[module] = sorted(owners) or "not installed"
     assert not missing, f"imported by {folder}/ but not brought by [{extra}]: {missing}"
+
+
+# The linters: one release, pinned in every lock and in the pre-commit config.
+PRE_COMMIT_REPOS = {
+    "https://github.com/astral-sh/ruff-pre-commit": "ruff",
+    "https://github.com/MarcoGorelli/cython-lint": "cython-lint",
+}
+
+
+def test_pre_commit_runs_the_locked_linters() -> None:
+    config = REPO / ".pre-commit-config.yaml"
+    if not config.exists() and not (REPO / ".git").exists():
+        pytest.skip("an unpacked sdist: MANIFEST.in leaves out .pre-commit-config.yaml")
+    text = config.read_text()
+    revs = dict(re.findall(r"^\s*-\s*repo:\s*(\S+)\s*\n\s*rev:\s*(\S+)\s*$", text, re.M))
+    assert set(revs) == set(PRE_COMMIT_REPOS), revs
+    for version in lock_versions():
+        pins = locked(LOCK_DIR / f"requirements-py{version}.lock")
+        for repo, dist in PRE_COMMIT_REPOS.items():
+            assert revs[repo] == f"v{pins[dist]}", (
+                f".pre-commit-config.yaml runs {dist} {revs[repo]}, "
+                f"requirements-py{version}.lock pins {pins[dist]}"
+            )
+
+
+# The wheels: .ci/wheel.sh takes what it builds and how it tests the wheel
+# from cibuildwheel's configuration, through .ci/cibw.py.
+CIBW = REPO / ".ci" / "cibw.py"
+
+
+def _cibw(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(CIBW), *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_wheel_script_builds_and_tests_as_cibuildwheel() -> None:
+    cibw = pyproject()["tool"]["cibuildwheel"]
+    done = _cibw("--arch", "x86_64", "versions")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == lock_versions()
+    done = _cibw("test-command")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == cibw["test-command"]
+    done = _cibw("repair-command", "/dest dir", "/w/arc_cy.whl")
+    assert done.returncode == 0, done.stderr
+    expected = cibw["linux"]["repair-wheel-command"]
+    assert done.stdout.strip() == expected.format(dest_dir="'/dest dir'", wheel="/w/arc_cy.whl")
+    # wheel.sh runs what cibw.py reads, and hard-codes none of it again.
+    script = (REPO / ".ci" / "wheel.sh").read_text()
+    for use in ("cibw versions", "cibw test-command", "cibw repair-command"):
+        assert use in script
+    assert "auditwheel repair" not in script
+    assert "ls requirements-py*.lock" in script  # the check that the Pythons are the locks'
+
+
+def test_wheel_script_refuses_a_setting_it_does_not_follow(tmp_path: Path) -> None:
+    config = tmp_path / "pyproject.toml"
+    config.write_text(
+        (REPO / "pyproject.toml")
+        .read_text()
+        .replace("[tool.cibuildwheel]\n", '[tool.cibuildwheel]\ntest-requires = ["pytest"]\n', 1)
+    )
+    done = _cibw("--pyproject", str(config), "test-command")
+    assert done.returncode == 2
+    assert "test-requires" in done.stderr
