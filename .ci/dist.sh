@@ -22,11 +22,13 @@ with tarfile.open(sdist) as tar:
 tracked = set(subprocess.run(["git", "-C", root, "ls-files"], capture_output=True,
                              text=True, check=True).stdout.split())
 # Everything needed to build and test: the package, its build files, and
-# every tracked file under tests/ and .ci/ (bench/ too, less its reference run).
+# every tracked file under tests/, harness/ and .ci/ (bench/ too, less its
+# reference run).
 need = {f for f in tracked
-        if f.startswith(("arc_cy/", "tests/", ".ci/"))
+        if f.startswith(("arc_cy/", "tests/", "harness/", ".ci/"))
         or (f.startswith("bench/") and not f.startswith(("bench/results/", "bench/reference/")))}
-need |= {"LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", "setup.py", "MANIFEST.in"}
+need |= {"LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", "setup.py", "MANIFEST.in",
+         ".pre-commit-config.yaml"}
 missing = sorted(need - names)
 generated = sorted(n for n in names if n.endswith((".c", ".so", ".html", ".pyc")))
 print(f"dist: the sdist holds {len(names)} files", file=sys.stderr)
