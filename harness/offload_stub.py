@@ -5,8 +5,8 @@
 
       {"spec_name": "StubOffloadingSpec", "spec_module_path": "offload_stub", ...}
 
-  (``tests/`` must be importable: pytest puts it on ``sys.path``; the bench
-  adds it explicitly.) Its scheduler side is vLLM's real
+  (``harness/`` must be importable: pytest's ``pythonpath`` setting and
+  bench/run.sh's ``PYTHONPATH`` put it on ``sys.path``.) Its scheduler side is vLLM's real
   ``CPUOffloadingManager``, configured as ``CPUOffloadingSpec`` configures
   it: ``eviction_policy`` (default ``"lru"``) and
   ``cache_policy_module_path``; ``store_threshold`` (default 0) and
@@ -22,7 +22,7 @@
 
 The workload that drives it is in ``chat_workload.py``; the recorder of the
 policy's decisions and the recorded runs of the end-to-end tests are in
-``recorder.py``. ``bench/multi_turn.py`` uses the harness and the workload.
+``tests/recorder.py``. ``bench/multi_turn.py`` uses the harness and the workload.
 """
 
 from __future__ import annotations
