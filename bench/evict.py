@@ -26,7 +26,6 @@ PYTHONPATH (as bench/run.sh sets it): $PY -P bench/evict.py [--full] [--json out
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Any

@@ -2,7 +2,7 @@
 the real vLLM 0.33.0 CPUOffloadingManager: lookup the prefix, prepare_load /
 complete_load the hits, prepare_store / complete_store the misses (chunked,
 256 keys a call), on_request_finished; four requests in flight, so loads and
-stores of different requests interleave (benchlib.TraceDriver).
+stores of different requests interleave (harness/traffic.py's ManagerTraffic).
 
 Traces: a multi-turn prefix-sharing chat, a looping scan larger than the
 cache, a Zipf mix of shared documents plus unique questions, at several
@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import benchlib as bl
+from traffic import ManagerTraffic
 
 NAME = TAG = "hit_ratio"
 PLOTS = (("hit_ratio.png", "Hit ratio"),)
@@ -27,7 +28,7 @@ PLOTS = (("hit_ratio.png", "Hit ratio"),)
 
 def run_trace(trace_name: str, trace: list[list[bytes]], capacity: int) -> dict[str, Any]:
     t = time.perf_counter()
-    drivers = {n: bl.TraceDriver(bl.make_manager(n, capacity)) for n in bl.NAMES}
+    drivers = {n: ManagerTraffic(bl.make_manager(n, capacity)) for n in bl.NAMES}
     names = list(drivers)
     for i, keys in enumerate(trace):
         for j in range(len(names)):

@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 import benchlib as bl
+from traffic import ManagerTraffic
 
 NAME = TAG = "store_latency"
 PLOTS = (("store_latency.png",
@@ -256,7 +257,7 @@ def fallback_case(capacity: int, batch: int, reps: int, warmup: int, seed: int) 
 def chat_case(capacity: int, n_requests: int, seed: int) -> dict[str, Any]:
     t = time.perf_counter()
     trace = bl.chat_trace(n_requests, seed=seed)
-    drivers = {n: bl.TraceDriver(bl.make_manager(n, capacity), timed=True) for n in bl.NAMES}
+    drivers = {n: ManagerTraffic(bl.make_manager(n, capacity), timed=True) for n in bl.NAMES}
     names = list(drivers)
     with bl.timed_phase():
         for i, keys in enumerate(trace):
