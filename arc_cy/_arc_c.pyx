@@ -1301,3 +1301,7 @@ cdef extern from *:
 
 # The Cython that generated this module (recorded by setup.py at build time).
 CYTHON_VERSION = ARC_CY_CYTHON_VERSION.decode("ascii")
+
+# Bytes of one entry's node in the core's node array (private: bench/evict.py
+# reads it for the bytes its scan reads per entry).
+_NODE_SIZE = sizeof(Node)

@@ -1,7 +1,9 @@
 """Helpers shared by the arc_cy benchmarks (bench/*.py).
 
-Contenders, key and chunk factories, timing statistics, progress output and
-machine information. Every benchmark drives vLLM 0.33.0's real objects:
+Contenders, key and chunk factories, timing statistics, progress output,
+machine information, the benchmark modules' command line (``cli``) and what
+their reports share (``target``, ``figure``, ``note``, ``fmt``,
+``latency_table``, ``COLORS``). Every benchmark drives vLLM 0.33.0's real objects:
 CPUOffloadingManager for the manager-level figures, the policy classes
 themselves for the policy-level ones.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import os
 import platform
@@ -17,7 +20,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,11 +44,26 @@ LABELS = {
 }
 # ARC_CY_BENCH_BASE: directories from bench/base.sh, separated by ":"; the
 # core each holds (package arc_cy_*) joins as a contender of that name, for
-# side-by-side A/B runs of revisions of the core.
+# side-by-side A/B runs of revisions of the core. Each package is imported
+# from its directory by file location (sys.path is left as it is), so that
+# vLLM's CachePolicyFactory finds "<name>._arc_c" in sys.modules' package.
+
+
+def _import_base(directory: str, name: str) -> None:
+    package = os.path.join(directory, name)
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(package, "__init__.py"), submodule_search_locations=[package])
+    if spec is None or spec.loader is None:
+        raise ImportError(f"ARC_CY_BENCH_BASE: no package {name} in {directory}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
 for _base in filter(None, os.environ.get("ARC_CY_BENCH_BASE", "").split(":")):
-    sys.path.insert(0, _base)
     for _name in sorted(os.listdir(_base)):
         if _name.startswith("arc_cy_") and os.path.isdir(os.path.join(_base, _name)):
+            _import_base(_base, _name)
             CONTENDERS += ((_name, "ARCCachePolicy", f"{_name}._arc_c"),)
             ARC_LIKE += (_name,)
             LABELS[_name] = f"arc_cy compiled ({_name}, bench/base.sh)"
@@ -211,21 +229,27 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-def arg_parser(doc: str) -> argparse.ArgumentParser:
-    """The options every bench script takes."""
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
-    ap.add_argument("--full", action="store_true", help="the whole grid (long)")
+def cli(module: Any, argv: list[str] | None = None) -> dict[str, Any]:
+    """A benchmark module's command line (``python -P bench/NAME.py``):
+    ``--full``, ``--json``, and the module's own options
+    (``add_arguments(ap)``, if it has one); runs ``module.run(args)`` and
+    writes its result, with the benchmark's name, the options and its wall
+    time, as JSON (to ``--json``, or to stdout)."""
+    ap = argparse.ArgumentParser(description=(module.__doc__ or "").splitlines()[0])
+    ap.add_argument("--full", action="store_true",
+                    help="the whole grid (what bench/run.sh --full runs)")
     ap.add_argument("--json", help="write results here (default: stdout)")
-    return ap
-
-
-def finish(tag: str, args: argparse.Namespace, t0: float,
-           results: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    """Write a bench script's JSON (see write_json) and report its time."""
-    out = {"benchmark": tag, "full": args.full, "argv": sys.argv,
-           "wall_s": round(time.perf_counter() - t0, 1), "results": results, **extra}
+    if hasattr(module, "add_arguments"):
+        module.add_arguments(ap)
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    result = module.run(args)
+    if result is None:  # a helper mode (memory.py's --child) printed its own
+        return {}
+    out = {"benchmark": module.NAME, "full": args.full, "argv": sys.argv,
+           "wall_s": round(time.perf_counter() - t0, 1), **result}
     write_json(args.json, out)
-    progress(tag, f"done in {out['wall_s']}s")
+    progress(module.NAME, f"done in {out['wall_s']}s")
     return out
 
 
@@ -237,6 +261,93 @@ def write_json(path: str | None, data: dict[str, Any]) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(data, f, indent=1)
+
+
+# --- what the benchmark modules' reports share ------------------------------
+#
+# A module's targets(result) returns rows of three kinds, which bench/run.py
+# renders in its Targets section: targets (a goal, PASS/MISS), figures
+# (reported without a goal, with what they say) and notes (a line of text).
+
+
+def target(what: str, value: float | None, goal: str, ok: Callable[[float], bool],
+           source: str, miss: str) -> dict[str, Any]:
+    """A target: ``value`` measured in this run against ``goal`` (``ok``
+    tells whether it is met); ``miss`` says what a miss means."""
+    status = "n/a" if value is None else ("PASS" if ok(value) else "MISS")
+    return {"kind": "target", "target": what, "measured": value, "goal": goal,
+            "status": status, "source": source, "a_miss_means": miss}
+
+
+def figure(what: str, value: Any, about: str) -> dict[str, Any]:
+    """A figure reported without PASS/MISS; ``about`` says what it tells."""
+    return {"kind": "figure", "figure": what, "measured": value, "about": about}
+
+
+def note(text: str) -> dict[str, Any]:
+    """A line for the Targets section (e.g. what a bigger run would add)."""
+    return {"kind": "note", "text": text}
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def find(results: list[dict[str, Any]], **kw: Any) -> dict[str, Any] | None:
+    """The first result whose fields have these values."""
+    for r in results:
+        if all(r.get(k) == v for k, v in kw.items()):
+            return r
+    return None
+
+
+def p50(r: dict[str, Any] | None, name: str, field: str) -> float | None:
+    if r is None:
+        return None
+    return r["contenders"][name][field]["p50"]
+
+
+def fmt(x: Any, nd: int = 1) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{nd}f}"
+    return str(x)
+
+
+def latency_table(r: dict[str, Any], field: str) -> list[str]:
+    """One result's ``field`` per contender: percentiles, per key, speedup."""
+    c = r["contenders"]
+    lines = [
+        "| contender | p50 | p90 | p99 | max | p50 per key | p99 per key | "
+        "speedup vs vLLM arc (p50 / p99) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n in NAMES:
+        if n not in c:
+            continue
+        s = c[n][field]
+        pk = c[n].get(field + "_per_key", {})
+        sp = c[n].get("speedup_vs_vllm_arc", {}).get(field, {})
+        lines.append(
+            f"| {LABELS[n]} | {fmt(s['p50'])} | {fmt(s['p90'])} | {fmt(s['p99'])} | {fmt(s['max'])} | "
+            f"{fmt(pk.get('p50'), 3)} | {fmt(pk.get('p99'), 3)} | "
+            f"{fmt(sp.get('p50'), 2)}x / {fmt(sp.get('p99'), 2)}x |")
+    return lines
+
+
+def save_plot(plt: Any, fig: Any, out_dir: str, file: str, title: str) -> tuple[str, str]:
+    """Writes a module's figure to out_dir/file; returns (file, title)."""
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, file), dpi=90)
+    plt.close(fig)
+    return file, title
+
+
+COLORS = {"vllm_arc": "tab:blue", "vllm_lru": "tab:green", "arc_cy": "tab:red",
+          "arc_cy_pure": "tab:orange"}
+TWIN_MISS = ("the pure twin, for debugging in vLLM arc's place, costs over 10% more than "
+             "vLLM arc: its checks or bookkeeping grew")
 
 
 # --- traces shared by store_latency.py (chat latency) and hit_ratio.py -----
@@ -318,104 +429,3 @@ def zipf_trace(
         u = rng.randint(*unique_blocks)
         out.append(docs[d] + [label_key(f"q{i}:{j}") for j in range(u)])
     return out
-
-
-class TraceDriver:
-    """Runs requests through one real CPUOffloadingManager the way the
-    scheduler-side connector does: lookup the prefix, prepare_load the hits,
-    prepare_store the misses in batches (chunked prefill), and complete the
-    transfers and finish the request ``inflight`` requests later, so loads
-    and stores of different requests interleave.
-
-    Records hits, evictions and, if ``timed``, per-call latencies.
-    """
-
-    def __init__(self, manager: Any, *, inflight: int = 4, store_batch: int = 256,
-                 timed: bool = False) -> None:
-        from vllm.v1.kv_offload.base import LookupResult
-
-        self.m = manager
-        self.HIT = LookupResult.HIT
-        self.inflight = inflight
-        self.store_batch = store_batch
-        self.timed = timed
-        self.queue: list[tuple[Any, list[bytes], list[list[bytes]], list[int]]] = []
-        self.requests = 0
-        self.keys = 0
-        self.hits = 0
-        self.store_failures = 0
-        self.stored = 0
-        self.evicted = 0
-        self.per_request: list[tuple[int, tuple[bytes, ...]]] = []  # (hits, evicted)
-        self.t_store: list[int] = []       # prepare_store ns, per call
-        self.t_store_keys: list[int] = []  # keys offered per call
-        self.t_cycle: list[int] = []       # prepare_store + complete_store + finish, per request
-        self.cycle_keys: list[int] = []
-
-    def step(self, keys: list[bytes], req_id: str) -> None:
-        from vllm.v1.kv_offload.base import ReqContext
-
-        m = self.m
-        ctx = ReqContext(req_id)
-        for j, k in enumerate(keys):
-            ctx.set_offload_key_position(k, (j + 1) * 16)
-        m.on_new_request(ctx)
-        hits = 0
-        for k in keys:
-            if m.lookup(k, ctx) is not self.HIT:
-                break
-            hits += 1
-        hit_keys = keys[:hits]
-        if hit_keys:
-            m.prepare_load(hit_keys, ctx)
-        evicted: list[bytes] = []
-        stores: list[list[bytes]] = []
-        spent = [0, 0]  # ns in prepare_store, keys offered
-        pc = time.perf_counter_ns
-        for b in range(hits, len(keys), self.store_batch):
-            batch = keys[b : b + self.store_batch]
-            t0 = pc()
-            out = m.prepare_store(batch, ctx)
-            t1 = pc()
-            if self.timed:
-                self.t_store.append(t1 - t0)
-                self.t_store_keys.append(len(batch))
-            spent[0] += t1 - t0
-            spent[1] += len(batch)
-            if out is None:
-                self.store_failures += 1
-                continue
-            evicted.extend(out.evicted_keys)
-            if out.keys_to_store:
-                stores.append(out.keys_to_store)
-                self.stored += len(out.keys_to_store)
-        self.requests += 1
-        self.keys += len(keys)
-        self.hits += hits
-        self.evicted += len(evicted)
-        self.per_request.append((hits, tuple(evicted)))
-        self.queue.append((ctx, hit_keys, stores, spent))
-        if len(self.queue) > self.inflight:
-            self._complete(self.queue.pop(0))
-
-    def _complete(self, item: tuple[Any, list[bytes], list[list[bytes]], list[int]]) -> None:
-        ctx, hit_keys, stores, spent = item
-        m = self.m
-        if hit_keys:
-            m.complete_load(hit_keys, ctx)
-        pc = time.perf_counter_ns
-        t0 = pc()
-        for keys in stores:
-            m.complete_store(keys, ctx)
-        m.on_request_finished(ctx)
-        t1 = pc()
-        if self.timed and spent[1]:
-            self.t_cycle.append(spent[0] + t1 - t0)
-            self.cycle_keys.append(spent[1])
-
-    def drain(self) -> None:
-        while self.queue:
-            self._complete(self.queue.pop(0))
-
-    def hit_ratio(self) -> float:
-        return self.hits / self.keys if self.keys else 0.0

@@ -20,22 +20,20 @@ the same situation, and only the call is timed:
   ops         get / insert / touch / on_store_miss / on_request_finished at a
               realistic batch (256 keys), state restored after each call
 
-Run: $PY -P bench/evict.py [--full] [--json out.json]
+Run: bench/run.sh --only evict, or alone with bench/ and harness/ on
+PYTHONPATH (as bench/run.sh sets it): $PY -P bench/evict.py [--full] [--json out.json]
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
 import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib as bl
 
-import benchlib as bl  # noqa: E402
-
-TAG = "evict"
+NAME = TAG = "evict"
+PLOTS = (("evict.png", "policy.evict(1024): latency vs capacity and vs pinned entries"),)
 
 
 def _ctx(name: str = "bench") -> Any:
@@ -66,22 +64,17 @@ def build_steady(name: str, capacity: int, keys_a: list[bytes], keys_b: list[byt
     return p
 
 
-# The compiled core's list node (arc_cy/_arc_c.pyx, ``Node``): key and chunk
-# pointers, the key's hash, prev/next links, ref_cnt offset, list tag.
-class _Node(ctypes.Structure):
-    _fields_ = [("key", ctypes.c_void_p), ("chunk", ctypes.c_void_p),
-                ("hash", ctypes.c_ssize_t), ("prev", ctypes.c_int32),
-                ("next", ctypes.c_int32), ("ref_off", ctypes.c_uint16),
-                ("where", ctypes.c_uint8)]
+def node_bytes() -> int:
+    """The compiled core's bytes per entry node, as the core reports them."""
+    from arc_cy import _arc_c
 
-
-NODE_BYTES = ctypes.sizeof(_Node)
+    return int(_arc_c._NODE_SIZE)
 
 
 def scan_bytes_per_entry() -> int:
     """Bytes the compiled scan reads per entry it skips: its node and the
     ChunkStatus object whose ref_cnt it reads live."""
-    return NODE_BYTES + sys.getsizeof(bl.ready_chunks(1)[0])
+    return node_bytes() + sys.getsizeof(bl.ready_chunks(1)[0])
 
 
 def run_evict(
@@ -146,7 +139,7 @@ def run_evict(
                            "arc_decisions_mismatched_reps": mismatches, "contenders": {}}
     if floor_entries:
         res["floor"] = {"entries": floor_entries, "bytes_per_entry": scan_bytes_per_entry(),
-                        "node_bytes": NODE_BYTES, "bytes": int(floor_arr.nbytes),
+                        "node_bytes": node_bytes(), "bytes": int(floor_arr.nbytes),
                         "sequential_read": bl.stats(floor_samples)}
     for name in names:
         res["contenders"][name] = {"evict": bl.stats(samples[name]),
@@ -399,9 +392,7 @@ def ops_case(capacity: int, batch: int, reps: int, seed: int) -> dict[str, Any]:
     return res
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = bl.arg_parser(__doc__).parse_args(argv)
-    t0 = time.perf_counter()
+def run(args: Any) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     if args.full:
         for cap in (10_000, 30_000, 100_000, 300_000, 1_000_000):
@@ -423,8 +414,179 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results.append(fallback_case(100_000, 1024, 200, seed=5))
         results.append(ops_case(100_000, 256, 300, seed=9))
         results.append(growth_case((10_000, 1_000_000), 1024, 200, seed=77))
-    return bl.finish(TAG, args, t0, results)
+    return {"results": results}
+
+
+# --- the report -----------------------------------------------------------------
+
+def floor_ratio(r: dict[str, Any] | None, unpinned_p50: float | None) -> float | None:
+    """Effective read bandwidth of the compiled pinned scan over the sequential
+    read bandwidth of an array of the same bytes (both measured in the same
+    loop). The scan's time is arc_cy's evict p50 minus its p50 with nothing
+    pinned (the same capacity's run)."""
+    if r is None or "floor" not in r or not unpinned_p50:
+        return None
+    fl = r["floor"]
+    scan_us = r["contenders"]["arc_cy"]["evict"]["p50"] - unpinned_p50
+    if scan_us <= 0:
+        return None
+    return round(fl["sequential_read"]["p50"] / scan_us, 3)
+
+
+def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    ev = result["results"]
+    e100 = bl.find(ev, scenario="evict", capacity=100_000, n=1024)
+    rows = [bl.target(
+        "evict(1024) at 100K chunks, nothing pinned: vLLM arc p50 / arc_cy p50",
+        bl.ratio(bl.p50(e100, "vllm_arc", "evict"), bl.p50(e100, "arc_cy", "evict")), ">= 6x",
+        lambda v: v >= 6, "evict.py",
+        "the compiled eviction path got slower: compare evict.py's tables with the "
+        "reference run's")]
+    base = bl.p50(e100, "arc_cy", "evict")
+    for sc, what in (("pinned", "50K pinned at T1's LRU end"),
+                     ("fallback", "T2 (50K) all pinned, fallback to T1")):
+        rr = bl.find(ev, scenario=sc, capacity=100_000,
+                     **({"pinned": 50_000} if sc == "pinned" else {}))
+        rows.append(bl.target(
+            f"compiled scan past pinned entries at 100K, {what}: its read speed (node + "
+            "ChunkStatus bytes per pinned entry) / a sequential read of as many bytes",
+            floor_ratio(rr, base), ">= 0.5", lambda v: v >= 0.5, "evict.py, same loop",
+            "the scan does more per pinned entry than read its node and its ChunkStatus "
+            "once (it is memory-bound when it does only that)"))
+    eg = bl.find(ev, scenario="growth")
+    rows.append(bl.target(
+        "compiled evict(1024), nothing pinned: p50 at 1M chunks / p50 at 10K "
+        "(interleaved in one loop)", eg["growth_p50"]["arc_cy"] if eg else None, "<= 1.5x",
+        lambda v: v <= 1.5, "evict.py",
+        "eviction cost grows with the cache's size, not only with the chunks evicted"))
+    rows.append(bl.target(
+        "pure twin evict(1024) at 100K: twin p50 / vLLM arc p50",
+        bl.ratio(bl.p50(e100, "arc_cy_pure", "evict"), bl.p50(e100, "vllm_arc", "evict")),
+        "<= 1.1x", lambda v: v <= 1.1, "evict.py", bl.TWIN_MISS))
+    differ = sum(r["arc_decisions_mismatched_reps"] for r in ev
+                 if "arc_decisions_mismatched_reps" in r)
+    rows.append(bl.target(
+        "decisions: repetitions where arc_cy (compiled or pure) evicted other keys than "
+        "vLLM arc", differ, "0", lambda v: v == 0, "evict.py",
+        "a bug: arc_cy is no longer a drop-in for vLLM arc; run the differential tests"))
+    return rows
+
+
+def markdown(result: dict[str, Any]) -> str:
+    fmt, L, N = bl.fmt, bl.LABELS, bl.NAMES
+    out = ["## policy.evict(n) and other policy calls (evict.py)", ""]
+    out.append("Policies driven directly; steady state (T1 full, B1 full) restored after each "
+               "call by re-inserting the evicted chunks under fresh keys.")
+    for r in result["results"]:
+        if r["scenario"] != "growth":
+            continue
+        out.append("")
+        out.append(f"### Growth: evict({r['n']}), nothing pinned, capacities {r['capacities']} "
+                   f"interleaved in one loop, {r['reps']} reps")
+        out.append("")
+        out.append("| policy@capacity | p50 | p90 | p99 | max |")
+        out.append("|---|---:|---:|---:|---:|")
+        for name, c in r["contenders"].items():
+            s = c["evict"]
+            out.append(f"| {name} | {fmt(s['p50'])} | {fmt(s['p90'])} | {fmt(s['p99'])} | {fmt(s['max'])} |")
+        out.append("")
+        out.append("p50 growth from the smallest to the largest capacity: " + ", ".join(
+            f"{L[k]} {v:.2f}x" for k, v in r["growth_p50"].items()))
+    for r in result["results"]:
+        if r["scenario"] in ("ops", "growth"):
+            continue
+        out.append("")
+        if r["scenario"] == "evict":
+            title = f"### evict({r['n']}) at {r['capacity']:,} chunks, nothing pinned"
+        elif r["scenario"] == "pinned":
+            title = f"### evict({r['n']}) at {r['capacity']:,}, {r['pinned']:,} chunks pinned at T1's LRU end"
+        elif r["scenario"] == "protected":
+            title = f"### evict({r['n']}) at {r['capacity']:,}, {r['protected']:,} keys at T1's LRU end protected"
+        else:
+            title = (f"### evict({r['n']}) at {r['capacity']:,}, fallback: T2 ({r['pinned']:,}) all "
+                     f"pinned, (len(T1), target) = {r['state_t1_target']}")
+        out.append(title + f", {r['reps']} reps")
+        out.append("")
+        out.extend(bl.latency_table(r, "evict"))
+        out.append("")
+        out.append(f"arc_cy's victims identical to vLLM arc's: "
+                   f"{'yes' if r['arc_decisions_mismatched_reps'] == 0 else 'NO'}")
+        if "floor" in r:
+            fl = r["floor"]
+            base = bl.p50(bl.find(result["results"], scenario="evict", capacity=r["capacity"],
+                                  n=r["n"]), "arc_cy", "evict")
+            scan = r["contenders"]["arc_cy"]["evict"]["p50"] - (base or 0)
+            out.append("")
+            out.append(
+                f"Memory floor: {fl['entries']:,} pinned entries x {fl['bytes_per_entry']} bytes "
+                f"(node {fl['node_bytes']} + ChunkStatus object {fl['bytes_per_entry'] - fl['node_bytes']}) "
+                f"= {fl['bytes'] / 1e6:.1f} MB. Sequential read of that many bytes (numpy sum, "
+                f"timed once per repetition in the same loop): p50 {fl['sequential_read']['p50']:.1f} us "
+                f"= {fl['bytes'] / fl['sequential_read']['p50'] / 1e3:.1f} GB/s. Compiled scan: "
+                f"{scan:.1f} us over the unpinned evict(1024) p50 = "
+                f"{fl['bytes'] / scan / 1e3 if scan > 0 else float('nan'):.1f} GB/s effective, "
+                f"{fl['sequential_read']['p50'] / scan if scan > 0 else float('nan'):.2f} of the "
+                "sequential read.")
+    for r in result["results"]:
+        if r["scenario"] != "ops":
+            continue
+        out.append("")
+        out.append(f"### Per-key cost of policy calls at {r['capacity']:,} entries, batch {r['batch']} "
+                   f"(ns per key, p50 / p99)")
+        out.append("")
+        ops = ("get", "insert", "touch", "on_store_miss", "on_request_finished")
+        out.append("| contender | " + " | ".join(ops) + " |")
+        out.append("|---|" + "---:|" * len(ops))
+        for n in N:
+            c = r["contenders"][n]
+            out.append(f"| {L[n]} | " + " | ".join(
+                f"{1000 * c[op + '_per_key']['p50']:.0f} / {1000 * c[op + '_per_key']['p99']:.0f}"
+                for op in ops) + " |")
+        out.append("")
+        out.append("get and insert are timed as a loop of single calls (per key = per call); "
+                   "touch, on_store_miss and on_request_finished as one call on the batch. "
+                   "touch: T2 keys; on_store_miss: B1 ghosts (target restored after); "
+                   "on_request_finished: half inserted-only T1 keys, half reused T2 keys.")
+    return "\n".join(out) + "\n"
+
+
+def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]]:
+    ev = result["results"]
+    C, L, N = bl.COLORS, bl.LABELS, bl.NAMES
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    ax = axes[0]
+    n = 1024
+    pts = sorted(((r["capacity"], r) for r in ev if r["scenario"] == "evict" and r.get("n") == n),
+                 key=lambda t: t[0])
+    for name in N:
+        ax.plot([c for c, _ in pts], [r["contenders"][name]["evict"]["p50"] for _, r in pts],
+                "o-", color=C.get(name), label=L[name])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("capacity (chunks)")
+    ax.set_ylabel("p50 us per call")
+    ax.set_title(f"policy.evict({n}), nothing pinned")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    cap = 100_000
+    pts3 = sorted(((r["pinned"], r) for r in ev if r.get("capacity") == cap and r.get("n") == 1024
+                   and r["scenario"] in ("evict", "pinned")), key=lambda t: t[0])
+    fb = bl.find(ev, scenario="fallback", capacity=cap)
+    for name in N:
+        ax.plot([p for p, _ in pts3], [r["contenders"][name]["evict"]["p50"] for _, r in pts3],
+                "o-", color=C.get(name), label=L[name])
+        if fb:
+            ax.plot([fb["pinned"]], [fb["contenders"][name]["evict"]["p50"]], "x",
+                    color=C.get(name), markersize=10)
+    ax.set_yscale("log")
+    ax.set_xlabel("chunks pinned at T1's LRU end (x: T2 all pinned, fallback)")
+    ax.set_ylabel("p50 us per call")
+    ax.set_title(f"policy.evict(1024) at {cap:,} chunks")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return [bl.save_plot(plt, fig, out_dir, *PLOTS[0])]
 
 
 if __name__ == "__main__":
-    main()
+    bl.cli(sys.modules[__name__])

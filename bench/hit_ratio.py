@@ -2,33 +2,33 @@
 the real vLLM 0.33.0 CPUOffloadingManager: lookup the prefix, prepare_load /
 complete_load the hits, prepare_store / complete_store the misses (chunked,
 256 keys a call), on_request_finished; four requests in flight, so loads and
-stores of different requests interleave (benchlib.TraceDriver).
+stores of different requests interleave (harness/traffic.py's ManagerTraffic).
 
 Traces: a multi-turn prefix-sharing chat, a looping scan larger than the
 cache, a Zipf mix of shared documents plus unique questions, at several
 capacities. Also checks that arc_cy (compiled and pure) matches vLLM arc hit
 for hit: the same hits and the same evicted keys, request by request.
 
-Run: $PY -P bench/hit_ratio.py [--full] [--json out.json]
+Run: bench/run.sh --only hit_ratio, or alone with bench/ and harness/ on
+PYTHONPATH (as bench/run.sh sets it): $PY -P bench/hit_ratio.py [--full] [--json out.json]
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib as bl
+from traffic import ManagerTraffic
 
-import benchlib as bl  # noqa: E402
-
-TAG = "hit_ratio"
+NAME = TAG = "hit_ratio"
+PLOTS = (("hit_ratio.png", "Hit ratio"),)
 
 
 def run_trace(trace_name: str, trace: list[list[bytes]], capacity: int) -> dict[str, Any]:
     t = time.perf_counter()
-    drivers = {n: bl.TraceDriver(bl.make_manager(n, capacity)) for n in bl.NAMES}
+    drivers = {n: ManagerTraffic(bl.make_manager(n, capacity)) for n in bl.NAMES}
     names = list(drivers)
     for i, keys in enumerate(trace):
         for j in range(len(names)):
@@ -67,9 +67,7 @@ def run_trace(trace_name: str, trace: list[list[bytes]], capacity: int) -> dict[
     return res
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = bl.arg_parser(__doc__).parse_args(argv)
-    t0 = time.perf_counter()
+def run(args: Any) -> dict[str, Any]:
     k = 3 if args.full else 1
     chat = bl.chat_trace(600 * k, seed=21)
     loop = bl.loop_trace(400 * k, loop_blocks=3000)
@@ -84,8 +82,54 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results.append(run_trace("zipf", zipf, cap))
     identical = all(v["identical"] for r in results for v in r["matches_vllm_arc"].values())
     bl.progress(TAG, f"arc_cy identical to vLLM arc on every trace: {identical}")
-    return bl.finish(TAG, args, t0, results, all_identical_to_vllm_arc=identical)
+    return {"results": results, "all_identical_to_vllm_arc": identical}
+
+
+# --- the report -----------------------------------------------------------------
+
+def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    differ = sum(0 if all(v["identical"] for v in r["matches_vllm_arc"].values()) else 1
+                 for r in result["results"])
+    return [bl.target(
+        "decisions: traces where arc_cy (compiled or pure) hit or evicted otherwise than "
+        "vLLM arc", differ, "0", lambda v: v == 0, "hit_ratio.py",
+        "a bug: arc_cy is no longer a drop-in for vLLM arc; run the differential tests")]
+
+
+def markdown(result: dict[str, Any]) -> str:
+    L, N = bl.LABELS, bl.NAMES
+    out = ["## Hit ratio through the real manager (hit_ratio.py)", ""]
+    out.append(f"arc_cy (compiled and pure) identical to vLLM arc, hit for hit and eviction for "
+               f"eviction, on every trace: **{'yes' if result['all_identical_to_vllm_arc'] else 'NO'}**")
+    out.append("")
+    out.append("| trace | capacity | requests | " + " | ".join(L[n] for n in N) + " | identical to vLLM arc |")
+    out.append("|---|---:|---:|" + "---:|" * len(N) + "---|")
+    for r in result["results"]:
+        ident = all(v["identical"] for v in r["matches_vllm_arc"].values())
+        ev = r["matches_vllm_arc"]["arc_cy"]["evictions_compared"]
+        out.append(f"| {r['trace']} | {r['capacity']:,} | {r['requests']} | " + " | ".join(
+            f"{r['contenders'][n]['hit_ratio']:.3f}" for n in N)
+            + f" | {'yes' if ident else 'NO'} ({ev:,} evictions compared) |")
+    return "\n".join(out) + "\n"
+
+
+def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]]:
+    hr = result["results"]
+    traces = sorted({r["trace"] for r in hr}, key=lambda t: ["chat", "loop", "zipf"].index(t))
+    fig, axes = plt.subplots(1, len(traces), figsize=(4 * len(traces), 3.6), squeeze=False)
+    for ax, tr in zip(axes[0], traces):
+        rs = sorted(((r["capacity"], r) for r in hr if r["trace"] == tr), key=lambda t: t[0])
+        for name, style in (("vllm_lru", "s-"), ("vllm_arc", "o-"), ("arc_cy", "x--"),
+                            ("arc_cy_pure", "+:")):
+            ax.plot([c for c, _ in rs], [r["contenders"][name]["hit_ratio"] for _, r in rs],
+                    style, color=bl.COLORS[name], label=bl.LABELS[name])
+        ax.set_title(f"{tr} trace")
+        ax.set_xlabel("capacity (chunks)")
+        ax.set_ylabel("hit ratio")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    return [bl.save_plot(plt, fig, out_dir, *PLOTS[0])]
 
 
 if __name__ == "__main__":
-    main()
+    bl.cli(sys.modules[__name__])

@@ -16,7 +16,8 @@ evict C/4 more (T2's oldest -> B2); insert C/2 new chunks (T1). That leaves
 T1 = 3C/4, T2 = C/4, B1 = C/4, B2 = C/4: 1.5*C entries. vLLM lru has no
 ghost lists: it ends with C resident entries (its only entries).
 
-Run: $PY -P bench/memory.py [--full] [--json out.json]
+Run: bench/run.sh --only memory, or alone with bench/ and harness/ on
+PYTHONPATH (as bench/run.sh sets it): $PY -P bench/memory.py [--full] [--json out.json]
 """
 
 from __future__ import annotations
@@ -31,11 +32,10 @@ import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib as bl
 
-import benchlib as bl  # noqa: E402
-
-TAG = "memory"
+NAME = TAG = "memory"
+PLOTS: tuple[tuple[str, str], ...] = ()
 
 
 def _trim() -> None:
@@ -115,14 +115,14 @@ def child(name: str, capacity: int) -> dict[str, Any]:
     return res
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = bl.arg_parser(__doc__)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--child", nargs=2, metavar=("CONTENDER", "CAPACITY"), help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+
+
+def run(args: Any) -> dict[str, Any] | None:
     if args.child:
         print("RESULT " + json.dumps(child(args.child[0], int(args.child[1]))), flush=True)
-        return {}
-    t0 = time.perf_counter()
+        return None
     caps = [100_000, 1_000_000] if args.full else [100_000]
     results = []
     for cap in caps:
@@ -147,8 +147,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             d["tracemalloc_vs_vllm_arc"] = round(
                 d["tracemalloc_bytes_per_entry"] / base["tracemalloc_bytes_per_entry"], 3)
         results.append({"capacity": cap, "contenders": per})
-    return bl.finish(TAG, args, t0, results)
+    return {"results": results}
+
+
+# --- the report -----------------------------------------------------------------
+
+def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    mr = result["results"][0]
+    mem = mr["contenders"]
+    return [bl.target(
+        f"policy memory per entry (RSS, {mr['capacity']:,} chunks, T1/T2/B1/B2 populated): "
+        "arc_cy / vLLM arc",
+        bl.ratio(mem["arc_cy"]["rss_bytes_per_entry"], mem["vllm_arc"]["rss_bytes_per_entry"]),
+        "<= 0.5", lambda v: v <= 0.5, "memory.py", "an entry's node or the key index grew")]
+
+
+def markdown(result: dict[str, Any]) -> str:
+    out = ["## Memory (memory.py)"]
+    for mr in result["results"]:
+        out.append("")
+        out.append(f"Capacity {mr['capacity']:,}: each policy built in a fresh process; keys and "
+                   "ChunkStatus objects exist before the baseline. Entries = T1+T2+B1+B2 "
+                   "(vLLM lru: resident chunks; it keeps no ghosts).")
+        out.append("")
+        out.append("| contender | entries | RSS bytes/entry | vs vLLM arc | tracemalloc bytes/entry | vs vLLM arc |")
+        out.append("|---|---:|---:|---:|---:|---:|")
+        for n in bl.NAMES:
+            d = mr["contenders"][n]
+            out.append(f"| {bl.LABELS[n]} | {d['n_entries']:,} | {d['rss_bytes_per_entry']:.1f} | "
+                       f"{d['rss_vs_vllm_arc']:.2f} | {d['tracemalloc_bytes_per_entry']:.1f} | "
+                       f"{d['tracemalloc_vs_vllm_arc']:.2f} |")
+    return "\n".join(out) + "\n"
+
+
+def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]]:
+    return []
 
 
 if __name__ == "__main__":
-    main()
+    bl.cli(sys.modules[__name__])

@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
-# The main job: the benchmark suite (default: about 6 minutes on 2 cores;
-# --full: the whole grid, with the multi-turn scheduler bench at 1M chunks:
-# add about 35 minutes for that part). Results go to bench/results/, which git
-# ignores (or --out DIR); --reference also copies the report to
-# bench/reference/pyX.Y/, the committed reference run for the Python it ran
-# on (ARC_CY_BASE_PYTHON, as for tests/run.sh). See docs/benchmarks.md.
+# The main job: the benchmark suite. Its options (--full, --out, --only,
+# --reference, ...) are described once, in `bench/run.sh --help` (bench/run.py's
+# argparse help); docs/benchmarks.md says what each benchmark measures.
+# The environment is ARC_CY_BASE_PYTHON's, as for tests/run.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for arg in "$@"; do
@@ -15,4 +13,8 @@ for arg in "$@"; do
 done
 source .ci/env.sh
 export ARC_CY_BENCH_COMMAND="bench/run.sh${*:+ $*}"
+# bench/ (the benchmark modules, benchlib) and harness/ (what the bench and the
+# tests share): the one place their imports are set up. Not the checkout's
+# root: its arc_cy/ would shadow the installed one.
+export PYTHONPATH="$PWD/bench:$PWD/harness${PYTHONPATH:+:$PYTHONPATH}"
 exec "$ARC_CY_PY" -P bench/run.py "$@"

@@ -2,7 +2,8 @@
 
 Drives ``arc_cy._arc_c.ARCCachePolicy`` (the compiled class, imported
 directly) through vLLM's CachePolicy API with traffic shaped like
-``CPUOffloadingManager``'s, for ``--ops`` policy calls (default 10**7) at
+``CPUOffloadingManager``'s (harness/traffic.py's PolicyTraffic, the driver
+the differential tests use too), for ``--ops`` policy calls (default 10**7) at
 ``--capacity`` chunks (default 100_000), and reports:
 
 * RSS (psutil), in a first run without tracemalloc, sampled every
@@ -15,9 +16,9 @@ directly) through vLLM's CachePolicy API with traffic shaped like
   the ghost lists have turned over, snapshot B at the end (with the
   defaults both lie 1M calls after a clear(), so the policy is equally full). The B - A
   difference is reported for arc_cy's own files and, because the compiled
-  core has no Python frames, for the lines of this script that call the
-  policy (tracemalloc charges the core's PyMem allocations to them), plus
-  the largest differences anywhere.
+  core has no Python frames, for the lines of the driver
+  (harness/traffic.py) that call the policy (tracemalloc charges the core's
+  PyMem allocations to them), plus the largest differences anywhere.
 
 One "op" is one call of a policy method. The traffic is a loop of
 requests; each request takes 1-16 consecutive keys from a universe of
@@ -31,159 +32,55 @@ ghost hits) and does what the manager does:
     on_store_miss()        the keys that missed
     evict(n, protected)    when the misses do not fit in the free chunks;
                            protected = the request's keys (a set)
-    insert()               per missed key, into a chunk with ref_cnt -1
+    insert()               per missed key, a new chunk with ref_cnt -1
     on_request_finished()  one per request, with offload-key positions set
   and, two requests later (transfers are asynchronous):
-    complete_store         ref_cnt -1 -> 0 + mark_evictable() (95 %), or
-                           remove() (5 %, a failed store)
+    complete_store         per key, ref_cnt -1 -> 0 + mark_evictable() (95 %),
+                           or remove() (5 %, a failed store)
     complete_load          ref_cnt -= 1, + mark_evictable() when it hits 0
   and one clear() every ``--clear-every`` calls (default 3_000_000).
 
 Keys are fresh ``bytes`` objects built per request (as vLLM's hashes are),
 so every key the policy holds was made at run time and churns.
 
-Usage:
-    source .ci/env.sh
-    "$ARC_CY_PY" -P bench/soak.py                 # full: 10**7 calls
-    "$ARC_CY_PY" -P bench/soak.py --ops 1000000   # shorter
+Usage (not part of bench/run.sh; bench/ and harness/ on PYTHONPATH, as
+bench/run.sh sets it):
+    $PY -P bench/soak.py                 # full: 10**7 calls
+    $PY -P bench/soak.py --ops 1000000   # shorter
 Writes bench/results/soak.json and bench/results/soak.md (or --out PREFIX).
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import gc
 import json
 import os
 import platform
-import random
 import shlex
 import sys
 import time
 import tracemalloc
+from typing import Any
 
 import psutil
-from vllm.v1.kv_offload.base import ReqContext
-from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
+import traffic
+from traffic import Lockstep, PolicyTraffic
 
 import arc_cy
 from arc_cy._arc_c import ARCCachePolicy
 
+NAME = "soak"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _key(i: int) -> bytes:
-    return i.to_bytes(8, "little")
-
-
-class Driver:
-    """Manager-shaped traffic; counts policy calls in self.ops."""
-
-    def __init__(self, capacity: int, seed: int) -> None:
-        self.capacity = capacity
-        self.universe = 4 * capacity
-        self.rng = random.Random(seed)
-        self.policy = ARCCachePolicy(capacity)
-        self.free = [ChunkStatus(i) for i in range(capacity)]
-        self.pending = collections.deque()  # (due request, kind, keys)
-        self.requests = 0
-        self.ops = 0
-        self.evict_none = 0
-        self.clears = 0
-
-    def reset_after_clear(self) -> None:
-        # vLLM's reset_cache(): every chunk goes back to the pool.
-        self.free = [ChunkStatus(i) for i in range(self.capacity)]
-        self.pending.clear()
-
-    def request(self) -> None:
-        rng, policy = self.rng, self.policy
-        self.requests += 1
-        req = self.requests
-        ctx = ReqContext(req_id=str(req))
-        length = rng.randint(1, 16)
-        start = int(self.universe * rng.random() ** 2)
-        keys = [_key((start + j) % self.universe) for j in range(length)]
-        for pos, key in enumerate(keys):
-            ctx.set_offload_key_position(key, pos)
-        ops = 0
-        hits, misses = [], []
-        for key in keys:  # lookup
-            chunk = policy.get(key)
-            ops += 1
-            if chunk is None:
-                misses.append(key)
-            elif chunk.ref_cnt >= 0:
-                hits.append(key)
-        reused = []
-        if hits:  # prepare_load of the hits
-            policy.touch(hits, ctx)
-            ops += 1
-            for key in hits:
-                chunk = policy.get(key)
-                ops += 1
-                if chunk.ref_cnt == 0:
-                    policy.mark_non_evictable(key)
-                    ops += 1
-                chunk.ref_cnt += 1
-            reused = hits
-            self.pending.append((req + 2, "load", hits))
-        inserted = []
-        if misses:  # prepare_store of the misses
-            policy.on_store_miss(misses, ctx)
-            ops += 1
-            need = len(misses) - len(self.free)
-            ok = True
-            if need > 0:
-                evicted = policy.evict(need, set(keys))
-                ops += 1
-                if evicted is None:
-                    self.evict_none += 1
-                    ok = False
-                else:
-                    for _, chunk in evicted:
-                        self.free.append(chunk)
-            if ok:
-                for key in misses:
-                    chunk = self.free.pop()
-                    chunk.ref_cnt = -1
-                    policy.insert(key, chunk, ctx)
-                    ops += 1
-                inserted = misses
-                self.pending.append((req + 2, "store", misses))
-        reused_set = set(reused)
-        policy.on_request_finished(
-            (tuple(keys),), set(inserted) - reused_set, reused_set, ctx
-        )
-        ops += 1
-        while self.pending and self.pending[0][0] <= req:
-            _, kind, done = self.pending.popleft()
-            if kind == "load":
-                for key in done:
-                    chunk = policy.get(key)
-                    ops += 1
-                    chunk.ref_cnt -= 1
-                    if chunk.ref_cnt == 0:
-                        policy.mark_evictable(key)
-                        ops += 1
-            elif rng.random() < 0.95:
-                for key in done:
-                    chunk = policy.get(key)
-                    ops += 1
-                    if chunk is not None and chunk.ref_cnt < 0:
-                        chunk.ref_cnt = 0
-                        policy.mark_evictable(key)
-                        ops += 1
-            else:
-                for key in done:
-                    chunk = policy.get(key)
-                    ops += 1
-                    if chunk is not None and chunk.ref_cnt < 0:
-                        policy.remove(key)
-                        ops += 1
-                        self.free.append(chunk)
-        self.ops += ops
+def make_driver(capacity: int, seed: int) -> PolicyTraffic:
+    """harness/traffic.py's manager-shaped traffic on one compiled policy;
+    its Lockstep counts the policy calls."""
+    return PolicyTraffic(
+        Lockstep([ARCCachePolicy(capacity)]), capacity, seed=seed, universe=4 * capacity,
+        request_keys=(1, 16), load_delay=2, store_delay=2, store_fail=0.05,
+    )
 
 
 def rss() -> int:
@@ -202,7 +99,9 @@ def _stat_dict(stat: tracemalloc.StatisticDiff) -> dict:
 
 def run_phase(args: argparse.Namespace, traced: bool) -> dict:
     """One soak run; with traced, tracemalloc runs from the end of warmup."""
-    drv = Driver(args.capacity, args.seed)
+    drv = make_driver(args.capacity, args.seed)
+    policy = drv.target.policies[0]
+    req = 0
     warmup_at = int(args.ops * args.warmup)
     snap_a_at = int(args.ops * args.snapshot_a)
     samples: list[tuple[int, int]] = [(0, rss())]
@@ -211,40 +110,42 @@ def run_phase(args: argparse.Namespace, traced: bool) -> dict:
     rss_warm = rss_mid = None
     snap_a = None
     t0 = time.perf_counter()
-    while drv.ops < args.ops:
-        drv.request()
-        if drv.ops >= next_clear:
-            drv.policy.clear()
-            drv.ops += 1
-            drv.clears += 1
-            drv.reset_after_clear()
+    clears = 0
+    while drv.target.calls < args.ops:
+        req += 1
+        drv.request(req)
+        drv.complete_due(req)
+        ops = drv.target.calls
+        if ops >= next_clear:
+            drv.clear()
+            clears += 1
             next_clear += args.clear_every
-        if drv.ops >= next_sample:
-            samples.append((drv.ops, rss()))
+        if ops >= next_sample:
+            samples.append((ops, rss()))
             next_sample += args.sample_every
-        if rss_warm is None and drv.ops >= warmup_at:
+        if rss_warm is None and ops >= warmup_at:
             gc.collect()
-            rss_warm = (drv.ops, rss())
+            rss_warm = (ops, rss())
             if traced:
                 tracemalloc.start(1)
-        if rss_mid is None and drv.ops >= snap_a_at:
+        if rss_mid is None and ops >= snap_a_at:
             gc.collect()
-            rss_mid = (drv.ops, rss())
+            rss_mid = (ops, rss())
             if traced:
                 snap_a = tracemalloc.take_snapshot()
     elapsed = time.perf_counter() - t0
     gc.collect()
-    rss_end = (drv.ops, rss())
+    rss_end = (drv.target.calls, rss())
     samples.append(rss_end)
-    drv.policy._check_invariants()
-    pol = drv.policy
+    policy._check_invariants()
+    pol = policy
     result: dict = {
-        "ops": drv.ops,
-        "requests": drv.requests,
-        "evict_none": drv.evict_none,
-        "clears": drv.clears,
+        "ops": drv.target.calls,
+        "requests": drv.stats["requests"],
+        "evict_none": drv.stats["evict_none"],
+        "clears": clears,
         "elapsed_s": round(elapsed, 2),
-        "ops_per_s": round(drv.ops / elapsed),
+        "ops_per_s": round(drv.target.calls / elapsed),
         "final_sizes": {n: len(getattr(pol, n)) for n in ("t1", "t2", "b1", "b2")},
         "final_target_t1_size": pol.target_t1_size,
     }
@@ -268,7 +169,7 @@ def run_phase(args: argparse.Namespace, traced: bool) -> dict:
     tracemalloc.stop()
     package = os.path.dirname(os.path.abspath(arc_cy.__file__))
     ours = tracemalloc.Filter(True, os.path.join(package, "*"))
-    driver = tracemalloc.Filter(True, os.path.abspath(__file__))
+    driver = tracemalloc.Filter(True, os.path.abspath(traffic.__file__))
     diff_ours = snap_b.filter_traces([ours]).compare_to(
         snap_a.filter_traces([ours]), "lineno"
     )
@@ -291,8 +192,7 @@ def run_phase(args: argparse.Namespace, traced: bool) -> dict:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--ops", type=int, default=10_000_000)
     ap.add_argument("--capacity", type=int, default=100_000)
     ap.add_argument("--warmup", type=float, default=0.2)
@@ -302,8 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-tracemalloc", action="store_true")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "soak"))
-    args = ap.parse_args(argv)
 
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict = {
         "command": "$ARC_CY_PY -P bench/soak.py " + shlex.join(sys.argv[1:]),
         "python": platform.python_version(),
@@ -315,10 +216,18 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not args.no_tracemalloc:
         result["tracemalloc_run"] = run_phase(args, traced=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    add_arguments(ap)
+    args = ap.parse_args(argv)
+    result = run(args)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out + ".json", "w") as f:
         json.dump(result, f, indent=1)
-    md = _markdown(result)
+    md = markdown(result)
     with open(args.out + ".md", "w") as f:
         f.write(md)
     print(md)
@@ -329,7 +238,7 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:+.1f} MiB" if n < 0 or n > 0 else "+0.0 MiB"
 
 
-def _markdown(res: dict) -> str:
+def markdown(res: dict[str, Any]) -> str:
     r = res["rss_run"]
     lines = [
         "# Soak: compiled ARC core under manager-shaped churn",
@@ -364,8 +273,9 @@ def _markdown(res: dict) -> str:
             "",
             f"- arc_cy package files: B - A = {tm['arc_cy_files_size_diff']:+,} "
             f"bytes ({tm['arc_cy_files_size_at_b']:,} bytes live at B)",
-            "- this script's lines (the compiled core has no Python frames, so "
-            "its PyMem allocations are charged to the lines calling it): "
+            "- the driver's lines (harness/traffic.py; the compiled core has no "
+            "Python frames, so its PyMem allocations are charged to the lines "
+            "calling it): "
             f"B - A = {tm['driver_lines_size_diff']:+,} bytes",
             f"- all files: B - A = {tm['all_files_size_diff']:+,} bytes",
             "",

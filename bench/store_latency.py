@@ -18,21 +18,22 @@ Scenarios:
   chat      a multi-turn, prefix-sharing chat trace (loads and stores of
             different requests interleaved)
 
-Run: $PY -P bench/store_latency.py [--full] [--json out.json]
+Run: bench/run.sh --only store_latency, or alone with bench/ and harness/ on
+PYTHONPATH (as bench/run.sh sets it): $PY -P bench/store_latency.py [--full] [--json out.json]
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib as bl
+from traffic import ManagerTraffic
 
-import benchlib as bl  # noqa: E402
-
-TAG = "store_latency"
+NAME = TAG = "store_latency"
+PLOTS = (("store_latency.png",
+          "prepare_store: latency vs capacity and vs pinned fraction"),)
 
 
 def fill(managers: dict[str, Any], keys: list[bytes], prefix: str, batch: int = 1024) -> None:
@@ -256,7 +257,7 @@ def fallback_case(capacity: int, batch: int, reps: int, warmup: int, seed: int) 
 def chat_case(capacity: int, n_requests: int, seed: int) -> dict[str, Any]:
     t = time.perf_counter()
     trace = bl.chat_trace(n_requests, seed=seed)
-    drivers = {n: bl.TraceDriver(bl.make_manager(n, capacity), timed=True) for n in bl.NAMES}
+    drivers = {n: ManagerTraffic(bl.make_manager(n, capacity), timed=True) for n in bl.NAMES}
     names = list(drivers)
     with bl.timed_phase():
         for i, keys in enumerate(trace):
@@ -292,9 +293,7 @@ def chat_case(capacity: int, n_requests: int, seed: int) -> dict[str, Any]:
     return res
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = bl.arg_parser(__doc__).parse_args(argv)
-    t0 = time.perf_counter()
+def run(args: Any) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
 
     def reps_default(capacity: int, batch: int, frac: float) -> tuple[int, int]:
@@ -319,8 +318,117 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results += full_cache_case(100_000, [1024], [0.0, 0.5], reps_default, seed=100)
         results.append(fallback_case(100_000, 1024, 150, 20, seed=7))
         results.append(chat_case(10_000, 1500, seed=11))
-    return bl.finish(TAG, args, t0, results)
+    return {"results": results}
+
+
+# --- the report -----------------------------------------------------------------
+
+def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    sl = result["results"]
+    s50 = bl.find(sl, scenario="full", capacity=50_000, batch=256, pinned_fraction=0.0)
+    prep = "prepare_store"
+    rows = [
+        bl.target("prepare_store of 256 keys at 50K chunks, full cache: vLLM arc p50 / arc_cy p50",
+                  bl.ratio(bl.p50(s50, "vllm_arc", prep), bl.p50(s50, "arc_cy", prep)),
+                  ">= 1.4x", lambda v: v >= 1.4, "store_latency.py",
+                  "the per-key calls of a store (get, insert, on_store_miss, evict) got slower"),
+        bl.target("prepare_store of 256 keys at 50K: vLLM lru p50 / arc_cy p50",
+                  bl.ratio(bl.p50(s50, "vllm_lru", prep), bl.p50(s50, "arc_cy", prep)),
+                  "> 1x", lambda v: v > 1, "store_latency.py",
+                  "arc_cy costs more per store than vLLM's simplest policy"),
+        bl.target("pure twin prepare_store of 256 keys at 50K: twin p50 / vLLM arc p50",
+                  bl.ratio(bl.p50(s50, "arc_cy_pure", prep), bl.p50(s50, "vllm_arc", prep)),
+                  "<= 1.1x", lambda v: v <= 1.1, "store_latency.py", bl.TWIN_MISS),
+    ]
+    differ = sum(r.get("arc_decisions_mismatched_reps", r.get("arc_decisions_mismatched_requests"))
+                 or 0 for r in sl)
+    rows.append(bl.target(
+        "decisions: repetitions or chat requests where arc_cy (compiled or pure) evicted "
+        "other keys than vLLM arc", differ, "0", lambda v: v == 0, "store_latency.py",
+        "a bug: arc_cy is no longer a drop-in for vLLM arc; run the differential tests"))
+    return rows
+
+
+def markdown(result: dict[str, Any]) -> str:
+    L, N = bl.LABELS, bl.NAMES
+    out = ["## Store latency through CPUOffloadingManager (store_latency.py)", ""]
+    out.append("Cache full, every store evicts. `prepare_store` alone, and the full store cycle "
+               "(prepare_store + complete_store + on_request_finished).")
+    for r in result["results"]:
+        out.append("")
+        if r["scenario"] == "full":
+            title = (f"### capacity {r['capacity']:,}, batch {r['batch']}, "
+                     f"pinned {r['pinned_fraction']:.0%} ({r['pinned']:,} chunks at the LRU end), "
+                     f"{r['reps']} reps")
+        elif r["scenario"] == "fallback":
+            title = (f"### fallback: capacity {r['capacity']:,}, batch {r['batch']}, T2 "
+                     f"({r['pinned']:,}) all pinned, (len(T1), target) = {r['state_t1_target']}, "
+                     f"{r['reps']} reps (state checked before {r['fallback_checked_reps']} calls)")
+        else:
+            title = (f"### chat trace: capacity {r['capacity']:,}, {r['requests']} requests "
+                     f"(variable batch; per-request cycle)")
+        out.append(title)
+        mism = r.get("arc_decisions_mismatched_reps", r.get("arc_decisions_mismatched_requests"))
+        out.append("")
+        out.append(f"arc_cy's evictions identical to vLLM arc's: {'yes' if mism == 0 else f'NO ({mism} differ)'}")
+        for field, name in (("prepare_store", "prepare_store"), ("store_cycle", "store cycle")):
+            out.append("")
+            out.append(f"{name}:")
+            out.append("")
+            out.extend(bl.latency_table(r, field))
+        if r["scenario"] == "chat":
+            out.append("")
+            out.append("hit ratio: " + ", ".join(
+                f"{L[n]} {r['contenders'][n]['hit_ratio']:.3f}" for n in N))
+    return "\n".join(out) + "\n"
+
+
+def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]]:
+    sl = result["results"]
+    C, L, N = bl.COLORS, bl.LABELS, bl.NAMES
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    ax = axes[0]
+    full = [r for r in sl if r["scenario"] == "full" and r["pinned_fraction"] == 0]
+    for name in N:
+        for batch, marker in ((16, "s"), (256, "o"), (1024, "^")):
+            pts = sorted(((r["capacity"], r) for r in full if r["batch"] == batch),
+                         key=lambda t: t[0])
+            if not pts:
+                continue
+            ax.plot([c for c, _ in pts],
+                    [r["contenders"][name]["prepare_store_per_key"]["p50"] for _, r in pts],
+                    marker + "-", color=C.get(name),
+                    label=f"{L[name]} b{batch}" if name == "vllm_arc" or batch == 256 else None)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("capacity (chunks)")
+    ax.set_ylabel("p50 us per key")
+    ax.set_title("prepare_store, full cache (s=16, o=256, ^=1024 keys)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    groups = sorted({(r["capacity"], r["batch"]) for r in sl if r["scenario"] == "full"})
+    width = 0.8 / max(1, len(N))
+    labels: list[str] = []
+    for c, b in groups:
+        for frac in (0.0, 0.5):
+            r = bl.find(sl, scenario="full", capacity=c, batch=b, pinned_fraction=frac)
+            if r is None:
+                continue
+            x = len(labels)
+            labels.append(f"{c // 1000}K/b{b}\npinned {frac:.0%}")
+            for ni, name in enumerate(N):
+                ax.bar(x + (ni - (len(N) - 1) / 2) * width,
+                       r["contenders"][name]["prepare_store"]["p50"],
+                       width, color=C.get(name), label=L[name] if x == 0 else None)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("prepare_store p50 us per call")
+    ax.set_title("prepare_store vs pinned fraction")
+    ax.legend(fontsize=8)
+    return [bl.save_plot(plt, fig, out_dir, *PLOTS[0])]
 
 
 if __name__ == "__main__":
-    main()
+    bl.cli(sys.modules[__name__])

@@ -1,21 +1,23 @@
-"""bench/multi_turn.py reads vLLM's multi-turn generator configuration
-(bench/data/generate_multi_turn.json) and builds conversations of its shape.
-No policy is involved here; the scheduler runs are in the bench itself."""
+"""What the benchmarks rely on. bench/multi_turn.py reads vLLM's multi-turn
+generator configuration (bench/data/generate_multi_turn.json) and builds
+conversations of its shape (harness/multi_turn_workload.py): no policy is
+involved here; the scheduler runs are in the bench itself. bench/evict.py
+reads the compiled core's node size from the core (_NODE_SIZE)."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import random
 import statistics
 import sys
+import tracemalloc
 from pathlib import Path
 
+import multi_turn_workload as multi_turn
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-sys.path.insert(0, str(BENCH))
-
-import multi_turn  # noqa: E402
 
 
 def test_the_file_is_vllms_configuration() -> None:
@@ -59,3 +61,36 @@ def test_distributions() -> None:
     assert statistics.mean(ln) == pytest.approx(50, abs=0.5)
     with pytest.raises(ValueError, match="unknown distribution"):
         multi_turn.distribution({"distribution": "zipf", "alpha": 2})
+
+
+class _Chunk(ctypes.Structure):
+    # What the core needs of a chunk (vLLM's ChunkStatus has these fields).
+    _fields_ = [("chunk_id", ctypes.c_int64), ("ref_cnt", ctypes.c_int32)]
+
+
+def test_the_core_exposes_its_node_size() -> None:
+    from arc_cy import _arc_c
+
+    size = _arc_c._NODE_SIZE
+    assert type(size) is int and size > 0
+    if sys.maxsize > 2**32:
+        assert size == 40  # two pointers, a hash, two links, a tag and a stamp
+    # The core keeps its nodes in one array (PyMem, so tracemalloc sees it,
+    # charged to the line that calls the core), 64 nodes at first, doubled
+    # as the entries grow: its largest block is the node array.
+    keys = [b"node-%d" % i for i in range(129)]
+    chunks = [_Chunk(i, 0) for i in range(129)]
+    policy = _arc_c.ARCCachePolicy(1000)
+    largest = {}
+    tracemalloc.start()
+    try:
+        for i in range(129):
+            policy.insert(keys[i], chunks[i], None)
+            if i + 1 in (1, 64, 65, 128, 129):
+                snap = tracemalloc.take_snapshot().filter_traces(
+                    [tracemalloc.Filter(True, __file__)])
+                largest[i + 1] = max(t.size for t in snap.traces)
+    finally:
+        tracemalloc.stop()
+    assert largest == {1: 64 * size, 64: 64 * size, 65: 128 * size, 128: 128 * size,
+                       129: 256 * size}

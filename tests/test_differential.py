@@ -1,8 +1,9 @@
 """Differential tests: arc_cy against vLLM's ARCCachePolicy on random traffic.
 
-Two levels: the policy API driven directly (shared key and ChunkStatus
-objects, so chunk identity is compared too), and three real
-CPUOffloadingManagers fed the same manager-shaped traffic.
+Two levels: the policy API driven directly (harness/traffic.py's steps of
+the manager, in a random mix; shared key and ChunkStatus objects, so chunk
+identity is compared too), and three real CPUOffloadingManagers fed the same
+manager-shaped traffic.
 """
 
 from __future__ import annotations
@@ -13,95 +14,74 @@ import pytest
 from helpers import (
     KEY_POSITIONS,
     ORACLE_HOOKS,
-    ChunkStatus,
     ReqContext,
     VllmARC,
     assert_same_state,
     insert,
     manager_state,
 )
+from traffic import Lockstep, PolicyTraffic
 from vllm.v1.kv_offload.base import make_offload_key
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
 from impls import MODULES, load_policy_class
 
 
+def same(method, results):
+    """Lockstep's check: every policy answered as vLLM's (the first) did;
+    evicted chunks compared by identity."""
+    if method == "evict":
+        if results[0] is None:
+            assert all(r is None for r in results)
+            return
+        results = [[(k, id(c)) for k, c in r] for r in results]
+    first = results[0]
+    for other in results[1:]:
+        assert other == first
+
+
 def run_policy_sequence(
     seed: int, steps: int, capacity: int, universe: int
 ) -> tuple[int, int]:
-    """Drive vLLM's ARC and both arc_cy classes with the same calls."""
+    """Drive vLLM's ARC and both arc_cy classes with the same calls, the
+    manager's steps of harness/traffic.py in a random mix."""
     rng = random.Random(seed)
     oracle = VllmARC(capacity)
     policies = [load_policy_class(name)(capacity) for name in MODULES]
-    allp = [oracle, *policies]
     keys = [make_offload_key(f"k{i}".encode(), i % 2) for i in range(universe)]
-    chunks: dict[bytes, ChunkStatus] = {}  # resident key -> its chunk
-    next_id = 0
-    evictions = failures = 0
-
-    def same(results):
-        first = results[0]
-        for other in results[1:]:
-            assert other == first
+    t = PolicyTraffic(
+        Lockstep([oracle, *policies], check=same, insert=insert), capacity,
+        hooks=ORACLE_HOOKS, positions=KEY_POSITIONS,
+    )
+    chunks = t.chunks  # resident key -> its chunk (the driver's model)
 
     for _ in range(steps):
         op = rng.random()
         ctx = ReqContext(req_id=f"r{rng.randrange(8)}")
         if op < 0.30:  # a store: misses observed, then eviction, then insert
             batch = rng.sample(keys, rng.randint(1, min(6, universe)))
-            new = [k for k in batch if k not in chunks]
-            if "on_store_miss" in ORACLE_HOOKS:
-                for p in allp:
-                    p.on_store_miss(new, ctx)
-            need = len(chunks) + len(new) - capacity
-            if need > 0:
-                protected = set(batch)
-                results = [p.evict(need, protected) for p in allp]
-                if results[0] is None:
-                    failures += 1
-                    assert all(r is None for r in results)
-                    continue
-                evictions += 1
-                same([[(k, id(c)) for k, c in r] for r in results])
-                for k, _ in results[0]:
-                    del chunks[k]
-            for k in new:
-                chunk = ChunkStatus(next_id)
-                next_id += 1
-                chunks[k] = chunk
-                for p in allp:
-                    insert(p, k, chunk, ctx)
+            if t.store(batch, ctx) is None:
+                continue
         elif op < 0.45:  # complete (or fail) pending stores
             pending = [k for k, c in chunks.items() if c.ref_cnt < 0]
             for k in rng.sample(pending, min(len(pending), rng.randint(0, 4))):
                 if rng.random() < 0.85:
-                    chunks[k].ref_cnt = 0
-                    for p in allp:
-                        p.mark_evictable(k)
+                    t.complete_store(k)
                 else:
-                    del chunks[k]
-                    for p in allp:
-                        p.remove(k)
+                    t.fail_store(k)
         elif op < 0.55:  # pin or unpin (loads in flight), told as the manager tells
             ready = [k for k, c in chunks.items() if c.ref_cnt >= 0]
             if ready:
                 k = rng.choice(ready)
-                chunk = chunks[k]
-                if chunk.ref_cnt > 0 and rng.random() < 0.6:
-                    chunk.ref_cnt -= 1
-                    if chunk.ref_cnt == 0:
-                        same([p.mark_evictable(k) for p in allp])
+                if chunks[k].ref_cnt > 0 and rng.random() < 0.6:
+                    t.unpin(k)
                 else:
-                    if chunk.ref_cnt == 0:
-                        same([p.mark_non_evictable(k) for p in allp])
-                    chunk.ref_cnt += 1
+                    t.pin(k)
         elif op < 0.70:  # a lookup's first accesses, then a touch
             batch = [rng.choice(keys) for _ in range(rng.randint(0, 5))]
-            if "on_request_access" in ORACLE_HOOKS:
-                same([p.on_request_access(batch, ctx) for p in allp])
+            if t.access(batch, ctx) is not None:
                 assert_same_state(oracle, *policies)
-            for p in allp:
-                p.touch(batch, ctx)
+            t.touch(batch, ctx)
         elif op < 0.85:  # a finished request with token positions
             group = rng.sample(keys, rng.randint(1, min(6, universe)))
             for pos, k in enumerate(group):
@@ -111,38 +91,21 @@ def run_policy_sequence(
                         ctx.set_offload_key_position(k, position)
             inserted = {k for k in group if rng.random() < 0.3}
             reused = {k for k in group if k not in inserted and rng.random() < 0.6}
-            if "on_request_finished" in ORACLE_HOOKS:
-                for p in allp:
-                    p.on_request_finished((tuple(group),), inserted, reused, ctx)
+            t.finish((tuple(group),), inserted, reused, ctx)
         elif op < 0.93:  # eviction with protected entries, may fail
             n = rng.randint(0, capacity + 1)
             protected = set(rng.sample(keys, rng.randint(0, 3)))
-            results = [p.evict(n, protected) for p in allp]
-            if results[0] is None:
-                failures += 1
-                assert all(r is None for r in results)
-            else:
-                evictions += 1
-                same([[(k, id(c)) for k, c in r] for r in results])
-                for k, _ in results[0]:
-                    del chunks[k]
+            t.evict(n, protected)
         elif op < 0.96:
-            k = rng.choice(keys)
-            chunks.pop(k, None)
-            for p in allp:
-                p.remove(k)
+            t.remove(rng.choice(keys))
         elif op < 0.98:
-            value = rng.choice([0, 1, 2.5, capacity, capacity / 3])
-            for p in allp:
-                p.target_t1_size = value
+            t.set_target(rng.choice([0, 1, 2.5, capacity, capacity / 3]))
         else:
-            chunks.clear()
-            for p in allp:
-                p.clear()
+            t.clear()
         for k in rng.sample(keys, 3):
-            same([p.get(k) for p in allp])
+            t.get(k)
         assert_same_state(oracle, *policies)
-    return evictions, failures
+    return t.stats["evictions"], t.stats["evict_none"]
 
 
 @pytest.mark.parametrize("seed", range(12))

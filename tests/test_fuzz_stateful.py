@@ -28,7 +28,8 @@ Profiles (hypothesis settings profiles, applied to this module's test only):
         tests/test_fuzz_stateful.py -k StateMachine
 
 A second, plain (non-hypothesis) test replays long seeded random sequences
-(200_000 policy calls each) shaped like CPUOffloadingManager's traffic on
+(200_000 policy calls each) of CPUOffloadingManager-shaped traffic
+(harness/traffic.py's PolicyTraffic, the driver bench/soak.py uses too) on
 the same three policies, to cover long histories that shrinking-friendly
 hypothesis examples do not reach.
 """
@@ -36,7 +37,6 @@ hypothesis examples do not reach.
 from __future__ import annotations
 
 import os
-import random
 
 import pytest
 from helpers import ChunkStatus, ReqContext, VllmARC, assert_same_state, snapshot
@@ -51,6 +51,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from vllm.v1.kv_offload.base import make_offload_key
+
+from traffic import Lockstep, PolicyTraffic
 
 from arc_cy._arc_c import ARCCachePolicy as CPolicy
 from arc_cy._arc_py import ARCCachePolicy as PyPolicy
@@ -115,7 +117,9 @@ class ARCMachine(RuleBasedStateMachine):
         self.oracle = VllmARC(capacity)
         self.c = CPolicy(capacity)
         self.py = PyPolicy(capacity)
-        self.next_id = 0
+        # The manager's steps and its model of the resident chunks
+        # (harness/traffic.py); the rules choose the steps.
+        self.t = PolicyTraffic(Lockstep(self.all), capacity)
 
     # --- helpers -----------------------------------------------------------
 
@@ -128,12 +132,11 @@ class ARCMachine(RuleBasedStateMachine):
         # An equal key that is a different object, as vLLM's hashes are.
         return bytes(bytearray(key)) if fresh else key
 
+    def resident_items(self):
+        return [*self.oracle.t1.items(), *self.oracle.t2.items()]
+
     def resident(self, pred=lambda chunk: True):
-        return [
-            k
-            for k, chunk in [*self.oracle.t1.items(), *self.oracle.t2.items()]
-            if pred(chunk)
-        ]
+        return [k for k, chunk in self.resident_items() if pred(chunk)]
 
     def ctx(self):
         return ReqContext(req_id="r")
@@ -175,13 +178,7 @@ class ARCMachine(RuleBasedStateMachine):
     def insert_new(self, key, ready: bool) -> None:
         if key in self.oracle.b1 or key in self.oracle.b2:
             self.count("ghost_reinsert")
-        chunk = ChunkStatus(self.next_id)
-        self.next_id += 1
-        if ready:
-            chunk.ref_cnt = 0
-        ctx = self.ctx()
-        for p in self.all:
-            p.insert(key, chunk, ctx)
+        self.t.insert(key, self.ctx(), ref_cnt=0 if ready else -1)
 
     @precondition(lambda self: len(self.oracle.b1) + len(self.oracle.b2) > 0)
     @rule(i=key_index, fresh=st.booleans(), ready=st.booleans())
@@ -204,9 +201,7 @@ class ARCMachine(RuleBasedStateMachine):
         if not missing or len(missing) > self.capacity:
             return
         self.count_ghost_hits(missing)
-        ctx = self.ctx()
-        for p in self.all:
-            p.on_store_miss(missing, ctx)
+        self.t.call("on_store_miss", missing, self.ctx())
         need = len(self.oracle.t1) + len(self.oracle.t2) + len(missing) - self.capacity
         if need > 0 and self.evict_n(need, set(keys)) is None:
             return
@@ -228,61 +223,39 @@ class ARCMachine(RuleBasedStateMachine):
     def complete_store(self, i, mark):
         pending = self.resident(lambda c: c.ref_cnt < 0)
         if pending:
-            key = pending[i % len(pending)]
-            self.oracle.get(key).ref_cnt = 0
-            if mark:
-                for p in self.all:
-                    p.mark_evictable(key)
+            self.t.complete_store(pending[i % len(pending)], tell=mark)
 
     @rule(i=key_index, fresh=st.booleans())
     def fail_store(self, i, fresh):
         pending = self.resident(lambda c: c.ref_cnt < 0)
         if pending:
             key = pending[i % len(pending)]
-            if fresh:
-                key = bytes(bytearray(key))
-            for p in self.all:
-                p.remove(key)
+            self.t.fail_store(key, bytes(bytearray(key)) if fresh else key)
 
     @rule(i=key_index, mark=st.booleans())
     def pin(self, i, mark):
         ready = self.resident(lambda c: c.ref_cnt >= 0)
         if ready:
-            key = ready[i % len(ready)]
-            chunk = self.oracle.get(key)
-            if chunk.ref_cnt == 0 and mark:
-                for p in self.all:
-                    p.mark_non_evictable(key)
-            chunk.ref_cnt += 1
+            self.t.pin(ready[i % len(ready)], tell=mark)
 
     @rule(i=key_index, mark=st.booleans())
     def unpin(self, i, mark):
         pinned = self.resident(lambda c: c.ref_cnt > 0)
         if pinned:
-            key = pinned[i % len(pinned)]
-            chunk = self.oracle.get(key)
-            chunk.ref_cnt -= 1
-            if chunk.ref_cnt == 0 and mark:
-                for p in self.all:
-                    p.mark_evictable(key)
+            self.t.unpin(pinned[i % len(pinned)], tell=mark)
 
     @rule(idx=key_indexes, fresh=st.booleans())
     def touch(self, idx, fresh):
         keys = [self.key(i, fresh) for i in idx]
         self.count_ghost_hits(keys)
-        ctx = self.ctx()
-        for p in self.all:
-            p.touch(keys, ctx)
+        self.t.touch(keys, self.ctx())
 
     @rule(idx=key_indexes)
     def touch_resident(self, idx):
         """A request's hits: touch resident keys (t1 -> t2 when ready)."""
         resident = self.resident()
         if resident:
-            keys = [resident[i % len(resident)] for i in idx]
-            ctx = self.ctx()
-            for p in self.all:
-                p.touch(keys, ctx)
+            self.t.touch([resident[i % len(resident)] for i in idx], self.ctx())
 
     @rule(idx=key_indexes, as_tuple=st.booleans())
     def on_store_miss(self, idx, as_tuple):
@@ -295,9 +268,8 @@ class ARCMachine(RuleBasedStateMachine):
     @rule(idx=key_indexes)
     def on_request_access(self, idx):
         keys = [self.key(i) for i in idx]
-        ctx = self.ctx()
-        for p in self.all:
-            assert p.on_request_access(keys, ctx) is None
+        for result in self.t.access(keys, self.ctx()):
+            assert result is None
 
     @rule(
         groups=st.lists(key_indexes, min_size=1, max_size=3),
@@ -318,8 +290,7 @@ class ARCMachine(RuleBasedStateMachine):
                     ctx.set_offload_key_position(key, rank)
         insertion_only = {self.key(i) for i in ins}
         reused_keys = {self.key(i) for i in reused}
-        for p in self.all:
-            p.on_request_finished(key_groups, insertion_only, reused_keys, ctx)
+        self.t.finish(key_groups, insertion_only, reused_keys, ctx)
 
     @rule(
         size=st.sampled_from(["one", "some", "some", "evictable", "all", "zero", "more"]),
@@ -365,7 +336,7 @@ class ARCMachine(RuleBasedStateMachine):
             for lst in (self.oracle.t1, self.oracle.t2)
         )
         ghosts = len(self.oracle.b1) + len(self.oracle.b2)
-        results = [p.evict(n, protected) for p in self.all]
+        results = self.t.evict_each(n, protected)
         if results[0] is None:
             if n:
                 self.count("evict_none")
@@ -395,22 +366,18 @@ class ARCMachine(RuleBasedStateMachine):
 
     @rule(i=key_index, fresh=st.booleans())
     def remove(self, i, fresh):
-        key = self.key(i, fresh)
-        for p in self.all:
-            p.remove(key)
+        self.t.remove(self.key(i, fresh))
 
     @precondition(lambda self: len(self.oracle.b1) + len(self.oracle.b2) > 0)
     @rule(go=st.integers(0, 7))
     def clear(self, go):
         if go:  # rarely: a clear() undoes the long histories that fill b1/b2
             return
-        for p in self.all:
-            p.clear()
+        self.t.clear()
 
     @rule(value=target_values)
     def set_target(self, value):
-        for p in self.all:
-            p.target_t1_size = value
+        self.t.set_target(value)
 
     # --- checks ------------------------------------------------------------
 
@@ -423,6 +390,8 @@ class ARCMachine(RuleBasedStateMachine):
             assert self.c.get(key) is chunk
             assert self.py.get(key) is chunk
         assert self.c.cache_capacity == self.py.cache_capacity == self.capacity
+        # The driver's model of the resident chunks is vLLM's.
+        assert self.t.chunks == dict(self.resident_items())
 
 
 # Each run must reach every counted state at least this often (the CI
@@ -461,142 +430,56 @@ def test_StateMachine():
 # --- long plain random sequences ---------------------------------------------
 
 
-class Traffic:
-    """Manager-shaped random calls applied to several policies in lockstep."""
+def agree(method, results):
+    """Lockstep's check: every policy answered as vLLM's (the first) did."""
+    if method == "get":
+        assert results[1] is results[0] and results[2] is results[0]
+    elif method == "evict":
+        if results[0] is None:
+            assert results[1] is None and results[2] is None
+        else:
+            expected = [(k, id(c)) for k, c in results[0]]
+            for r in results[1:]:
+                assert [(k, id(c)) for k, c in r] == expected
+
+
+class Traffic(PolicyTraffic):
+    """Manager-shaped random calls (harness/traffic.py) applied to vLLM's ARC
+    and both arc_cy classes in lockstep, with the same objects."""
 
     def __init__(self, seed: int, capacity: int, universe: int) -> None:
-        self.rng = random.Random(seed)
-        self.capacity = capacity
         self.policies = [VllmARC(capacity), CPolicy(capacity), PyPolicy(capacity)]
         self.keys = [
             make_offload_key(f"s{seed}-{i}".encode(), i % 3) for i in range(universe)
         ]
-        self.chunks: dict[bytes, ChunkStatus] = {}  # resident key -> chunk
-        self.pending: list[tuple[int, str, list]] = []
-        self.next_id = 0
-        self.calls = 0
-        self.stats = dict.fromkeys(["evictions", "evict_none", "ghost_hits"], 0)
-
-    def each(self, method: str, *args):
-        results = [getattr(p, method)(*args) for p in self.policies]
-        self.calls += 1
-        return results
+        super().__init__(
+            Lockstep(self.policies, check=agree), capacity, seed=seed,
+            key=self.keys.__getitem__, universe=universe, fresh=0.5,
+            request_keys=(1, 8), load_delay=(1, 3), store_delay=(0, 3), store_fail=0.07,
+            position_p=0.95, access_p=0.3, count_ghosts=True,
+        )
 
     def fresh(self, key: bytes) -> bytes:
         return bytes(bytearray(key)) if self.rng.random() < 0.5 else key
-
-    def request(self, req: int) -> None:
-        rng = self.rng
-        ctx = ReqContext(req_id=f"r{req}")
-        start = int(len(self.keys) * rng.random() ** 2)
-        keys = [
-            self.fresh(self.keys[(start + j) % len(self.keys)])
-            for j in range(rng.randint(1, 8))
-        ]
-        keys = list(dict.fromkeys(keys))
-        for pos, key in enumerate(keys):
-            if rng.random() < 0.95:
-                ctx.set_offload_key_position(key, pos)
-        hits, misses = [], []
-        for key in keys:
-            found = self.each("get", key)
-            assert found[1] is found[0] and found[2] is found[0]
-            if found[0] is None:
-                misses.append(key)
-            elif found[0].ref_cnt >= 0:
-                hits.append(key)
-        if hits:
-            self.each("touch", hits, ctx)
-            for key in hits:
-                chunk = self.chunks[key]
-                if chunk.ref_cnt == 0:
-                    self.each("mark_non_evictable", key)
-                chunk.ref_cnt += 1
-            self.pending.append((req + rng.randint(1, 3), "load", hits))
-        inserted = []
-        if misses:
-            self.stats["ghost_hits"] += sum(
-                k in self.policies[0].b1 or k in self.policies[0].b2 for k in misses
-            )
-            self.each("on_store_miss", misses, ctx)
-            need = len(self.chunks) + len(misses) - self.capacity
-            ok = True
-            if need > 0:
-                protected = set(keys)
-                results = self.each("evict", need, protected)
-                if results[0] is None:
-                    assert results[1] is None and results[2] is None
-                    self.stats["evict_none"] += 1
-                    ok = False
-                else:
-                    self.stats["evictions"] += 1
-                    expected = [(k, id(c)) for k, c in results[0]]
-                    for r in results[1:]:
-                        assert [(k, id(c)) for k, c in r] == expected
-                    for k, _ in results[0]:
-                        del self.chunks[k]
-            if ok:
-                for key in misses:
-                    chunk = ChunkStatus(self.next_id)
-                    self.next_id += 1
-                    self.chunks[key] = chunk
-                    self.each("insert", key, chunk, ctx)
-                inserted = misses
-                self.pending.append((req + rng.randint(0, 3), "store", misses))
-        reused = set(hits)
-        self.each(
-            "on_request_finished", (tuple(keys),), set(inserted) - reused, reused, ctx
-        )
-        if rng.random() < 0.3:
-            self.each("on_request_access", keys, ctx)
-
-    def complete(self, req: int) -> None:
-        due = [p for p in self.pending if p[0] <= req]
-        self.pending = [p for p in self.pending if p[0] > req]
-        for _, kind, keys in due:
-            for key in keys:
-                chunk = self.chunks.get(key)
-                if chunk is None:
-                    continue
-                if kind == "load":
-                    chunk.ref_cnt -= 1
-                    if chunk.ref_cnt == 0:
-                        self.each("mark_evictable", key)
-                elif chunk.ref_cnt < 0:
-                    if self.rng.random() < 0.93:
-                        chunk.ref_cnt = 0
-                        self.each("mark_evictable", key)
-                    else:
-                        self.each("remove", self.fresh(key))
-                        del self.chunks[key]
 
     def run(self, calls: int, check_every: int) -> None:
         rng = self.rng
         req = 0
         next_check = 0
-        while self.calls < calls:
+        while self.target.calls < calls:
             req += 1
             self.request(req)
-            self.complete(req)
+            self.complete_due(req)
             r = rng.random()
             if r < 0.002:
-                self.each("clear")
-                self.chunks.clear()
-                self.pending.clear()
+                self.clear()
             elif r < 0.01:
-                value = rng.choice([rng.randint(0, self.capacity), rng.random() * 9])
-                for p in self.policies:
-                    p.target_t1_size = value
+                self.set_target(rng.choice([rng.randint(0, self.capacity), rng.random() * 9]))
             elif r < 0.03:
-                self.each("remove", self.fresh(rng.choice(self.keys)))
-                self.chunks = {
-                    k: c
-                    for k, c in self.chunks.items()
-                    if self.policies[0].get(k) is not None
-                }
+                self.remove(self.fresh(rng.choice(self.keys)))
             elif r < 0.08:
-                self.each("touch", rng.sample(self.keys, 3), ReqContext(req_id="t"))
-            if self.calls >= next_check:
+                self.touch(rng.sample(self.keys, 3), ReqContext(req_id="t"))
+            if self.target.calls >= next_check:
                 assert_same_state(*self.policies)
                 next_check += check_every
         assert_same_state(*self.policies)
