@@ -1,19 +1,52 @@
-"""Test helpers shared by several test modules (not fixtures)."""
+"""Test helpers shared by several test modules (not fixtures).
+
+They import without vLLM: ChunkStatus is arc_cy's (vLLM's own class when
+vLLM is installed, else arc_cy's stand-in of the same layout) and
+ReqContext is vLLM's or, without vLLM, the stand-in below. VllmARC (vLLM's
+ARCCachePolicy, the oracle) and ORACLE_HOOKS import vLLM when first used:
+a test that uses them needs vLLM (``@pytest.mark.needs("vllm")``).
+"""
 
 from __future__ import annotations
 
 import inspect
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
 
-from vllm.v1.kv_offload.base import ReqContext
-from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy as VllmARC
-from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
+from arc_cy import _common
+from arc_cy._common import ChunkStatus
+
+if _common.HAVE_VLLM:
+    from vllm.v1.kv_offload.base import ReqContext
+else:
+
+    @dataclass
+    class ReqContext:  # type: ignore[no-redef]
+        """Stand-in for vLLM's ReqContext (vllm/v1/kv_offload/base.py):
+        what arc_cy and the tests use of it."""
+
+        req_id: str
+        kv_transfer_params: dict[str, Any] | None = None
+        _offload_key_positions: dict[Any, int] = field(
+            default_factory=dict, repr=False, init=False
+        )
+
+        def set_offload_key_position(self, key: Any, end_token: int) -> None:
+            self._offload_key_positions[key] = end_token
+
+        def get_offload_key_position(self, key: Any) -> int | None:
+            return self._offload_key_positions.get(key)
+
+
+HAVE_VLLM = bool(_common.HAVE_VLLM)
 
 __all__ = [
+    "CTX",
+    "HAVE_VLLM",
     "K",
     "REPO",
     "keysnap",
@@ -107,25 +140,63 @@ def build_requirement(name: str) -> Requirement:
     raise LookupError(name)
 
 
-# vLLM 0.32's CachePolicy.insert takes no req_context; 0.33 added it.
-INSERT_TAKES_CONTEXT = "req_context" in inspect.signature(VllmARC.insert).parameters
-
-
-# The hooks the installed vLLM's ARC has: 0.30 has none of these, 0.31 and
-# 0.32 lack on_request_access. A test calls only these on every policy, as the
-# release's own manager would.
-ORACLE_HOOKS = frozenset(
-    name
-    for name in ("on_store_miss", "on_request_access", "on_request_finished")
-    if hasattr(VllmARC, name)
-)
 # Token positions on the request context came with on_request_finished (0.31).
 KEY_POSITIONS = hasattr(ReqContext, "set_offload_key_position")
+
+CTX = ReqContext(req_id="tests")
+"""A request context for calls whose context does not matter."""
+
+
+def _vllm_arc() -> type:
+    from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy
+
+    return ARCCachePolicy
+
+
+def _oracle_hooks() -> frozenset[str]:
+    # The hooks the installed vLLM's ARC has: 0.30 has none of these, 0.31
+    # and 0.32 lack on_request_access. A test calls only these on every
+    # policy, as the release's own manager would.
+    arc = _vllm_arc()
+    return frozenset(
+        name
+        for name in ("on_store_miss", "on_request_access", "on_request_finished")
+        if hasattr(arc, name)
+    )
+
+
+def _insert_takes_context() -> bool:
+    # vLLM 0.32's CachePolicy.insert takes no req_context; 0.33 added it.
+    # Without vLLM, arc_cy's insert (which takes it) is the only one.
+    if not HAVE_VLLM:
+        return True
+    return "req_context" in inspect.signature(_vllm_arc().insert).parameters
+
+
+# Names that need vLLM, computed on first use (module __getattr__), so that
+# importing helpers needs no vLLM.
+_LAZY = {
+    "VllmARC": _vllm_arc,
+    "ORACLE_HOOKS": _oracle_hooks,
+    "INSERT_TAKES_CONTEXT": _insert_takes_context,
+}
+
+
+def _lazy(name: str) -> Any:
+    if name not in globals():
+        globals()[name] = _LAZY[name]()
+    return globals()[name]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return _lazy(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def insert(policy: Any, key: Any, chunk: Any, req_context: Any) -> None:
     """policy.insert, called as the installed vLLM's manager calls it."""
-    if INSERT_TAKES_CONTEXT:
+    if _lazy("INSERT_TAKES_CONTEXT"):
         policy.insert(key, chunk, req_context)
     else:
         policy.insert(key, chunk)
