@@ -55,6 +55,7 @@ __all__ = [
     "ReqContext",
     "VllmARC",
     "assert_same_state",
+    "filled",
     "insert",
     "ORACLE_HOOKS",
     "KEY_POSITIONS",
@@ -87,16 +88,30 @@ def keysnap(policy: Any) -> tuple:
     return ([k for k, _ in s[0]], [k for k, _ in s[1]], *s[2:])
 
 
-def ready(chunk_id: int) -> ChunkStatus:
-    """A stored chunk that nothing is reading (ref_cnt 0)."""
+def ready(chunk_id: int, ref_cnt: int = 0) -> ChunkStatus:
+    """A stored chunk that nothing is reading (ref_cnt 0), or ref_cnt
+    readers."""
     chunk = ChunkStatus(chunk_id)
-    chunk.ref_cnt = 0
+    chunk.ref_cnt = ref_cnt
     return chunk
 
 
 def K(i: int) -> bytes:
     """Key number i."""
     return b"key-%d" % i
+
+
+def filled(policy_cls: type, capacity: int, t1=(), t2=(), pinned=()) -> tuple:
+    """A policy with the keys t1 in t1 and t2 in t2, LRU first (the keys in
+    pinned have a reader), and its chunks by key."""
+    policy = policy_cls(capacity)
+    chunks = {}
+    for name in [*t2, *t1]:
+        chunks[name] = ready(len(chunks), 1 if name in pinned else 0)
+        policy.insert(name, chunks[name], CTX)
+    policy.touch(list(reversed(t2)), CTX)  # reversed: touch walks tail first
+    assert list(policy.t1) == list(t1) and list(policy.t2) == list(t2)
+    return policy, chunks
 
 
 def assert_same_state(oracle: Any, *policies: Any) -> None:
