@@ -10,21 +10,36 @@ import os
 
 import needs
 import pytest
+from helpers import GC_STRESS_MODULES
 from impls import IMPLEMENTATIONS, load_policy_class
 
 
 # --- what a test needs: @pytest.mark.needs("vllm") ---------------------------
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
+def _missing(item: pytest.Item) -> list[tuple[str, str]]:
+    """The outcomes of what item needs and this environment lacks."""
+    out = []
     for mark in item.iter_markers("needs"):
         for need in mark.args:
             outcome = needs.decide(need, needs.available(need), needs.require_all())
-            if outcome is None:
-                continue
-            what, why = outcome
+            if outcome is not None:
+                out.append(outcome)
+    return out
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A skip mark: reported at the test's own location.
+    for item in items:
+        for what, why in _missing(item):
             if what == "skip":
-                pytest.skip(why)
+                item.add_marker(pytest.mark.skip(reason=why))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for what, why in _missing(item):
+        if what == "fail":
             pytest.fail(why, pytrace=False)
 
 
@@ -41,7 +56,10 @@ class _Module(pytest.Module):
                 raise
             what, why = needs.decide(need, False, needs.require_all())  # type: ignore[misc]
             if what == "skip":
-                raise pytest.skip.Exception(why, allow_module_level=True) from None
+                where = self.path.relative_to(self.config.rootpath)
+                raise pytest.skip.Exception(
+                    f"{why} ({where} imports it)", allow_module_level=True
+                ) from None
             raise self.CollectError(f"{why}\n{error}") from error.__cause__
 
 
@@ -71,19 +89,6 @@ def policy_cls(impl: str) -> type:
 # whose tp_traverse sees a half-made entry, crashes the run.
 
 GC_STRESS = os.environ.get("ARC_CY_GC_STRESS", "") not in ("", "0")
-# The hostile-input modules (.ci/run runs these files under GC stress;
-# test_suite.py checks that the two lists agree).
-GC_STRESS_MODULES = (
-    "test_chunks",
-    "test_copy",
-    "test_decisions",
-    "test_gc",
-    "test_keys",
-    "test_reentrancy",
-    "test_release",
-    "test_validation",
-    "test_views",
-)
 GC_STRESS_RUNS = {"collections": 0, "objects": 0, "policies": 0}
 
 

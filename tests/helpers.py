@@ -2,9 +2,10 @@
 
 They import without vLLM: ChunkStatus is arc_cy's (vLLM's own class when
 vLLM is installed, else arc_cy's stand-in of the same layout) and
-ReqContext is vLLM's or, without vLLM, the stand-in below. VllmARC (vLLM's
-ARCCachePolicy, the oracle) and ORACLE_HOOKS import vLLM when first used:
-a test that uses them needs vLLM (``@pytest.mark.needs("vllm")``).
+ReqContext is vLLM's or, without vLLM, the stand-in below. Without vLLM,
+VllmARC (vLLM's ARCCachePolicy, the oracle) is a class that refuses to be
+made, and importing ORACLE_HOOKS fails as a missing vLLM does: a test that
+uses them needs vLLM (``@pytest.mark.needs("vllm")``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ __all__ = [
     "VllmARC",
     "assert_same_state",
     "filled",
+    "GC_STRESS_MODULES",
     "insert",
     "ORACLE_HOOKS",
     "KEY_POSITIONS",
@@ -137,6 +139,21 @@ def manager_state(manager: Any) -> tuple:
     )
 
 
+# The hostile-input modules: GC stress mode (ARC_CY_GC_STRESS=1, conftest)
+# applies to these; .ci/run runs these files under it, and .ci/sanitize.sh
+# under ASan/UBSan (test_suite.py checks that the lists agree).
+GC_STRESS_MODULES = (
+    "test_chunks",
+    "test_copy",
+    "test_decisions",
+    "test_gc",
+    "test_keys",
+    "test_reentrancy",
+    "test_release",
+    "test_validation",
+    "test_views",
+)
+
 REPO = Path(__file__).resolve().parents[1]
 """The source tree (a checkout or an unpacked sdist) the tests came from."""
 
@@ -162,56 +179,56 @@ CTX = ReqContext(req_id="tests")
 """A request context for calls whose context does not matter."""
 
 
-def _vllm_arc() -> type:
-    from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy
+if HAVE_VLLM:
+    from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy as VllmARC
+else:
 
-    return ARCCachePolicy
+    class VllmARC:  # type: ignore[no-redef]
+        """Without vLLM: refuses to be made (a test that uses vLLM's ARC
+        carries @pytest.mark.needs("vllm") and never gets here)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise RuntimeError(
+                "vLLM's ARCCachePolicy is not available (vLLM is not installed): "
+                'a test that uses it needs @pytest.mark.needs("vllm")'
+            )
+
+
+# vLLM 0.32's CachePolicy.insert takes no req_context; 0.33 added it.
+# Without vLLM, arc_cy's insert (which takes it) is the only one.
+INSERT_TAKES_CONTEXT = (
+    "req_context" in inspect.signature(VllmARC.insert).parameters if HAVE_VLLM else True
+)
 
 
 def _oracle_hooks() -> frozenset[str]:
     # The hooks the installed vLLM's ARC has: 0.30 has none of these, 0.31
     # and 0.32 lack on_request_access. A test calls only these on every
     # policy, as the release's own manager would.
-    arc = _vllm_arc()
     return frozenset(
         name
         for name in ("on_store_miss", "on_request_access", "on_request_finished")
-        if hasattr(arc, name)
+        if hasattr(VllmARC, name)
     )
 
 
-def _insert_takes_context() -> bool:
-    # vLLM 0.32's CachePolicy.insert takes no req_context; 0.33 added it.
-    # Without vLLM, arc_cy's insert (which takes it) is the only one.
-    if not HAVE_VLLM:
-        return True
-    return "req_context" in inspect.signature(_vllm_arc().insert).parameters
+if HAVE_VLLM:
+    ORACLE_HOOKS = _oracle_hooks()
+else:
 
-
-# Names that need vLLM, computed on first use (module __getattr__), so that
-# importing helpers needs no vLLM.
-_LAZY = {
-    "VllmARC": _vllm_arc,
-    "ORACLE_HOOKS": _oracle_hooks,
-    "INSERT_TAKES_CONTEXT": _insert_takes_context,
-}
-
-
-def _lazy(name: str) -> Any:
-    if name not in globals():
-        globals()[name] = _LAZY[name]()
-    return globals()[name]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return _lazy(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        # ORACLE_HOOKS is what vLLM's ARC has: a module that imports it
+        # needs vLLM (conftest skips such a module, "needs vLLM").
+        if name == "ORACLE_HOOKS":
+            raise ModuleNotFoundError(
+                "helpers.ORACLE_HOOKS needs vLLM, which is not installed", name="vllm"
+            )
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def insert(policy: Any, key: Any, chunk: Any, req_context: Any) -> None:
     """policy.insert, called as the installed vLLM's manager calls it."""
-    if _lazy("INSERT_TAKES_CONTEXT"):
+    if INSERT_TAKES_CONTEXT:
         policy.insert(key, chunk, req_context)
     else:
         policy.insert(key, chunk)
