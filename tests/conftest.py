@@ -51,14 +51,15 @@ class _Module(pytest.Module):
         try:
             return super()._getobj()
         except self.CollectError as error:
-            need = needs.missing_module_need(error.__cause__)
-            if need is None:
+            missing = needs.missing_module(error.__cause__)
+            if missing is None:
                 raise
+            need, module = missing
             what, why = needs.decide(need, False, needs.require_all())  # type: ignore[misc]
             if what == "skip":
                 where = self.path.relative_to(self.config.rootpath)
                 raise pytest.skip.Exception(
-                    f"{why} ({where} imports it)", allow_module_level=True
+                    f"{why} ({where} imports {module})", allow_module_level=True
                 ) from None
             raise self.CollectError(f"{why}\n{error}") from error.__cause__
 

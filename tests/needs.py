@@ -61,15 +61,20 @@ def decide(need: str, have: bool, strict: bool) -> tuple[str, str] | None:
     )
 
 
-def missing_module_need(exc: BaseException | None) -> str | None:
-    """The need behind an ImportError raised while a test module imports:
-    "vllm" when it (or torch, which vLLM brings) is the missing module and
-    this environment has no vLLM; else None (a real error)."""
+# What vLLM brings into an environment, which the fast layer lacks.
+VLLM_ENVIRONMENT = ("vllm", "torch", "numpy")
+
+
+def missing_module(exc: BaseException | None) -> tuple[str, str] | None:
+    """The need behind an ImportError raised while a test module imports,
+    and the missing module: ("vllm", name) when it is vLLM or what vLLM
+    brings (torch, numpy) and this environment has no vLLM; else None (a
+    real error)."""
     while exc is not None:
         if isinstance(exc, ModuleNotFoundError) and exc.name:
             top = exc.name.split(".")[0]
-            if top in ("vllm", "torch") and not available("vllm"):
-                return "vllm"
+            if top in VLLM_ENVIRONMENT and not available("vllm"):
+                return "vllm", top
             return None
         exc = exc.__cause__ or exc.__context__
     return None

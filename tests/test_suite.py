@@ -79,7 +79,7 @@ def test_without_vllm_they_skip(tmp_path):
     assert proc.returncode == 0, out[-3000:]
     skips = re.findall(r"^SKIPPED \[(\d+)\] (\S+?):\d+: (.*)$", out, re.M)
     assert sorted(skips) == [
-        ("1", "tests/conftest.py", "needs vLLM (tests/test_manager.py imports it)"),
+        ("1", "tests/conftest.py", "needs vLLM (tests/test_manager.py imports vllm)"),
         ("3", "tests/test_copy.py", "needs vLLM"),
     ], out[-3000:]
     assert out.splitlines()[-1].startswith("4 skipped in "), out[-3000:]
