@@ -30,10 +30,10 @@ from arc_cy import _common
 
 
 def test_any_object_as_a_chunk_is_refused_alike():
-    """Item 1 and ask 4: a None chunk passed the check when it was the first
-    chunk (the 'no type yet' marker was type(None)) and crashed the core's
-    evict. Every non-chunk is refused with arc_cy's message, the same in
-    both, whether or not a real chunk came before."""
+    """Every non-chunk is refused with arc_cy's message, the same in both,
+    whether or not a real chunk came before (a None chunk once passed the
+    check when it was the first chunk, the 'no type yet' marker being
+    type(None), and crashed the core's evict)."""
     got = run_json("any_chunk.py", "--no-vllm")
     assert got["cython"] == got["python"]
     for name, messages in got["python"].items():
@@ -69,7 +69,7 @@ class RedeclaredInSubclass(ChunkStatus):
     "tp", [BitfieldInSubclass, PropertyInSubclass, CustomGetattribute], ids=lambda t: t.__name__
 )
 def test_ref_cnt_shadowed_in_a_subclass_is_refused(tp):
-    """Item 5: validation skipped the subclass's bitfield and accepted the
+    """Validation skipped the subclass's bitfield and accepted the
     base's plain field, but recorded the bitfield's offset; the core then
     read 4 raw bytes where vLLM reads the bitfield's value."""
     chunk = tp.__new__(tp)
@@ -216,7 +216,7 @@ def test_chunk_types_are_freed(policy_cls):
 
 @pytest.mark.parametrize("how", ["remove", "evict", "clear"])
 def test_last_chunk_type_is_not_kept_alive(policy_cls, how):
-    """Item 9: both implementations kept a strong reference to the last
+    """Both implementations kept a strong reference to the last
     chunk type they saw; a type made at run time (here with a 10 MB class
     attribute) lived as long as the policy."""
     policy = policy_cls(4)

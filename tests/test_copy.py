@@ -16,7 +16,7 @@ from arc_cy import _common
 
 @pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
 def test_copy_and_pickle(policy_cls, how):
-    """Item 10, documented: the compiled core refuses to be copied or
+    """Documented: the compiled core refuses to be copied or
     pickled (a clear TypeError); vLLM's class and the twin copy."""
     import pickle
 
@@ -49,7 +49,7 @@ def test_vllms_policy_copies(how):
 
 
 def test_a_copy_made_during_a_call_is_not_busy(policy_cls):
-    """Item 7: the twin's __getstate__ copied busy, so a copy made from a
+    """The twin's __getstate__ copied busy, so a copy made from a
     callback refused every mutator for ever. The core refuses copies."""
     copies = []
 

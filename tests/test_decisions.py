@@ -110,7 +110,7 @@ def _evict_outcome(policy, n):
 
 @pytest.mark.needs("vllm")
 def test_int_of_the_target_is_taken_at_each_step_of_evict(policy_cls):
-    """Item 4: the core took int(target_t1_size) in the setter and at each
+    """The core took int(target_t1_size) in the setter and at each
     ghost hit. vLLM takes it at every step of evict's selection."""
 
     def run(cls):
@@ -129,7 +129,7 @@ def test_int_of_the_target_is_taken_at_each_step_of_evict(policy_cls):
 
 @pytest.mark.needs("vllm")
 def test_a_target_without_int_is_stored_and_fails_in_evict(policy_cls):
-    """Item 4: the core's setter raised for a target whose __int__ fails;
+    """The core's setter raised for a target whose __int__ fails;
     vLLM and the twin store it, and evict() raises, changing nothing."""
 
     def run(cls):
@@ -144,7 +144,7 @@ def test_a_target_without_int_is_stored_and_fails_in_evict(policy_cls):
 
 @pytest.mark.needs("vllm")
 def test_a_ghost_hit_to_a_target_without_int_completes(policy_cls):
-    """Item 4: a ghost hit whose new target has no int() made the core's
+    """A ghost hit whose new target has no int() made the core's
     touch() raise after it had applied the keys before it."""
 
     class NoIntAfterAdd(Fraction):
@@ -170,7 +170,7 @@ def test_a_ghost_hit_to_a_target_without_int_completes(policy_cls):
     "target", [10**400, -(10**400), Fraction(10**400, 3)], ids=["huge", "-huge", "fraction"]
 )
 def test_a_target_beyond_float_range_is_accepted_as_by_vllm(policy_cls, target):
-    """Item 10: math.isfinite raised a bare OverflowError for 10**400."""
+    """Math.isfinite raised a bare OverflowError for 10**400."""
 
     def run(cls):
         policy = with_ghosts(cls)
@@ -185,7 +185,7 @@ def test_a_target_beyond_float_range_is_accepted_as_by_vllm(policy_cls, target):
 
 @pytest.mark.needs("vllm")
 def test_key_both_inserted_only_and_reused_is_inserted_only(policy_cls):
-    """Item 13: insertion_only_keys wins over reused_keys, as in vLLM (a
+    """Insertion_only_keys wins over reused_keys, as in vLLM (a
     mutant that checked reused_keys first died only in the state machine)."""
 
     def scenario(cls):
@@ -201,7 +201,7 @@ def test_key_both_inserted_only_and_reused_is_inserted_only(policy_cls):
 
 @pytest.mark.needs("vllm")
 def test_on_store_miss_ignores_resident_keys(policy_cls):
-    """Item 13: on_store_miss only looks at the ghosts (a mutant that looked
+    """On_store_miss only looks at the ghosts (a mutant that looked
     resident keys up too died only in the state machine)."""
 
     def scenario(cls):

@@ -1,4 +1,4 @@
-"""The hostile fuzzer (issue 19, ask 3), run in a child process.
+"""The hostile fuzzer, run in a child process.
 
 tests/progs/hostile_fuzz.py is a hypothesis state machine whose keys,
 chunks, protected containers, targets, n, key iterables, request contexts,

@@ -75,7 +75,7 @@ VIEW_CHANGES = ("remove", "clear", "__init__", "insert")
 @pytest.mark.parametrize("source", ["hook", "cycle"])
 @pytest.mark.parametrize("view", ["t1", "b1"])
 def test_view_iterator_and_a_collection_that_changes_the_policy(view, source):
-    """Item 2: the core's iterator took a node pointer, then made the pair,
+    """The core's iterator took a node pointer, then made the pair,
     whose allocation may start a collection; a gc.callbacks hook or a
     garbage cycle's __del__ that called remove(), clear() or __init__ left
     it reading freed nodes. Both implementations must end alike: the items
@@ -92,7 +92,7 @@ TUPLE_READER_CALLS = ("evict", "touch", "on_store_miss", "on_request_finished")
 
 @pytest.mark.needs("vllm")
 def test_gc_hook_reading_young_tuples():
-    """Item 3: the twin built its working storage with tuple(<generator>):
+    """The twin built its working storage with tuple(<generator>):
     a tracked tuple with NULL items while user code ran; a gc hook that
     read it crashed. Both implementations, and vLLM, survive alike."""
     got = run_json("tuple_reader_gc.py", *TUPLE_READER_CALLS)

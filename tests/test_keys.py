@@ -88,9 +88,9 @@ def test_request_finished_looks_up_before_changing(policy_cls):
     ],
 )
 def test_on_store_miss_bad_key_first_changes_nothing(bad):
-    """Item 11 (a mutant that dropped on_store_miss's look-up pass survived:
-    every test put the bad key last, and on_store_miss walks keys last to
-    first). Here the bad key is first and a ghost hit follows it."""
+    """on_store_miss walks keys last to first: here the bad key is first
+    and a ghost hit follows it (a mutant that dropped on_store_miss's
+    look-up pass survived every test that put the bad key last)."""
     errors = []
     for name in IMPLEMENTATIONS:
         policy = populated(load_policy_class(name))
@@ -250,7 +250,7 @@ CONTRACT_BREAKING = {
 @pytest.mark.parametrize("keys", [NT, Asym], ids=["non-transitive", "asymmetric"])
 @pytest.mark.parametrize("case", CONTRACT_BREAKING)
 def test_keys_that_break_the_contract_keep_the_policy_consistent(policy_cls, case, keys):
-    """The three contract-breaking cases of issue 19: arc_cy promises no
+    """The three contract-breaking cases: arc_cy promises no
     crash and a consistent state, not vLLM's decisions."""
     names = ("A", "Y", "X") if keys is Asym else ("X", "Y", "Z")
     policy = policy_cls(2)
@@ -293,7 +293,7 @@ def _evict_with_raising_eq(cls):
 
 @pytest.mark.needs("vllm")
 def test_documented_divergence_evict_never_compares_keys(policy_cls):
-    """Item 10, documented: vLLM's evict() looks each scanned key up again
+    """Documented: vLLM's evict() looks each scanned key up again
     (OrderedDict's items() iterator), which runs __eq__ between keys that
     share a hash; the compiled core walks its lists and never calls __eq__
     in evict(). A raising __eq__ makes vLLM and the twin raise and change

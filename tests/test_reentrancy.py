@@ -134,9 +134,9 @@ BUSY_CALLS = {
 
 @pytest.mark.parametrize("how", BUSY_CALLS)
 def test_every_call_is_busy_before_its_first_user_code(policy_cls, how):
-    """Items 4 and 5 of round 3 and item 5 here (the twin ran n.__index__
-    before it was busy), checked for every method: the first user code a
-    call runs already finds it busy, in both implementations."""
+    """For every method: the first user code a call runs already finds it
+    busy, in both implementations (the twin once ran n.__index__ before it
+    was busy)."""
     running, call = BUSY_CALLS[how]
     REFUSALS.clear()
     policy = with_ghosts(policy_cls)
@@ -304,7 +304,7 @@ COMPARING_CALLS = {
 @pytest.mark.needs("vllm")
 @pytest.mark.parametrize("how", COMPARING_CALLS)
 def test_key_eq_cannot_mutate_in_evict_or_remove(policy_cls, how):
-    """Item 3: the twin cleared busy before evict's apply phase and before
+    """The twin cleared busy before evict's apply phase and before
     remove's pop, which compare keys sharing a hash: an insert() from such
     an __eq__ succeeded there."""
     call = COMPARING_CALLS[how]
@@ -328,7 +328,7 @@ class InsertingFraction(Fraction):
 
 
 def test_target_setter_runs_user_code_while_busy(policy_cls):
-    """Item 4: the twin's setter ran the value's __float__ (math.isfinite)
+    """The twin's setter ran the value's __float__ (math.isfinite)
     without being busy."""
     MUTATION_LOG.clear()
     policy = populated(policy_cls)

@@ -70,7 +70,7 @@ def _released(cls, how, acting):
 @pytest.mark.parametrize("acting", [False, True], ids=["logged", "acting"])
 @pytest.mark.parametrize("how", ["__init__", "clear"])
 def test_release_order_is_vllms(policy_cls, how, acting):
-    """Item 9: __init__ again released each list in list order (LRU first)
+    """__init__ again released each list in list order (LRU first)
     where vLLM, replacing each OrderedDict, releases its entries in
     insertion order; clear() releases the values in insertion order, then
     the keys in list order. A __del__ that acts sees what vLLM's sees."""
@@ -121,7 +121,7 @@ def _release_scenario(cls, reset):
 
 @pytest.mark.needs("vllm")
 def test_clear_releases_lists_in_turn_then_resets_the_target(policy_cls):
-    """Item 6: the core reset target_t1_size before releasing the keys (and
+    """The core reset target_t1_size before releasing the keys (and
     released them all at once), so a released key's __del__ that set the
     target left 3 where vLLM and the twin end with 0.0."""
     got = _release_scenario(policy_cls, lambda p: p.clear())
@@ -132,7 +132,7 @@ def test_clear_releases_lists_in_turn_then_resets_the_target(policy_cls):
 
 @pytest.mark.needs("vllm")
 def test_init_again_resets_like_vllms_init(policy_cls):
-    """Item 8: __init__ again sets the capacity and target first, then
+    """__init__ again sets the capacity and target first, then
     empties the lists (vLLM replaces them in turn); both twins now also
     reset _max_entries, which vLLM's class does not have."""
     got = _release_scenario(policy_cls, lambda p: p.__init__(6))

@@ -200,8 +200,8 @@ def test_entry_limit(policy_cls):
 
 @pytest.mark.parametrize("n", [10**30, 2**40, 5])
 def test_evict_more_than_held_returns_none(policy_cls, n):
-    """Item 12 (a mutant without the core's early exit survived): n above
-    the resident count is None at once, with no scratch sized by n."""
+    """n above the resident count is None at once, with no scratch sized
+    by n (a mutant without the core's early exit once survived)."""
     policy = populated(policy_cls)  # 4 resident
     assert unchanged_result(policy, lambda p: p.evict(n, set())) is None
 

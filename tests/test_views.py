@@ -96,7 +96,7 @@ NO_OP_MOVES = {
 @pytest.mark.needs("vllm")
 @pytest.mark.parametrize("case", NO_OP_MOVES)
 def test_iterator_survives_moves_that_change_nothing(policy_cls, case):
-    """Item 7: the core counted moving an entry to the end it already sits
+    """The core counted moving an entry to the end it already sits
     at as a change; OrderedDict's move_to_end does not."""
     view, act = NO_OP_MOVES[case]
     got = _iterator_after(policy_cls, view, act)
