@@ -21,26 +21,26 @@ from packaging.requirements import Requirement
 from arc_cy import _common
 from arc_cy._common import ChunkStatus
 
+@dataclass
+class StandInReqContext:
+    """Stand-in for vLLM's ReqContext (vllm/v1/kv_offload/base.py), used
+    without vLLM: what arc_cy and the tests use of it."""
+
+    req_id: str
+    kv_transfer_params: dict[str, Any] | None = None
+    _offload_key_positions: dict[Any, int] = field(default_factory=dict, repr=False, init=False)
+
+    def set_offload_key_position(self, key: Any, end_token: int) -> None:
+        self._offload_key_positions[key] = end_token
+
+    def get_offload_key_position(self, key: Any) -> int | None:
+        return self._offload_key_positions.get(key)
+
+
 if _common.HAVE_VLLM:
     from vllm.v1.kv_offload.base import ReqContext
 else:
-
-    @dataclass
-    class ReqContext:  # type: ignore[no-redef]
-        """Stand-in for vLLM's ReqContext (vllm/v1/kv_offload/base.py):
-        what arc_cy and the tests use of it."""
-
-        req_id: str
-        kv_transfer_params: dict[str, Any] | None = None
-        _offload_key_positions: dict[Any, int] = field(
-            default_factory=dict, repr=False, init=False
-        )
-
-        def set_offload_key_position(self, key: Any, end_token: int) -> None:
-            self._offload_key_positions[key] = end_token
-
-        def get_offload_key_position(self, key: Any) -> int | None:
-            return self._offload_key_positions.get(key)
+    ReqContext = StandInReqContext  # type: ignore[misc]
 
 
 HAVE_VLLM = bool(_common.HAVE_VLLM)

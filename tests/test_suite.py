@@ -47,6 +47,41 @@ def test_an_unknown_need_is_an_error():
         needs.available("vlm")
 
 
+# --- the stand-ins -----------------------------------------------------------------
+
+
+@pytest.mark.needs("vllm")
+def test_with_vllm_the_tests_use_vllms_types():
+    """The full run tests what it always did: vLLM's own ChunkStatus and
+    ReqContext, not the stand-ins."""
+    import helpers
+    from vllm.v1.kv_offload.base import ReqContext
+    from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy
+    from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
+
+    assert helpers.ChunkStatus is ChunkStatus
+    assert helpers.ReqContext is ReqContext
+    assert helpers.VllmARC is ARCCachePolicy
+
+
+@pytest.mark.needs("vllm")
+def test_the_req_context_stand_in_is_a_part_of_vllms():
+    import dataclasses
+
+    import helpers
+    from vllm.v1.kv_offload.base import ReqContext
+
+    ours = {f.name: (f.default, f.init) for f in dataclasses.fields(helpers.StandInReqContext)}
+    theirs = {f.name: (f.default, f.init) for f in dataclasses.fields(ReqContext)}
+    assert ours.items() <= theirs.items()
+    for name in ("set_offload_key_position", "get_offload_key_position"):
+        assert hasattr(ReqContext, name), name
+    a, b = helpers.StandInReqContext(req_id="r"), ReqContext(req_id="r")
+    for ctx in (a, b):
+        ctx.set_offload_key_position(b"k", 7)
+    assert [c.get_offload_key_position(k) for c in (a, b) for k in (b"k", b"x")] == [7, None] * 2
+
+
 # --- in a child pytest, with vLLM hidden -----------------------------------------
 
 # One test marked needs("vllm"), and one module that imports vLLM at its top.
