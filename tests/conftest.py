@@ -57,9 +57,8 @@ class _Module(pytest.Module):
             need, module = missing
             what, why = needs.decide(need, False, needs.require_all())  # type: ignore[misc]
             if what == "skip":
-                where = self.path.relative_to(self.config.rootpath)
                 raise pytest.skip.Exception(
-                    f"{why} ({where} imports {module})", allow_module_level=True
+                    f"{why} ({self.nodeid} imports {module})", allow_module_level=True
                 ) from None
             raise self.CollectError(f"{why}\n{error}") from error.__cause__
 
