@@ -36,7 +36,7 @@ def test_gc_during_touch_sees_no_null_items(impl):
     assert proc.stdout.strip() == "survived"
 
 
-# (what is armed, the call, the key numbers): tests/progs/working_storage.py
+# The cases of tests/progs/working_storage.py (its REACH_CALLS and EMPTIED).
 REACH_CALLS = ["touch", "on_store_miss", "on_request_finished", "touch-after-ghost-hit"]
 
 
