@@ -3,7 +3,7 @@
 # and run the crash-prone tests against that build.
 #
 # Usage (from anywhere; takes a few minutes):
-#     .ci/sanitize.sh                       # rules, both fuzzers (CI budgets), hostile, hardening, refcounts
+#     .ci/sanitize.sh                       # the hostile-input modules, both fuzzers (CI budgets), refcounts
 #     .ci/sanitize.sh -k evict              # extra arguments go to pytest
 #     ARC_CY_SANITIZE=address .ci/sanitize.sh   # another sanitizer set
 #
@@ -64,5 +64,7 @@ run -c "import arc_cy._arc_c as m, sys; p = m.__file__; print('sanitize: testing
 
 cd "$work"
 run -m pytest -p no:cacheprovider -q \
-    tests/test_rules.py tests/test_fuzz_hostile.py tests/test_fuzz_stateful.py \
-    tests/test_hostile.py tests/test_hardening.py tests/test_refcounts.py "$@"
+    tests/test_chunks.py tests/test_copy.py tests/test_decisions.py tests/test_gc.py \
+    tests/test_keys.py tests/test_reentrancy.py tests/test_release.py \
+    tests/test_validation.py tests/test_views.py \
+    tests/test_fuzz_hostile.py tests/test_fuzz_stateful.py tests/test_refcounts.py "$@"

@@ -1,7 +1,9 @@
 """Run a program of tests/progs/ in a child process, so that a crash (a
 segfault in the compiled core) fails the test instead of killing pytest.
 The child inherits the environment (the sanitizer build's PYTHONPATH and
-LD_PRELOAD included) and runs with -P, as the test command does."""
+LD_PRELOAD included) and runs with -P, as the test command does; progs/
+and tests/ reach its sys.path through PYTHONPATH, ahead of what PYTHONPATH
+already holds (so a program imports _child, helpers, impls, hostile)."""
 
 from __future__ import annotations
 
@@ -12,28 +14,37 @@ import sys
 from typing import Any
 
 PROGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs")
-
-
 TESTS = os.path.dirname(PROGS)
-# -P keeps the source tree off sys.path; progs/ and tests/ go on it.
-_START = (
-    "import runpy, sys; sys.path[:0] = [{progs!r}, {tests!r}]; "
-    "sys.argv[0] = {prog!r}; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
 
 
-def run_prog(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    start = _START.format(progs=PROGS, tests=TESTS, prog=os.path.join(PROGS, name))
+def child_env(**extra: str) -> dict[str, str]:
+    """os.environ with progs/ and tests/ first on PYTHONPATH, and extra."""
+    env = {**os.environ, **extra}
+    path = [PROGS, TESTS]
+    if env.get("PYTHONPATH"):
+        path.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    return env
+
+
+def run_prog(
+    name: str, *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """python -P tests/progs/<name> args..., its output captured; env adds
+    variables to the child's environment."""
     return subprocess.run(
-        [sys.executable, "-P", "-c", start, *args],
+        [sys.executable, "-P", os.path.join(PROGS, name), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=child_env(**(env or {})),
     )
 
 
-def run_json(name: str, *args: str, timeout: float = 300) -> Any:
+def run_json(
+    name: str, *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> Any:
     """The JSON the program prints on its last line; fails on a crash."""
-    proc = run_prog(name, *args, timeout=timeout)
+    proc = run_prog(name, *args, timeout=timeout, env=env)
     assert proc.returncode == 0, (name, args, proc.returncode, proc.stderr[-3000:])
     return json.loads(proc.stdout.strip().splitlines()[-1])

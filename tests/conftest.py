@@ -1,12 +1,70 @@
-"""Shared fixtures: every behavioural test runs on both implementations."""
+"""Shared fixtures (every behavioural test runs on both implementations),
+GC stress, and what a test needs (tests/needs.py: without vLLM, mypy or
+pyright, the tests that need them skip; under ARC_CY_TESTS_REQUIRE_ALL
+they fail)."""
 
 from __future__ import annotations
 
 import gc
 import os
 
+import needs
 import pytest
+from helpers import GC_STRESS_MODULES
 from impls import IMPLEMENTATIONS, load_policy_class
+
+
+# --- what a test needs: @pytest.mark.needs("vllm") ---------------------------
+
+
+def _missing(item: pytest.Item) -> list[tuple[str, str]]:
+    """The outcomes of what item needs and this environment lacks."""
+    out = []
+    for mark in item.iter_markers("needs"):
+        for need in mark.args:
+            outcome = needs.decide(need, needs.available(need), needs.require_all())
+            if outcome is not None:
+                out.append(outcome)
+    return out
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A skip mark: reported at the test's own location.
+    for item in items:
+        for what, why in _missing(item):
+            if what == "skip":
+                item.add_marker(pytest.mark.skip(reason=why))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for what, why in _missing(item):
+        if what == "fail":
+            pytest.fail(why, pytrace=False)
+
+
+class _Module(pytest.Module):
+    """A test module whose import fails only because vLLM is missing is
+    skipped ("needs vLLM"), or, under ARC_CY_TESTS_REQUIRE_ALL, an error."""
+
+    def _getobj(self):  # type: ignore[no-untyped-def]
+        try:
+            return super()._getobj()
+        except self.CollectError as error:
+            missing = needs.missing_module(error.__cause__)
+            if missing is None:
+                raise
+            need, module = missing
+            what, why = needs.decide(need, False, needs.require_all())  # type: ignore[misc]
+            if what == "skip":
+                raise pytest.skip.Exception(
+                    f"{why} ({self.nodeid} imports {module})", allow_module_level=True
+                ) from None
+            raise self.CollectError(f"{why}\n{error}") from error.__cause__
+
+
+def pytest_pycollect_makemodule(module_path, parent):  # type: ignore[no-untyped-def]
+    return _Module.from_parent(parent, path=module_path)
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
@@ -31,7 +89,6 @@ def policy_cls(impl: str) -> type:
 # whose tp_traverse sees a half-made entry, crashes the run.
 
 GC_STRESS = os.environ.get("ARC_CY_GC_STRESS", "") not in ("", "0")
-GC_STRESS_MODULES = ("test_hostile", "test_hardening", "test_rules")
 GC_STRESS_RUNS = {"collections": 0, "objects": 0, "policies": 0}
 
 

@@ -1,19 +1,53 @@
-"""Test helpers shared by several test modules (not fixtures)."""
+"""Test helpers shared by several test modules (not fixtures).
+
+They import without vLLM: ChunkStatus is arc_cy's (vLLM's own class when
+vLLM is installed, else arc_cy's stand-in of the same layout) and
+ReqContext is vLLM's or, without vLLM, the stand-in below. Without vLLM,
+VllmARC (vLLM's ARCCachePolicy, the oracle) is a class that refuses to be
+made, and importing ORACLE_HOOKS fails as a missing vLLM does: a test that
+uses them needs vLLM (``@pytest.mark.needs("vllm")``).
+"""
 
 from __future__ import annotations
 
 import inspect
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
 
-from vllm.v1.kv_offload.base import ReqContext
-from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy as VllmARC
-from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
+from arc_cy import _common
+from arc_cy._common import ChunkStatus
+
+@dataclass
+class StandInReqContext:
+    """Stand-in for vLLM's ReqContext (vllm/v1/kv_offload/base.py), used
+    without vLLM: what arc_cy and the tests use of it."""
+
+    req_id: str
+    kv_transfer_params: dict[str, Any] | None = None
+    _offload_key_positions: dict[Any, int] = field(default_factory=dict, repr=False, init=False)
+
+    def set_offload_key_position(self, key: Any, end_token: int) -> None:
+        self._offload_key_positions[key] = end_token
+
+    def get_offload_key_position(self, key: Any) -> int | None:
+        return self._offload_key_positions.get(key)
+
+
+if _common.HAVE_VLLM:
+    from vllm.v1.kv_offload.base import ReqContext
+else:
+    ReqContext = StandInReqContext  # type: ignore[misc]
+
+
+HAVE_VLLM = bool(_common.HAVE_VLLM)
 
 __all__ = [
+    "CTX",
+    "HAVE_VLLM",
     "K",
     "REPO",
     "keysnap",
@@ -22,6 +56,8 @@ __all__ = [
     "ReqContext",
     "VllmARC",
     "assert_same_state",
+    "filled",
+    "GC_STRESS_MODULES",
     "insert",
     "ORACLE_HOOKS",
     "KEY_POSITIONS",
@@ -54,16 +90,30 @@ def keysnap(policy: Any) -> tuple:
     return ([k for k, _ in s[0]], [k for k, _ in s[1]], *s[2:])
 
 
-def ready(chunk_id: int) -> ChunkStatus:
-    """A stored chunk that nothing is reading (ref_cnt 0)."""
+def ready(chunk_id: int, ref_cnt: int = 0) -> ChunkStatus:
+    """A stored chunk that nothing is reading (ref_cnt 0), or ref_cnt
+    readers."""
     chunk = ChunkStatus(chunk_id)
-    chunk.ref_cnt = 0
+    chunk.ref_cnt = ref_cnt
     return chunk
 
 
 def K(i: int) -> bytes:
     """Key number i."""
     return b"key-%d" % i
+
+
+def filled(policy_cls: type, capacity: int, t1=(), t2=(), pinned=()) -> tuple:
+    """A policy with the keys t1 in t1 and t2 in t2, LRU first (the keys in
+    pinned have a reader), and its chunks by key."""
+    policy = policy_cls(capacity)
+    chunks = {}
+    for name in [*t2, *t1]:
+        chunks[name] = ready(len(chunks), 1 if name in pinned else 0)
+        policy.insert(name, chunks[name], CTX)
+    policy.touch(list(reversed(t2)), CTX)  # reversed: touch walks tail first
+    assert list(policy.t1) == list(t1) and list(policy.t2) == list(t2)
+    return policy, chunks
 
 
 def assert_same_state(oracle: Any, *policies: Any) -> None:
@@ -89,6 +139,21 @@ def manager_state(manager: Any) -> tuple:
     )
 
 
+# The hostile-input modules: GC stress mode (ARC_CY_GC_STRESS=1, conftest)
+# applies to these; .ci/run runs these files under it, and .ci/sanitize.sh
+# under ASan/UBSan (test_suite.py checks that the lists agree).
+GC_STRESS_MODULES = (
+    "test_chunks",
+    "test_copy",
+    "test_decisions",
+    "test_gc",
+    "test_keys",
+    "test_reentrancy",
+    "test_release",
+    "test_validation",
+    "test_views",
+)
+
 REPO = Path(__file__).resolve().parents[1]
 """The source tree (a checkout or an unpacked sdist) the tests came from."""
 
@@ -107,20 +172,58 @@ def build_requirement(name: str) -> Requirement:
     raise LookupError(name)
 
 
-# vLLM 0.32's CachePolicy.insert takes no req_context; 0.33 added it.
-INSERT_TAKES_CONTEXT = "req_context" in inspect.signature(VllmARC.insert).parameters
-
-
-# The hooks the installed vLLM's ARC has: 0.30 has none of these, 0.31 and
-# 0.32 lack on_request_access. A test calls only these on every policy, as the
-# release's own manager would.
-ORACLE_HOOKS = frozenset(
-    name
-    for name in ("on_store_miss", "on_request_access", "on_request_finished")
-    if hasattr(VllmARC, name)
-)
 # Token positions on the request context came with on_request_finished (0.31).
 KEY_POSITIONS = hasattr(ReqContext, "set_offload_key_position")
+
+CTX = ReqContext(req_id="tests")
+"""A request context for calls whose context does not matter."""
+
+
+if HAVE_VLLM:
+    from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy as VllmARC
+else:
+
+    class VllmARC:  # type: ignore[no-redef]
+        """Without vLLM: refuses to be made (a test that uses vLLM's ARC
+        carries @pytest.mark.needs("vllm") and never gets here)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise RuntimeError(
+                "vLLM's ARCCachePolicy is not available (vLLM is not installed): "
+                'a test that uses it needs @pytest.mark.needs("vllm")'
+            )
+
+
+# vLLM 0.32's CachePolicy.insert takes no req_context; 0.33 added it.
+# Without vLLM, arc_cy's insert (which takes it) is the only one.
+INSERT_TAKES_CONTEXT = (
+    "req_context" in inspect.signature(VllmARC.insert).parameters if HAVE_VLLM else True
+)
+
+
+def _oracle_hooks() -> frozenset[str]:
+    # The hooks the installed vLLM's ARC has: 0.30 has none of these, 0.31
+    # and 0.32 lack on_request_access. A test calls only these on every
+    # policy, as the release's own manager would.
+    return frozenset(
+        name
+        for name in ("on_store_miss", "on_request_access", "on_request_finished")
+        if hasattr(VllmARC, name)
+    )
+
+
+if HAVE_VLLM:
+    ORACLE_HOOKS = _oracle_hooks()
+else:
+
+    def __getattr__(name: str) -> Any:
+        # ORACLE_HOOKS is what vLLM's ARC has: a module that imports it
+        # needs vLLM (conftest skips such a module, "needs vLLM").
+        if name == "ORACLE_HOOKS":
+            raise ModuleNotFoundError(
+                "helpers.ORACLE_HOOKS needs vLLM, which is not installed", name="vllm"
+            )
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def insert(policy: Any, key: Any, chunk: Any, req_context: Any) -> None:

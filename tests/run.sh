@@ -5,5 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source .ci/env.sh
+# ARC_CY_TESTS_REQUIRE_ALL: a test that needs vLLM, mypy or pyright fails
+# instead of skipping when it is missing (tests/needs.py), so that a broken
+# environment cannot pass by skipping.
+export ARC_CY_TESTS_REQUIRE_ALL=1
 # -P: import arc_cy from the installed build, never from the source tree.
 exec "$ARC_CY_PY" -P -m pytest "$@"

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from helpers import REPO
 
 
@@ -34,7 +35,7 @@ def test_bench_help_answers_at_once_and_builds_nothing(tmp_path: Path) -> None:
 
 
 def _full_version(python: str) -> str:
-    return run([python, "-c", "import platform; print(platform.python_version())"]).stdout.strip()
+    return run([python, str(REPO / "tests" / "progs" / "python_version.py")]).stdout.strip()
 
 
 def test_find_python_takes_a_full_version() -> None:
@@ -63,6 +64,7 @@ def test_find_python_names_what_it_accepts() -> None:
     )
 
 
+@pytest.mark.needs("mypy")
 def test_mypy_strict_on_a_consumer_from_the_checkout_root(tmp_path: Path) -> None:
     # From the root, mypy finds the source tree's arc_cy before the installed
     # one; pyproject.toml has it checked as an installed package is.

@@ -69,27 +69,11 @@ RUNS = {
     },
 }
 
-# Imported before anything else (PYTHONPATH beats site-packages): sets
-# vllm.__version__ to $FAKE_VLLM_VERSION, as another vLLM release would, and
-# with $FAKE_VLLM_OVERLAY set, imports vllm's modules from the overlay
-# folder (vllm/...) where it has a file, as a patched vLLM on PYTHONPATH would.
-SITECUSTOMIZE = """
-import importlib.abc, importlib.util, os, sys
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-class Overlay(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        file = os.path.join(HERE, *name.split(".")) + ".py"
-        if name.startswith("vllm.") and os.path.isfile(file):
-            return importlib.util.spec_from_file_location(name, file)
-        return None
-
-if os.environ.get("FAKE_VLLM_OVERLAY"):
-    sys.meta_path.insert(0, Overlay())
-if os.environ.get("FAKE_VLLM_VERSION"):
-    import vllm
-    vllm.__version__ = os.environ["FAKE_VLLM_VERSION"]
-"""
+# tests/progs/fake_vllm_sitecustomize.py, copied as sitecustomize.py into
+# the fake vLLM's folder: sets vllm.__version__ to $FAKE_VLLM_VERSION and,
+# with $FAKE_VLLM_OVERLAY set, imports vllm's modules from that folder
+# where it has a file.
+SITECUSTOMIZE = Path(__file__).resolve().parent / "progs" / "fake_vllm_sitecustomize.py"
 ARC_FILE = ("vllm", "v1", "kv_offload", "cpu", "policies", "arc.py")
 # One changed line of ARC decision code.
 ARC_DECISION = (
@@ -101,7 +85,7 @@ ARC_DECISION = (
 def _fake_vllm_dir(root: Path) -> Path:
     from arc_cy._fingerprint import ARC_MODULE, module_file
 
-    (root / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    shutil.copy(SITECUSTOMIZE, root / "sitecustomize.py")
     source = Path(str(module_file(ARC_MODULE))).read_text()
     assert source.count(ARC_DECISION[0]) == 1
     arc = root.joinpath(*ARC_FILE)
@@ -152,6 +136,7 @@ def fields(stdout: str) -> dict[str, str]:
     return out
 
 
+@pytest.mark.needs("vllm")
 @pytest.mark.parametrize(
     ("no_extensions", "impl", "module"),
     [(None, "cython", "arc_cy._arc_c"), ("1", "python", "arc_cy._arc_py")],
@@ -189,6 +174,7 @@ def test_report_and_self_check(
     assert 'CPUOffloadingManager(cache_policy="arc_cy")' in f["self-check"]
 
 
+@pytest.mark.needs("vllm")
 def test_fails_when_vllm_does_not_load_the_plugin(
     runs: dict[str, tuple[int, str, str]],
 ) -> None:
@@ -200,6 +186,7 @@ def test_fails_when_vllm_does_not_load_the_plugin(
     assert f["self-check"].startswith('FAILED: vLLM does not know "arc_cy"')
 
 
+@pytest.mark.needs("vllm")
 def test_a_verified_releases_code_under_another_version(
     runs: dict[str, tuple[int, str, str]],
 ) -> None:
@@ -216,6 +203,7 @@ def test_a_verified_releases_code_under_another_version(
     assert f["self-check"].startswith("ok: ")
 
 
+@pytest.mark.needs("vllm")
 def test_refuses_a_patched_vllm(runs: dict[str, tuple[int, str, str]]) -> None:
     returncode, stdout, stderr = runs["vllm_patched"]
     assert returncode == 1, stdout + stderr
@@ -233,6 +221,7 @@ def test_refuses_a_patched_vllm(runs: dict[str, tuple[int, str, str]]) -> None:
     assert f["implementation"] == "cython (arc_cy._arc_c)"
 
 
+@pytest.mark.needs("vllm")
 def test_patched_vllm_override(runs: dict[str, tuple[int, str, str]]) -> None:
     returncode, stdout, stderr = runs["vllm_patched_overridden"]
     assert returncode == 0, stdout + stderr

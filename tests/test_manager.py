@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
 
 import arc_cy
+from childproc import PROGS, child_env
 from impls import MODULES
 from helpers import manager_state
 
@@ -160,21 +162,14 @@ def test_swap_by_plugin_name():
 
 
 def test_plugin_entry_point_in_fresh_processes():
-    code = (
-        "import vllm.plugins, arc_cy.plugin\n"
-        "vllm.plugins.load_general_plugins()\n"
-        "vllm.plugins.load_general_plugins()\n"
-        "arc_cy.plugin.register()\n"
-        "from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager\n"
-        "m = CPUOffloadingManager(num_chunks=2, cache_policy='arc_cy')\n"
-        "print(type(m._policy).__module__)\n"
-    )
+    """tests/progs/plugin_entry_point.py, twice at once."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-P", "-c", code],
+            [sys.executable, "-P", os.path.join(PROGS, "plugin_entry_point.py")],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=child_env(),
         )
         for _ in range(2)
     ]

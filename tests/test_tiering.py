@@ -34,14 +34,14 @@ from typing import Any
 import pytest
 
 from recorder import TIERING_SCENARIOS, recorded_run
-from test_scheduler_e2e import _TwinProcess, check_every_route
+from scheduler_runs import TwinProcess, check_every_route
 
 VLLM_LRU = "vllm.v1.kv_offload.cpu.policies.lru.LRUCachePolicy"
 
 
 @pytest.fixture(scope="module")
 def twin(model_dir: str, tmp_path_factory: pytest.TempPathFactory):
-    process = _TwinProcess(
+    process = TwinProcess(
         model_dir, tmp_path_factory.mktemp("twin") / "runs.json", TIERING_SCENARIOS
     )
     yield process
@@ -88,7 +88,7 @@ def _assert_workload_exercised(run: dict[str, Any], scenario: str) -> None:
 
 @pytest.mark.parametrize("scenario", list(TIERING_SCENARIOS))
 def test_tiering_primary_tier_decides_like_vllm_arc(
-    scenario: str, model_dir: str, twin: _TwinProcess, plugins_loaded: None
+    scenario: str, model_dir: str, twin: TwinProcess, plugins_loaded: None
 ) -> None:
     check_every_route(model_dir, scenario, twin, _assert_same_run, _assert_workload_exercised)
 

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import arc_cy
 from arc_cy import _arc_c, _arc_py
 
@@ -27,6 +29,7 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.needs("mypy")
 def test_mypy_strict_on_a_consumer(tmp_path: Path) -> None:
     proc = run(
         ["-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"),
@@ -37,6 +40,7 @@ def test_mypy_strict_on_a_consumer(tmp_path: Path) -> None:
     assert "Success: no issues found in 1 source file" in proc.stdout
 
 
+@pytest.mark.needs("pyright")
 def test_pyright_verifytypes(tmp_path: Path) -> None:
     proc = run(
         ["-m", "pyright", "--verifytypes", "arc_cy", "--ignoreexternal", "--outputjson"],

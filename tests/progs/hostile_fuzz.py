@@ -305,8 +305,8 @@ def _read_object(obj) -> int:
         # CPython itself fills some tuples after the collector can see them
         # (zip's reused result, tuple(<iterator>)); reading a NULL item
         # would crash CPython, whoever made the tuple. So items are read
-        # only when none is NULL, and NULLs are counted. test_rules.py reads
-        # tuples where only arc_cy's own code runs (issue 19, item 3).
+        # only when none is NULL, and NULLs are counted. test_gc.py (a gc hook
+        # reading young tuples) reads them where only arc_cy's own code runs.
         slots = (ctypes.c_void_p * len(obj)).from_address(id(obj) + _TUPLE_HEADER)
         if None in list(slots):
             G.counts["null_tuple_seen"] += 1

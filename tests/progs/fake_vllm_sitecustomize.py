@@ -1,0 +1,22 @@
+"""tests/test_main.py copies this file into a temporary directory as
+sitecustomize.py, imported before anything else (PYTHONPATH beats
+site-packages): it sets vllm.__version__ to $FAKE_VLLM_VERSION, as another
+vLLM release would, and with $FAKE_VLLM_OVERLAY set, imports vllm's
+modules from the overlay folder (vllm/...) where it has a file, as a
+patched vLLM on PYTHONPATH would."""
+
+import importlib.abc, importlib.util, os, sys
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+class Overlay(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        file = os.path.join(HERE, *name.split(".")) + ".py"
+        if name.startswith("vllm.") and os.path.isfile(file):
+            return importlib.util.spec_from_file_location(name, file)
+        return None
+
+if os.environ.get("FAKE_VLLM_OVERLAY"):
+    sys.meta_path.insert(0, Overlay())
+if os.environ.get("FAKE_VLLM_VERSION"):
+    import vllm
+    vllm.__version__ = os.environ["FAKE_VLLM_VERSION"]

@@ -1,0 +1,6 @@
+"""Prints which implementation `import arc_cy` chose and the module of its
+ARCCachePolicy (ARC_CY_NO_EXTENSIONS comes from the environment)."""
+
+import arc_cy
+
+print(arc_cy.IMPLEMENTATION, arc_cy.ARCCachePolicy.__module__)

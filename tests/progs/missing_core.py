@@ -1,0 +1,20 @@
+"""`import arc_cy` with the compiled core blocked (its import raises
+ImportError): prints the implementation chosen, then the RuntimeWarnings'
+messages (a list)."""
+
+import sys
+import warnings
+
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "arc_cy._arc_c":
+            raise ImportError("blocked for the test")
+
+
+sys.meta_path.insert(0, Block())
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import arc_cy
+print(arc_cy.IMPLEMENTATION)
+print([str(w.message) for w in caught if w.category is RuntimeWarning])

@@ -1,0 +1,15 @@
+"""vLLM's general plugins loaded twice and arc_cy's register() called
+again in a fresh process, then a CPUOffloadingManager with
+cache_policy="arc_cy": prints its policy's module."""
+
+import vllm.plugins
+
+import arc_cy.plugin
+
+vllm.plugins.load_general_plugins()
+vllm.plugins.load_general_plugins()
+arc_cy.plugin.register()
+from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager  # noqa: E402
+
+m = CPUOffloadingManager(num_chunks=2, cache_policy="arc_cy")
+print(type(m._policy).__module__)

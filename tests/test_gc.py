@@ -1,0 +1,114 @@
+"""The garbage collector: a collection may start at any allocation a call
+makes, and user code (a gc.callbacks hook, the __del__ of a garbage cycle)
+then runs in the middle of the call. No list or tuple with NULL items, no
+half-made entry and no working storage is ever where such code can find it
+(the core's tp_traverse included), and a hook that changes the policy or
+empties the lists it finds leaves both implementations consistent and in
+agreement. Reference cycles through a policy are collected.
+
+Crash reproductions run a program of tests/progs/ in a child process
+(tests/childproc.py). GC stress mode (ARC_CY_GC_STRESS=1, conftest) runs
+the hostile-input modules with a collection at every allocation.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+from childproc import run_json, run_prog
+from helpers import CTX, ready
+from hostile import CallbackKey
+
+from arc_cy import _common
+
+
+# --- a collection while a call holds its working storage ------------------------
+
+
+def test_gc_during_touch_sees_no_null_items(impl):
+    """A collection while touch() holds a list of the caller's keys (a
+    Fraction target's arithmetic allocates): a hook that copies every
+    7-item list sees no NULL item (tests/progs/gc_during_touch.py)."""
+    proc = run_prog("gc_during_touch.py", impl)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    assert proc.stdout.strip() == "survived"
+
+
+# The cases of tests/progs/working_storage.py (its REACH_CALLS and EMPTIED).
+REACH_CALLS = ["touch", "on_store_miss", "on_request_finished", "touch-after-ghost-hit"]
+
+
+@pytest.mark.needs("vllm")
+@pytest.mark.parametrize("how", REACH_CALLS)
+def test_key_callbacks_cannot_reach_the_working_storage(impl, how):
+    """touch, on_store_miss and on_request_finished must keep no copy of
+    the keys where key callbacks can find it: a callback that finds such a
+    list with gc.get_referrers and clears it leaves the call ending in
+    vLLM's state (its ARC, run first with nothing armed, is the oracle)."""
+    proc = run_prog("working_storage.py", impl, "reach", how)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    assert proc.stdout.startswith("as vLLM:"), proc.stdout
+
+
+EMPTIED = ["evict", "touch"]
+
+
+@pytest.mark.needs("vllm")
+@pytest.mark.parametrize("how", EMPTIED)
+def test_gc_hook_cannot_empty_the_working_storage(impl, how):
+    """A gc.callbacks hook that empties every list shaped like working
+    storage (n Nones, (key, chunk) pairs, keys) while evict() or touch()
+    runs: no crash, and vLLM's state and result."""
+    proc = run_prog("working_storage.py", impl, "emptied", how)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    assert proc.stdout.startswith("as vLLM:"), proc.stdout
+
+
+# --- a collection that changes the policy or reads young objects ----------------
+
+
+VIEW_CHANGES = ("remove", "clear", "__init__", "insert")
+
+
+@pytest.mark.parametrize("source", ["hook", "cycle"])
+@pytest.mark.parametrize("view", ["t1", "b1"])
+def test_view_iterator_and_a_collection_that_changes_the_policy(view, source):
+    """The core's iterator took a node pointer, then made the pair,
+    whose allocation may start a collection; a gc.callbacks hook or a
+    garbage cycle's __del__ that called remove(), clear() or __init__ left
+    it reading freed nodes. Both implementations must end alike: the items
+    read so far, then MSG_MUTATED if the list changed."""
+    got = run_json("view_iter_gc.py", "--no-vllm", view, source, *VIEW_CHANGES)
+    for how in VIEW_CHANGES:
+        assert got["cython"][how] == got["python"][how], how
+        changed = not (view == "b1" and how in ("remove", "insert"))
+        assert got["python"][how]["ending"] == (_common.MSG_MUTATED if changed else "end"), how
+
+
+TUPLE_READER_CALLS = ("evict", "touch", "on_store_miss", "on_request_finished")
+
+
+@pytest.mark.needs("vllm")
+def test_gc_hook_reading_young_tuples():
+    """The twin built its working storage with tuple(<generator>):
+    a tracked tuple with NULL items while user code ran; a gc hook that
+    read it crashed. Both implementations, and vLLM, survive alike."""
+    got = run_json("tuple_reader_gc.py", *TUPLE_READER_CALLS)
+    for call in TUPLE_READER_CALLS:
+        assert got[call]["cython"] == got[call]["python"] == got[call]["vllm"], call
+
+
+# --- reference cycles -----------------------------------------------------------
+
+
+def test_reference_cycle_through_a_key_is_collected(policy_cls):
+    """A key (or chunk) that refers back to its policy forms a cycle that
+    the garbage collector must be able to break."""
+    policy = policy_cls(4)
+    policy.insert(CallbackKey("cycle", policy), ready(1), CTX)
+    ref = weakref.ref(policy)
+    del policy
+    gc.collect()
+    assert ref() is None

@@ -1,0 +1,409 @@
+"""Re-entrancy: user code that a call runs (a key's __hash__, __eq__ or
+__del__, a protected container's __contains__, a target's arithmetic, n's
+__index__, a key iterable, a request context) and that calls back into
+the policy.
+
+Every call is busy before the first user code it runs: a mutator called
+from inside it is refused with arc_cy's RuntimeError (MSG_REENTRANT) and
+changes nothing, while reads work as in vLLM. What a call replaces or
+drops is released after it returns, so a __del__ that mutates finds the
+policy free. The riskiest callbacks run again in a child process, so that
+a crash fails a test instead of killing pytest.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from childproc import run_prog
+from helpers import CTX, K, VllmARC, filled, keysnap, ready, snapshot
+from hostile import (
+    DEL_ACTS,
+    DEL_LOG,
+    MUTATIONS,
+    WHENS,
+    CallbackKey,
+    calls_with,
+    drop_callback_key,
+    populated,
+    unchanged,
+    with_ghosts,
+)
+
+from impls import IMPLEMENTATIONS, load_policy_class
+
+from arc_cy import _common
+
+
+# --- every call is busy before its first user code ------------------------------
+
+
+REFUSALS: list[str] = []
+
+
+def _try_insert(policy):
+    try:
+        policy.insert(K(900 + len(REFUSALS)), ready(900), CTX)
+    except RuntimeError as exc:
+        REFUSALS.append(str(exc))
+    else:
+        REFUSALS.append("allowed")
+
+
+class Arm:
+    policy = None
+
+    @classmethod
+    def fire(cls):
+        if cls.policy is not None:
+            policy, cls.policy = cls.policy, None  # once
+            _try_insert(policy)
+
+
+class CallingKey:
+    def __init__(self, n):
+        self.n = n
+
+    def __hash__(self):
+        Arm.fire()
+        return hash(K(self.n))
+
+    def __eq__(self, other):
+        return other == K(self.n)
+
+
+class CallingIndex:
+    def __init__(self, n):
+        self.n = n
+
+    def __index__(self):
+        Arm.fire()
+        return self.n
+
+
+class CallingSet(set):
+    def __contains__(self, key):
+        Arm.fire()
+        return set.__contains__(self, key)
+
+
+class CallingFraction(Fraction):
+    def __float__(self):
+        Arm.fire()
+        return Fraction.__float__(self)
+
+
+class CallingCtx:
+    def get_offload_key_position(self, key):
+        Arm.fire()
+        return None
+
+
+def _calling_keys():
+    Arm.fire()
+    yield K(4)
+
+
+def _set_calling_target(p):
+    p.target_t1_size = CallingFraction(1, 2)
+
+
+BUSY_CALLS = {
+    # method, what runs user code first
+    "insert": ("insert", lambda p: p.insert(CallingKey(50), ready(50), CTX)),
+    "remove": ("remove", lambda p: p.remove(CallingKey(4))),
+    "get": ("get", lambda p: p.get(CallingKey(4))),
+    "view contains": ("get", lambda p: CallingKey(4) in p.t1),
+    "touch": ("touch", lambda p: p.touch(_calling_keys(), CTX)),
+    "on_store_miss": ("on_store_miss", lambda p: p.on_store_miss(_calling_keys(), CTX)),
+    "on_request_finished ctx": (
+        "on_request_finished",
+        lambda p: p.on_request_finished(((K(4), K(5)),), set(), {K(4)}, CallingCtx()),
+    ),
+    "on_request_finished sets": (
+        "on_request_finished",
+        lambda p: p.on_request_finished(((K(4),),), CallingSet(), {K(4)}, CTX),
+    ),
+    "evict n": ("evict", lambda p: p.evict(CallingIndex(1), set())),
+    "evict protected": ("evict", lambda p: p.evict(1, CallingSet())),
+    "target_t1_size": ("target_t1_size", _set_calling_target),
+    "__init__": ("__init__", lambda p: p.__init__(CallingIndex(4))),
+}
+
+
+@pytest.mark.parametrize("how", BUSY_CALLS)
+def test_every_call_is_busy_before_its_first_user_code(policy_cls, how):
+    """For every method: the first user code a call runs already finds it
+    busy, in both implementations (the twin once ran n.__index__ before it
+    was busy)."""
+    running, call = BUSY_CALLS[how]
+    REFUSALS.clear()
+    policy = with_ghosts(policy_cls)
+    Arm.policy = policy
+    try:
+        call(policy)
+    finally:
+        Arm.policy = None
+    assert REFUSALS == [_common.MSG_REENTRANT.format("insert", running)], REFUSALS
+    policy._check_invariants()
+
+
+# --- protected containers and keys that mutate or read --------------------------
+
+
+def test_reentrant_mutation_from_protected_is_refused(policy_cls):
+    policy, _ = filled(policy_cls, 4, t1=[b"a", b"b"])
+
+    class Meddler:
+        def __contains__(self, key):
+            policy.insert(b"new", ready(9), CTX)
+            return False
+
+    before = (list(policy.t1), list(policy.b1))
+    with pytest.raises(RuntimeError, match="insert"):
+        policy.evict(1, Meddler())
+    assert (list(policy.t1), list(policy.b1)) == before
+    policy._check_invariants()
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS)
+def test_protected_that_mutates_the_policy(policy_cls, mutation):
+    policy = populated(policy_cls)
+    seen = []
+
+    class Meddling:
+        def __contains__(self, key):
+            try:
+                MUTATIONS[mutation](policy)
+            except RuntimeError as error:
+                seen.append(str(error))
+                raise
+            seen.append("allowed")
+            return False
+
+    name = mutation.split("(")[0]
+    error = unchanged(policy, lambda p: p.evict(2, Meddling()), RuntimeError)
+    assert str(error) == (
+        f"{name}() called on the ARC policy while evict() is still running"
+    )
+    assert seen == [str(error)]
+    # and the policy still works
+    assert [k for k, _ in policy.evict(2, ())] == [K(2), K(4)]
+    policy._check_invariants()
+
+
+@pytest.mark.parametrize("mutation", ["insert", "touch", "clear", "target_t1_size"])
+def test_mutation_from_key_eq_is_refused(policy_cls, mutation):
+    """A key's __eq__ runs inside a mutating call; it may not mutate."""
+    policy = populated(policy_cls)
+
+    class Meddler:
+        def __init__(self, like):
+            self.like = like
+
+        def __hash__(self):
+            return hash(self.like)
+
+        def __eq__(self, other):
+            MUTATIONS[mutation](policy)
+            return False
+
+    for call, like in [
+        ("insert", K(4)),
+        ("touch", K(4)),
+        ("remove", K(3)),
+        ("on_store_miss", K(0)),  # it only looks at the ghosts
+        ("on_request_finished", K(4)),
+    ]:
+        unchanged(policy, calls_with(Meddler(like))[call], RuntimeError)
+
+
+@pytest.mark.needs("vllm")
+def test_protected_that_reads_works_like_vllm(policy_cls):
+    def scenario(cls):
+        policy = populated(cls)
+        log = []
+
+        class Reader:
+            def __contains__(self, key):
+                chunk = policy.get(key)
+                log.append(
+                    (
+                        key,
+                        chunk is not None and chunk.chunk_id,
+                        len(policy.t1),
+                        list(policy.b1),
+                        [k for k, _ in policy.t2.items()],
+                        key in policy.t1,
+                    )
+                )
+                return key == K(4)
+
+        result = policy.evict(2, Reader())
+        policy.get(K(5))
+        return [k for k, _ in result], log, keysnap(policy)
+
+    assert scenario(policy_cls) == scenario(VllmARC)
+
+
+MUTATION_LOG: list[str] = []
+
+
+def _log_insert_attempt(policy, i):
+    try:
+        policy.insert(K(900 + i), ready(900 + i), CTX)
+    except RuntimeError as error:
+        assert "is still running" in str(error)
+        MUTATION_LOG.append("refused")
+    else:
+        MUTATION_LOG.append("allowed")
+
+
+class InsertingKey:
+    """Keys sharing one hash, equal by name; comparing them tries insert()."""
+
+    policy = None
+
+    def __init__(self, name):
+        self.name = name
+
+    def __hash__(self):
+        return 4242
+
+    def __eq__(self, other):
+        if InsertingKey.policy is not None:
+            _log_insert_attempt(InsertingKey.policy, len(MUTATION_LOG))
+        return isinstance(other, InsertingKey) and other.name == self.name
+
+    def __repr__(self):
+        return self.name
+
+
+def _compare_while_busy(cls, call):
+    MUTATION_LOG.clear()
+    InsertingKey.policy = None
+    policy = cls(4)
+    for name in "XYZ":
+        policy.insert(InsertingKey(name), ready(ord(name)), CTX)
+    InsertingKey.policy = policy
+    try:
+        result = call(policy)
+    finally:
+        InsertingKey.policy = None
+    policy._check_invariants()
+    return keysnap(policy), result and [k.name for k, _ in result], list(MUTATION_LOG)
+
+
+COMPARING_CALLS = {
+    "evict": lambda p: p.evict(3, ()),
+    "remove": lambda p: p.remove(InsertingKey("Y")),
+}
+
+
+@pytest.mark.needs("vllm")
+@pytest.mark.parametrize("how", COMPARING_CALLS)
+def test_key_eq_cannot_mutate_in_evict_or_remove(policy_cls, how):
+    """The twin cleared busy before evict's apply phase and before
+    remove's pop, which compare keys sharing a hash: an insert() from such
+    an __eq__ succeeded there."""
+    call = COMPARING_CALLS[how]
+    state, result, log = _compare_while_busy(policy_cls, call)
+    assert "allowed" not in log, log
+    # the refused callbacks change nothing: the state is the one reached
+    # without them
+    quiet = VllmARC(4)
+    for name in "XYZ":
+        quiet.insert(InsertingKey(name), ready(ord(name)), CTX)
+    expected = call(quiet)
+    assert (state, result) == (keysnap(quiet), expected and [k.name for k, _ in expected])
+    if policy_cls.__module__.endswith("_arc_py") or how == "remove":
+        assert log  # the comparisons did run (the core's evict never compares)
+
+
+class InsertingFraction(Fraction):
+    def __float__(self):
+        _log_insert_attempt(InsertingFraction.policy, 0)
+        return Fraction.__float__(self)
+
+
+def test_target_setter_runs_user_code_while_busy(policy_cls):
+    """The twin's setter ran the value's __float__ (math.isfinite)
+    without being busy."""
+    MUTATION_LOG.clear()
+    policy = populated(policy_cls)
+    InsertingFraction.policy = policy
+    before = keysnap(policy)
+    policy.target_t1_size = InsertingFraction(5, 2)
+    assert MUTATION_LOG == ["refused"]
+    assert keysnap(policy)[:4] == before[:4]
+    assert policy.target_t1_size == Fraction(5, 2)
+
+
+# --- keys whose __del__ calls back: released after the call ---------------------
+
+
+@pytest.mark.parametrize("act", DEL_ACTS)
+@pytest.mark.parametrize("when", WHENS)
+def test_key_del_calls_back(policy_cls, when, act):
+    """No crash, consistent lists, and the callback ran once."""
+    state, log = drop_callback_key(populated(policy_cls), when, act)
+    assert log == ["ok"], log
+
+
+@pytest.mark.parametrize(
+    ("when", "act"),
+    [(w, a) for w in WHENS if w != "delete" for a in DEL_ACTS],
+)
+def test_key_del_calls_back_alike(when, act):
+    results = [
+        drop_callback_key(populated(load_policy_class(name)), when, act)
+        for name in IMPLEMENTATIONS
+    ]
+    assert results[0] == results[1]
+
+
+REPLACE_ACTS = {
+    "insert": lambda p: p.insert(K(50), ready(50), CTX),
+    "evict": lambda p: p.evict(1, ()),
+    "touch": lambda p: p.touch([K(2)], CTX),
+    "get": lambda p: p.get(K(2)),
+}
+
+
+def _replace_key(cls, how, act):
+    DEL_LOG.clear()
+    policy = cls(3)
+    policy.insert(K(2), ready(2), CTX)
+    key = CallbackKey("cb", policy, REPLACE_ACTS[act])
+    policy.insert(key, ready(40), CTX)
+    del key
+    equal = CallbackKey("cb")
+    if how == "insert-over-ghost":
+        assert [k for k, _ in policy.evict(1, {K(2)})] == [equal]
+        policy.insert(equal, ready(41), CTX)
+    elif how == "touch":
+        policy.touch([equal], CTX)
+    elif how == "on_request_finished":
+        policy.on_request_finished(((equal,),), set(), {equal}, CTX)
+    policy._check_invariants()
+    state = [[getattr(k, "name", k) for k in lst] for lst in snapshot(policy)[:4]]
+    return state, list(DEL_LOG)
+
+
+@pytest.mark.parametrize("act", REPLACE_ACTS)
+@pytest.mark.parametrize("how", ["insert-over-ghost", "touch", "on_request_finished"])
+def test_replaced_key_is_released_after_the_call(policy_cls, how, act):
+    state, log = _replace_key(policy_cls, how, act)
+    assert log == ["ok"], log  # the policy was no longer busy
+
+
+# --- crash smoke in a child process ---------------------------------------------
+
+
+def test_no_crash_in_a_child_process():
+    """The riskiest callbacks again, in a child (tests/progs/reentry_smoke.py):
+    a segfault is a failure here rather than a dead test run."""
+    proc = run_prog("reentry_smoke.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().endswith("survived")

@@ -1,0 +1,220 @@
+"""Validation of arguments and failing user code: a bad argument (n,
+protected, chunk, key, target, capacity) or a protected container that
+raises makes the call raise, the same exception with the same message in
+both implementations, and change nothing. Also the limits: the largest
+number of entries, n beyond what is held, __init__ again with a bad
+capacity, and the read-only capacity.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import pytest
+from helpers import CTX, K, ChunkStatus, VllmARC, filled, ready, snapshot
+from hostile import Boom, populated, set_target, unchanged
+
+from impls import IMPLEMENTATIONS, load_policy_class
+
+from arc_cy import _common
+
+
+# --- bad arguments: same exception, same message, nothing changed ---------------
+
+
+class Bitfield(ctypes.Structure):
+    _fields_ = [("ref_cnt", ctypes.c_int32, 8)]
+
+
+class Wide(ctypes.Structure):
+    _fields_ = [("ref_cnt", ctypes.c_int64)]
+
+
+class BigEndian(ctypes.BigEndianStructure):
+    _fields_ = [("ref_cnt", ctypes.c_int32), ("chunk_id", ctypes.c_int64)]
+
+
+BAD_CALLS = {
+    "evict(-1)": (lambda p: p.evict(-1, ()), ValueError),
+    "evict(1.5)": (lambda p: p.evict(1.5, ()), TypeError),
+    "evict('2')": (lambda p: p.evict("2", ()), TypeError),
+    "evict(None)": (lambda p: p.evict(None, set()), TypeError),
+    "evict(protected=None)": (lambda p: p.evict(1, None), TypeError),
+    "insert(object chunk)": (lambda p: p.insert(K(9), object(), CTX), TypeError),
+    "insert(None chunk)": (lambda p: p.insert(K(9), None, CTX), TypeError),
+    "insert(ChunkStatus type)": (lambda p: p.insert(K(9), ChunkStatus, CTX), TypeError),
+    "insert(bitfield ref_cnt)": (lambda p: p.insert(K(9), Bitfield(), CTX), TypeError),
+    "insert(int64 ref_cnt)": (lambda p: p.insert(K(9), Wide(), CTX), TypeError),
+    "insert(big-endian)": (lambda p: p.insert(K(9), BigEndian(), CTX), TypeError),
+    "insert(unhashable)": (lambda p: p.insert([K(9)], ready(9), CTX), TypeError),
+    "insert(duplicate t1)": (lambda p: p.insert(K(4), ready(9), CTX), ValueError),
+    "insert(duplicate t2)": (
+        lambda p: p.insert(bytes(bytearray(K(3))), ready(9), CTX),
+        ValueError,
+    ),
+    "get(unhashable)": (lambda p: p.get({}), TypeError),
+    "remove(unhashable)": (lambda p: p.remove([1]), TypeError),
+    "touch(unhashable)": (lambda p: p.touch([K(4), [1]], CTX), TypeError),
+    "touch(None)": (lambda p: p.touch(None, CTX), TypeError),
+    "on_store_miss(unhashable)": (lambda p: p.on_store_miss([K(0), {}], CTX), TypeError),
+    "on_request_finished(unhashable)": (
+        lambda p: p.on_request_finished(((K(4), [1]),), set(), {K(4)}, CTX),
+        TypeError,
+    ),
+    "t1[unhashable]": (lambda p: p.t1[[1]], TypeError),
+    "t1[missing]": (lambda p: p.t1[K(0)], KeyError),
+    "target 'x'": (set_target("x"), TypeError),
+    "target None": (set_target(None), TypeError),
+    "target True": (set_target(True), TypeError),
+    "target 1j": (set_target(1j), TypeError),
+    "target nan": (set_target(math.nan), ValueError),
+    "target inf": (set_target(math.inf), ValueError),
+    "target -inf": (set_target(-math.inf), ValueError),
+    "capacity -1": (lambda p: type(p)(-1), ValueError),
+    "capacity 1.5": (lambda p: type(p)(1.5), TypeError),
+    "capacity '3'": (lambda p: type(p)("3"), TypeError),
+    "capacity None": (lambda p: type(p)(None), TypeError),
+}
+
+
+@pytest.mark.parametrize("case", BAD_CALLS)
+def test_bad_arguments_fail_alike(case):
+    call, exc_type = BAD_CALLS[case]
+    errors = []
+    for name in IMPLEMENTATIONS:
+        policy = populated(load_policy_class(name))
+        error = unchanged(policy, call, exc_type)
+        errors.append((type(error), str(error)))
+    assert errors[0] == errors[1]
+
+
+class BigEndianChunk(ctypes.BigEndianStructure):
+    _fields_ = [("ref_cnt", ctypes.c_int32)]
+
+
+@pytest.mark.parametrize(
+    "call,exc",
+    [
+        (lambda p: p.evict(-1, set()), ValueError),
+        (lambda p: p.evict(1.0, set()), TypeError),
+        (lambda p: p.evict("1", set()), TypeError),
+        (lambda p: p.insert(b"b", ready(5), CTX), ValueError),
+        (lambda p: p.insert(b"c", ready(5), CTX), ValueError),
+        (lambda p: p.insert(b"z", object(), CTX), TypeError),
+        (lambda p: p.insert(b"z", BigEndianChunk(0), CTX), TypeError),
+        (lambda p: p.insert(b"z", ctypes.c_int32(0), CTX), TypeError),
+        (lambda p: p.insert([1], ready(5), CTX), TypeError),
+        (lambda p: p.get([1]), TypeError),
+        (lambda p: p.touch([b"a", [1]], CTX), TypeError),
+        (lambda p: p.on_store_miss([b"b1", {}], CTX), TypeError),
+        (lambda p: p.remove({}), TypeError),
+        (lambda p: setattr(p, "target_t1_size", "1"), TypeError),
+        (lambda p: setattr(p, "target_t1_size", float("nan")), ValueError),
+        (lambda p: setattr(p, "target_t1_size", float("inf")), ValueError),
+        (lambda p: setattr(p, "target_t1_size", True), TypeError),
+    ],
+)
+def test_bad_input_raises_and_changes_nothing(impl, policy_cls, call, exc):
+    from helpers import snapshot
+
+    from impls import load_policy_class
+
+    def run(cls):
+        policy, _ = filled(cls, 4, t1=[b"a", b"b"], t2=[b"c"])
+        policy.evict(1, set())
+        before = snapshot(policy)
+        with pytest.raises(exc) as info:
+            call(policy)
+        assert snapshot(policy) == before
+        policy._check_invariants()
+        return str(info.value)
+
+    # the twins say the same thing
+    assert run(policy_cls) == run(load_policy_class("python"))
+
+
+@pytest.mark.parametrize("capacity,exc", [(-1, ValueError), (2.0, TypeError), ("3", TypeError)])
+def test_bad_capacity(policy_cls, capacity, exc):
+    with pytest.raises(exc):
+        policy_cls(capacity)
+
+
+def test_capacity_is_read_only(policy_cls):
+    policy = policy_cls(3)
+    assert policy.cache_capacity == 3
+    with pytest.raises(AttributeError):
+        policy.cache_capacity = 5
+
+
+def test_init_again_with_bad_capacity_changes_nothing(policy_cls):
+    policy = populated(policy_cls)
+    policy._max_entries = 50
+    for bad, exc in ((-1, ValueError), ("3", TypeError), (None, TypeError)):
+        unchanged(policy, lambda p: p.__init__(bad), exc)
+        assert (policy._max_entries, policy.cache_capacity) == (50, 3)
+
+
+# --- protected containers that raise --------------------------------------------
+
+
+@pytest.mark.parametrize("after", [0, 1, 2, 3])
+def test_protected_raising(policy_cls, after):
+    policy = populated(policy_cls)
+
+    class Raising:
+        calls = 0
+
+        def __contains__(self, key):
+            Raising.calls += 1
+            if Raising.calls > after:
+                raise Boom(key)
+            return False
+
+    unchanged(policy, lambda p: p.evict(4, Raising()), Boom)
+
+
+# --- limits ---------------------------------------------------------------------
+
+
+def test_entry_limit(policy_cls):
+    assert _common.MAX_ENTRIES == 2**29
+    policy = policy_cls(10)
+    assert policy._max_entries == _common.MAX_ENTRIES
+    policy._max_entries = 4
+    for i in range(4):
+        policy.insert(K(i), ready(i), CTX)
+    assert len(policy.evict(2, ())) == 2  # b1 = [0, 1]: ghosts count
+    before = snapshot(policy)
+    with pytest.raises(MemoryError) as info:
+        policy.insert(K(9), ready(9), CTX)
+    assert str(info.value) == _common.MSG_FULL.format(4)
+    assert snapshot(policy) == before
+    policy.insert(K(0), ready(10), CTX)  # a ghost's entry is reused
+    policy.remove(K(2))
+    policy.insert(K(9), ready(9), CTX)
+    policy._check_invariants()
+    with pytest.raises(ValueError):
+        policy._max_entries = _common.MAX_ENTRIES + 1
+
+
+@pytest.mark.parametrize("n", [10**30, 2**40, 5])
+def test_evict_more_than_held_returns_none(policy_cls, n):
+    """n above the resident count is None at once, with no scratch sized
+    by n (a mutant without the core's early exit once survived)."""
+    policy = populated(policy_cls)  # 4 resident
+    assert unchanged_result(policy, lambda p: p.evict(n, set())) is None
+
+
+@pytest.mark.needs("vllm")
+@pytest.mark.parametrize("n", [10**30, 2**40, 5])
+def test_vllms_evict_more_than_held_returns_none(n):
+    assert populated(VllmARC).evict(n, set()) is None
+
+
+def unchanged_result(policy, call):
+    before = snapshot(policy)
+    result = call(policy)
+    assert snapshot(policy) == before
+    policy._check_invariants()
+    return result
