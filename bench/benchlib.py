@@ -168,7 +168,7 @@ def add_ratios(per_contender: dict[str, dict[str, Any]], field: str) -> None:
 class timed_phase:
     """gc.collect() before, gc.disable() during, gc.enable() after."""
 
-    def __enter__(self) -> "timed_phase":
+    def __enter__(self) -> timed_phase:
         gc.collect()
         gc.disable()
         return self

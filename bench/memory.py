@@ -67,8 +67,9 @@ def entries_of(p: Any) -> dict[str, int]:
 
 
 def child(name: str, capacity: int) -> dict[str, Any]:
-    import psutil
     import tracemalloc
+
+    import psutil
     from vllm.v1.kv_offload.base import ReqContext
 
     proc = psutil.Process()

@@ -236,7 +236,7 @@ def calibrate(n: int = 200_000) -> dict[str, float]:
     subtracts both, per call counted."""
 
     class _H:  # a stand-in harness with no layers to wrap
-        class scheduler:  # noqa: N801
+        class scheduler:
             connector = object()
 
         manager = types.SimpleNamespace(
@@ -557,8 +557,9 @@ def add_arguments(ap: Any) -> None:
 def run(args: Any) -> dict[str, Any]:
     sizes = args.sizes or ([100_000, 1_000_000] if args.full else [100_000])
     cfg = load_config()
-    import offload_stub
     import vllm.plugins
+
+    import offload_stub
 
     vllm.plugins.load_general_plugins()
     model_dir = offload_stub.write_model_config(tempfile.mkdtemp(prefix="arc_cy_mt_"),

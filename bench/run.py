@@ -125,8 +125,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.reference and (args.only or args.reuse):
         ap.error("--reference needs a whole run (no --only, no --reuse)")
 
-    import benchlib as bl
     import matplotlib
+
+    import benchlib as bl
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

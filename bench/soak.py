@@ -64,11 +64,11 @@ import tracemalloc
 from typing import Any
 
 import psutil
-import traffic
-from traffic import Lockstep, PolicyTraffic
 
 import arc_cy
+import traffic
 from arc_cy._arc_c import ARCCachePolicy
+from traffic import Lockstep, PolicyTraffic
 
 NAME = "soak"
 HERE = os.path.dirname(os.path.abspath(__file__))

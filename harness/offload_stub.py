@@ -31,7 +31,6 @@ import hashlib
 import time
 from typing import Any
 
-
 from vllm.v1.kv_offload.base import (
     CanonicalKVCaches,
     GPULoadStoreSpec,

@@ -8,11 +8,11 @@ from __future__ import annotations
 import gc
 import os
 
-import needs
 import pytest
+
+import needs
 from helpers import GC_STRESS_MODULES
 from impls import IMPLEMENTATIONS, load_policy_class
-
 
 # --- what a test needs: @pytest.mark.needs("vllm") ---------------------------
 

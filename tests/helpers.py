@@ -21,6 +21,7 @@ from packaging.requirements import Requirement
 from arc_cy import _common
 from arc_cy._common import ChunkStatus
 
+
 @dataclass
 class StandInReqContext:
     """Stand-in for vLLM's ReqContext (vllm/v1/kv_offload/base.py), used

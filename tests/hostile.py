@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 
 import pytest
+
 from helpers import CTX, K, keysnap, ready, snapshot
 
 

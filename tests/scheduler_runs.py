@@ -29,13 +29,11 @@ class TwinProcess:
     ) -> None:
         env = dict(os.environ)
         env["ARC_CY_NO_EXTENSIONS"] = "1"
-        # recorder and what it imports: tests/ and, once the harness
-        # modules move there, harness/ (pytest's pythonpath), then the rest
+        # recorder and what it imports: tests/ and harness/ (pytest's
+        # pythonpath), then the rest
         harness = TESTS_DIR.parent / "harness"
         env["PYTHONPATH"] = os.pathsep.join(
-            p
-            for p in (str(TESTS_DIR), str(harness) if harness.is_dir() else "", env.get("PYTHONPATH"))
-            if p
+            p for p in (str(TESTS_DIR), str(harness), env.get("PYTHONPATH")) if p
         )
         self.out = out
         self.proc = subprocess.Popen(

@@ -14,8 +14,9 @@ import sys
 import tracemalloc
 from pathlib import Path
 
-import multi_turn_workload as multi_turn
 import pytest
+
+import multi_turn_workload as multi_turn
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 

@@ -17,14 +17,12 @@ import os
 import weakref
 
 import pytest
-from childproc import run_json
-from helpers import CTX, K, ChunkStatus, VllmARC, keysnap, ready, snapshot
-from hostile import populated, unchanged
-
-from impls import IMPLEMENTATIONS, load_policy_class
 
 from arc_cy import _common
-
+from childproc import run_json
+from helpers import CTX, ChunkStatus, K, VllmARC, keysnap, ready, snapshot
+from hostile import populated, unchanged
+from impls import IMPLEMENTATIONS, load_policy_class
 
 # --- what is a chunk ------------------------------------------------------------
 

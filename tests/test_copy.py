@@ -8,10 +8,10 @@ from __future__ import annotations
 import copy
 
 import pytest
-from helpers import CTX, K, VllmARC, keysnap, ready
-from hostile import populated, with_ghosts
 
 from arc_cy import _common
+from helpers import CTX, K, VllmARC, keysnap, ready
+from hostile import populated, with_ghosts
 
 
 @pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])

@@ -16,11 +16,10 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-from helpers import CTX, K, ChunkStatus, VllmARC, keysnap, ready
+
+from helpers import CTX, ChunkStatus, K, VllmARC, keysnap, ready
 from hostile import Boom, EqRaises, populated, with_ghosts
-
 from impls import IMPLEMENTATIONS, load_policy_class
-
 
 # --- against vLLM's ARC ---------------------------------------------------------
 

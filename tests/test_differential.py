@@ -11,6 +11,9 @@ from __future__ import annotations
 import random
 
 import pytest
+from vllm.v1.kv_offload.base import make_offload_key
+from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
 from helpers import (
     KEY_POSITIONS,
     ORACLE_HOOKS,
@@ -20,11 +23,8 @@ from helpers import (
     insert,
     manager_state,
 )
-from traffic import Lockstep, PolicyTraffic
-from vllm.v1.kv_offload.base import make_offload_key
-from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
-
 from impls import MODULES, load_policy_class
+from traffic import Lockstep, PolicyTraffic
 
 
 def same(method, results):

@@ -29,6 +29,8 @@ import sys
 
 import pytest
 
+from childproc import child_env
+
 TESTS = os.path.dirname(os.path.abspath(__file__))
 PROG = os.path.join(TESTS, "progs", "hostile_fuzz.py")
 PROFILE = os.environ.get("ARC_CY_FUZZ_PROFILE", "ci")
@@ -71,7 +73,7 @@ def run_fuzzer(mode: str, impl: str) -> dict:
     if os.environ.get("ARC_CY_FUZZ_SEED"):
         cmd += ["--seed", os.environ["ARC_CY_FUZZ_SEED"]]
     proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=TIMEOUT, env=dict(os.environ)
+        cmd, capture_output=True, text=True, timeout=TIMEOUT, env=child_env()
     )
     if proc.returncode != 0:
         how = f"exit {proc.returncode}"

@@ -39,7 +39,6 @@ from __future__ import annotations
 import os
 
 import pytest
-from helpers import ChunkStatus, ReqContext, VllmARC, assert_same_state, snapshot
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -52,10 +51,10 @@ from hypothesis.stateful import (
 )
 from vllm.v1.kv_offload.base import make_offload_key
 
-from traffic import Lockstep, PolicyTraffic
-
 from arc_cy._arc_c import ARCCachePolicy as CPolicy
 from arc_cy._arc_py import ARCCachePolicy as PyPolicy
+from helpers import ChunkStatus, ReqContext, VllmARC, assert_same_state, snapshot
+from traffic import Lockstep, PolicyTraffic
 
 settings.register_profile(
     "arc_cy-fuzz-ci",

@@ -17,12 +17,11 @@ import gc
 import weakref
 
 import pytest
+
+from arc_cy import _common
 from childproc import run_json, run_prog
 from helpers import CTX, ready
 from hostile import CallbackKey
-
-from arc_cy import _common
-
 
 # --- a collection while a call holds its working storage ------------------------
 

@@ -9,6 +9,7 @@ import ctypes
 import json
 
 import pytest
+
 from childproc import run_prog
 
 

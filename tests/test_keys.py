@@ -13,6 +13,7 @@ divergence from vLLM and the twin.
 from __future__ import annotations
 
 import pytest
+
 from helpers import CTX, K, VllmARC, ready
 from hostile import (
     CALL_NAMES,
@@ -22,9 +23,7 @@ from hostile import (
     populated,
     unchanged,
 )
-
 from impls import IMPLEMENTATIONS, load_policy_class
-
 
 # --- keys whose __hash__ or __eq__ raise ----------------------------------------
 

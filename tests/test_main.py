@@ -16,7 +16,6 @@ from packaging.version import Version
 
 import arc_cy
 from arc_cy import _arc_c
-
 from helpers import REPO, build_requirement
 
 # The Cython range of pyproject.toml's [build-system] requires.

@@ -126,6 +126,7 @@ def test_vllm_requirements_match_the_supported_range() -> None:
     assert supported.contains(locked()["vllm"])
 
 
+@pytest.mark.needs("vllm")
 def test_environment_is_the_lock() -> None:
     # .ci/env.sh syncs the environment to the lock before every run, so a
     # package installed by hand cannot make a missing dependency pass.
@@ -187,7 +188,7 @@ def _closure(reqs: list[Requirement]) -> set[str]:
 
 
 def _third_party_imports(paths: list[Path]) -> set[str]:
-    # The project's own modules (bench/ imports tests/offload_stub.py).
+    # The project's own modules (bench/ and tests/ import harness/'s).
     local = {p.stem for p in REPO.glob("*/*.py")} | {p.stem for p in REPO.glob("tests/progs/*.py")}
     local.add("arc_cy")
     found = set()
@@ -206,10 +207,15 @@ def _third_party_imports(paths: list[Path]) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize(("extra", "folder"), [("test", "tests"), ("bench", "bench")])
+@pytest.mark.needs("vllm")
+@pytest.mark.parametrize(
+    ("extra", "folder"),
+    [("test", "tests"), ("test", "harness"), ("bench", "bench"), ("bench", "harness")],
+)
 def test_extra_brings_what_is_imported(extra: str, folder: str) -> None:
-    # Every third-party module that tests/ or bench/ imports is installed by
-    # `pip install arc-cy[extra]`, directly or as a dependency.
+    # Every third-party module that tests/, bench/ or harness/ (which both
+    # use) imports is installed by `pip install arc-cy[extra]`, directly or as
+    # a dependency.
     project = pyproject()["project"]
     reqs = [Requirement(r) for r in project["optional-dependencies"][extra]]
     reqs += [Requirement(r) for r in project["dependencies"]]

@@ -7,6 +7,7 @@ adaptive target, clear().
 from __future__ import annotations
 
 import pytest
+
 from helpers import CTX, ChunkStatus, filled, ready
 
 

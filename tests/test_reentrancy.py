@@ -16,6 +16,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+
+from arc_cy import _common
 from childproc import run_prog
 from helpers import CTX, K, VllmARC, filled, keysnap, ready, snapshot
 from hostile import (
@@ -30,11 +32,7 @@ from hostile import (
     unchanged,
     with_ghosts,
 )
-
 from impls import IMPLEMENTATIONS, load_policy_class
-
-from arc_cy import _common
-
 
 # --- every call is busy before its first user code ------------------------------
 

@@ -15,6 +15,7 @@ import sys
 import tracemalloc
 
 import pytest
+
 from helpers import ChunkStatus, ReqContext
 
 

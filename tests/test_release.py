@@ -10,11 +10,10 @@ from __future__ import annotations
 import gc
 
 import pytest
-from helpers import CTX, ChunkStatus, VllmARC, keysnap, ready
-from hostile import populated
 
 from arc_cy import _common
-
+from helpers import CTX, ChunkStatus, VllmARC, keysnap, ready
+from hostile import populated
 
 DELS: list[str] = []
 

@@ -40,6 +40,7 @@ import offload_stub
 from recorder import SCENARIOS, TEST_HARNESS
 from scheduler_runs import TwinProcess, check_every_route
 
+
 @pytest.fixture(scope="module")
 def twin(model_dir: str, tmp_path_factory: pytest.TempPathFactory):
     process = TwinProcess(model_dir, tmp_path_factory.mktemp("twin") / "runs.json")

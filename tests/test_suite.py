@@ -12,8 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import needs
 import pytest
+
+import needs
 from helpers import GC_STRESS_MODULES, REPO
 
 # --- the decision ---------------------------------------------------------------
@@ -54,10 +55,11 @@ def test_an_unknown_need_is_an_error():
 def test_with_vllm_the_tests_use_vllms_types():
     """The full run tests what it always did: vLLM's own ChunkStatus and
     ReqContext, not the stand-ins."""
-    import helpers
     from vllm.v1.kv_offload.base import ReqContext
     from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy
     from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
+
+    import helpers
 
     assert helpers.ChunkStatus is ChunkStatus
     assert helpers.ReqContext is ReqContext
@@ -68,8 +70,9 @@ def test_with_vllm_the_tests_use_vllms_types():
 def test_the_req_context_stand_in_is_a_part_of_vllms():
     import dataclasses
 
-    import helpers
     from vllm.v1.kv_offload.base import ReqContext
+
+    import helpers
 
     ours = {f.name: (f.default, f.init) for f in dataclasses.fields(helpers.StandInReqContext)}
     theirs = {f.name: (f.default, f.init) for f in dataclasses.fields(ReqContext)}

@@ -12,13 +12,11 @@ import ctypes
 import math
 
 import pytest
-from helpers import CTX, K, ChunkStatus, VllmARC, filled, ready, snapshot
-from hostile import Boom, populated, set_target, unchanged
-
-from impls import IMPLEMENTATIONS, load_policy_class
 
 from arc_cy import _common
-
+from helpers import CTX, ChunkStatus, K, VllmARC, filled, ready, snapshot
+from hostile import Boom, populated, set_target, unchanged
+from impls import IMPLEMENTATIONS, load_policy_class
 
 # --- bad arguments: same exception, same message, nothing changed ---------------
 
@@ -117,7 +115,6 @@ class BigEndianChunk(ctypes.BigEndianStructure):
 )
 def test_bad_input_raises_and_changes_nothing(impl, policy_cls, call, exc):
     from helpers import snapshot
-
     from impls import load_policy_class
 
     def run(cls):

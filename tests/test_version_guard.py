@@ -33,7 +33,6 @@ from arc_cy._fingerprint import (
     check_vllm_code,
     fingerprint_source,
 )
-
 from helpers import REPO
 
 CPU_MANAGER, TIERING_MANAGER = CALLER_MODULES

@@ -8,7 +8,8 @@ sits at) is not a change, as in vLLM.
 from __future__ import annotations
 
 import pytest
-from helpers import CTX, K, ChunkStatus, VllmARC, filled, keysnap, ready
+
+from helpers import CTX, ChunkStatus, K, VllmARC, filled, keysnap, ready
 from hostile import MUTATIONS, populated
 
 

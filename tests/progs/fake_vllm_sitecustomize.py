@@ -5,7 +5,11 @@ vLLM release would, and with $FAKE_VLLM_OVERLAY set, imports vllm's
 modules from the overlay folder (vllm/...) where it has a file, as a
 patched vLLM on PYTHONPATH would."""
 
-import importlib.abc, importlib.util, os, sys
+import importlib.abc
+import importlib.util
+import os
+import sys
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 class Overlay(importlib.abc.MetaPathFinder):

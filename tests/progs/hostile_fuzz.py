@@ -1,6 +1,7 @@
-"""Hostile fuzzer for arc_cy (issue 19, ask 3): a standalone program.
+"""Hostile fuzzer for arc_cy: a standalone program (tests/ on PYTHONPATH, as
+tests/childproc.py sets it).
 
-    python -P tests/progs/hostile_fuzz.py --mode agree|chaos \
+    PYTHONPATH=tests python -P tests/progs/hostile_fuzz.py --mode agree|chaos \
         --impl cython|python|both --profile ci|long [--seed N] [--exclude F,..]
 
 A hypothesis RuleBasedStateMachine drives tiny policies (capacity 0-8, a
@@ -61,13 +62,9 @@ import time
 from collections import Counter
 from fractions import Fraction
 
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, TESTS)
-
-from helpers import ChunkStatus, ReqContext, VllmARC  # noqa: E402
-from hypothesis import HealthCheck, Phase, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from hypothesis.stateful import (  # noqa: E402
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     precondition,
@@ -75,10 +72,9 @@ from hypothesis.stateful import (  # noqa: E402
     run_state_machine_as_test,
 )
 
-from arc_cy import _common  # noqa: E402
-from arc_cy._arc_c import ARCCachePolicy as CPolicy  # noqa: E402
-from arc_cy._arc_py import ARCCachePolicy as PyPolicy  # noqa: E402
-from arc_cy._common import (  # noqa: E402
+from arc_cy._arc_c import ARCCachePolicy as CPolicy
+from arc_cy._arc_py import ARCCachePolicy as PyPolicy
+from arc_cy._common import (
     MSG_DUPLICATE,
     MSG_MUTATED,
     MSG_NO_COPY,
@@ -90,6 +86,7 @@ from arc_cy._common import (  # noqa: E402
     chunk_ref_offset,
     order_request_keys,
 )
+from helpers import ChunkStatus, ReqContext, VllmARC
 
 
 class HostileError(Exception):
@@ -224,7 +221,7 @@ def attempt_mutator(p, name: str, kind: str) -> None:
         outcome = exc
     except ALLOWED as exc:
         outcome = exc
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         G.failures.append(f"{name}() from {kind}: unexpected {exc!r}")
         return
     else:
@@ -264,7 +261,7 @@ def do_read(p, name: str, kind: str) -> None:
     except ALLOWED as exc:
         if G.mode == "agree":
             G.failures.append(f"{G.pname}: read {name} from {kind} raised {exc!r}")
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         G.failures.append(f"{G.pname}: read {name} from {kind} raised {exc!r}")
 
 
@@ -328,7 +325,7 @@ def scan_young() -> None:
     for obj in gc.get_objects(generation=0) + gc.get_objects(generation=1):
         try:
             n += _read_object(obj)
-        except Exception:  # noqa: BLE001 - a read may fail; a crash may not
+        except Exception:
             pass
     G.counts["gc_objects_read"] += n
 
@@ -345,7 +342,7 @@ def gc_hook(phase: str, info: dict) -> None:
     try:
         G.counts["gc_hook_action"] += 1
         do_action("gc", action)
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         G.failures.append(f"gc hook {action}: {exc!r}")
     finally:
         G.in_action = False
@@ -409,7 +406,7 @@ class CKey(HKey):
 def _fire_del(kind, action):
     try:
         fire(kind, action)
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         G.failures.append(f"{kind} {action}: {exc!r}")
 
 
@@ -707,7 +704,7 @@ class Oracle:
                 raise ValueError(MSG_DUPLICATE.format(key, "t1"))
             if key in v.t2:
                 raise ValueError(MSG_DUPLICATE.format(key, "t2"))
-            key in v.b1 or key in v.b2  # noqa: B015 - looked up first
+            key in v.b1 or key in v.b2
             _quiet(v.insert, key, chunk, req_context)
         finally:
             self._busy = None
@@ -717,7 +714,7 @@ class Oracle:
         self._busy = "remove"
         try:
             v = self._v
-            key in v.t1 or key in v.t2  # noqa: B015
+            key in v.t1 or key in v.t2
             _quiet(v.remove, key)
         finally:
             self._busy = None
@@ -729,7 +726,7 @@ class Oracle:
             v = self._v
             keys = list(keys)
             for key in keys:
-                key in v.b1 or key in v.b2  # noqa: B015
+                key in v.b1 or key in v.b2
             _quiet(v.on_store_miss, keys, req_context)
         finally:
             self._busy = None
@@ -741,7 +738,7 @@ class Oracle:
             v = self._v
             keys = list(keys)
             for key in keys:
-                key in v.t1 or key in v.t2 or key in v.b1 or key in v.b2  # noqa: B015
+                key in v.t1 or key in v.t2 or key in v.b1 or key in v.b2
             _quiet(v.touch, keys, req_context)
         finally:
             self._busy = None
@@ -765,7 +762,7 @@ class Oracle:
                     kinds.append(0)
             for key, kind in zip(reversed(keys), kinds):
                 if kind:
-                    key in v.t1 or key in v.t2  # noqa: B015
+                    key in v.t1 or key in v.t2
             _quiet(v.on_request_finished, key_groups, insertion_only_keys, reused_keys, req_context)
         finally:
             self._busy = None
@@ -992,7 +989,7 @@ def build_machine(mode: str, impls: tuple, exclude: set):
                     result = ("ok", CALL_IN[pname](fn, p))
                 except ALLOWED as exc:
                     result = ("raised", exc)
-                except BaseException as exc:  # noqa: BLE001
+                except BaseException as exc:
                     if G.mode == "chaos" and not isinstance(exc, AssertionError):
                         raise AssertionError(f"{pname}: {exc!r} is not an allowed exception") from exc
                     raise
@@ -1337,7 +1334,7 @@ def main(argv=None) -> int:
     try:
         for impls in runs:
             run_state_machine_as_test(build_machine(args.mode, impls, exclude), settings=prof)
-    except BaseException:  # noqa: BLE001
+    except BaseException:
         G.armed = G.hooked = False
         import traceback
 

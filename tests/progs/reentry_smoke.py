@@ -15,7 +15,6 @@ from hostile import (
     drop_callback_key,
     populated,
 )
-
 from impls import IMPLEMENTATIONS, load_policy_class
 
 for name in IMPLEMENTATIONS:

@@ -23,6 +23,7 @@ cls = load_policy_class(impl)
 
 import gc
 from fractions import Fraction
+
 from helpers import ChunkStatus, ReqContext, VllmARC
 
 ARMED = set()
@@ -83,7 +84,6 @@ def run(cls, armed, call):
     return p, state(p)
 
 
-import gc
 
 ARMED_LENGTHS = set()
 
