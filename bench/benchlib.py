@@ -155,7 +155,7 @@ def add_ratios(per_contender: dict[str, dict[str, Any]], field: str) -> None:
     base = per_contender.get(BASELINE, {}).get(field)
     if not base:
         return
-    for name, d in per_contender.items():
+    for _name, d in per_contender.items():
         s = d.get(field)
         if not s:
             continue
@@ -330,7 +330,8 @@ def latency_table(r: dict[str, Any], field: str) -> list[str]:
         pk = c[n].get(field + "_per_key", {})
         sp = c[n].get("speedup_vs_vllm_arc", {}).get(field, {})
         lines.append(
-            f"| {LABELS[n]} | {fmt(s['p50'])} | {fmt(s['p90'])} | {fmt(s['p99'])} | {fmt(s['max'])} | "
+            f"| {LABELS[n]} | {fmt(s['p50'])} | {fmt(s['p90'])} | {fmt(s['p99'])} | "
+            f"{fmt(s['max'])} | "
             f"{fmt(pk.get('p50'), 3)} | {fmt(pk.get('p99'), 3)} | "
             f"{fmt(sp.get('p50'), 2)}x / {fmt(sp.get('p99'), 2)}x |")
     return lines

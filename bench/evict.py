@@ -215,7 +215,8 @@ def growth_case(caps: tuple[int, ...], n: int, reps: int, seed: int) -> dict[str
     res.update(scenario="growth", capacities=list(caps))
     c = res["contenders"]
     res["growth_p50"] = {
-        name: round(c[f"{name}@{caps[-1]}"]["evict"]["p50"] / c[f"{name}@{caps[0]}"]["evict"]["p50"], 3)
+        name: round(c[f"{name}@{caps[-1]}"]["evict"]["p50"]
+                    / c[f"{name}@{caps[0]}"]["evict"]["p50"], 3)
         for name in ("vllm_arc", "arc_cy")}
     bl.progress(TAG, f"growth {caps[0]} -> {caps[-1]} (p50 ratio): {res['growth_p50']}")
     return res
@@ -488,7 +489,8 @@ def markdown(result: dict[str, Any]) -> str:
         out.append("|---|---:|---:|---:|---:|")
         for name, c in r["contenders"].items():
             s = c["evict"]
-            out.append(f"| {name} | {fmt(s['p50'])} | {fmt(s['p90'])} | {fmt(s['p99'])} | {fmt(s['max'])} |")
+            out.append(f"| {name} | {fmt(s['p50'])} | {fmt(s['p90'])} | {fmt(s['p99'])} | "
+                       f"{fmt(s['max'])} |")
         out.append("")
         out.append("p50 growth from the smallest to the largest capacity: " + ", ".join(
             f"{L[k]} {v:.2f}x" for k, v in r["growth_p50"].items()))
@@ -499,12 +501,14 @@ def markdown(result: dict[str, Any]) -> str:
         if r["scenario"] == "evict":
             title = f"### evict({r['n']}) at {r['capacity']:,} chunks, nothing pinned"
         elif r["scenario"] == "pinned":
-            title = f"### evict({r['n']}) at {r['capacity']:,}, {r['pinned']:,} chunks pinned at T1's LRU end"
+            title = (f"### evict({r['n']}) at {r['capacity']:,}, {r['pinned']:,} chunks pinned "
+                     f"at T1's LRU end")
         elif r["scenario"] == "protected":
-            title = f"### evict({r['n']}) at {r['capacity']:,}, {r['protected']:,} keys at T1's LRU end protected"
+            title = (f"### evict({r['n']}) at {r['capacity']:,}, {r['protected']:,} keys at T1's "
+                     f"LRU end protected")
         else:
-            title = (f"### evict({r['n']}) at {r['capacity']:,}, fallback: T2 ({r['pinned']:,}) all "
-                     f"pinned, (len(T1), target) = {r['state_t1_target']}")
+            title = (f"### evict({r['n']}) at {r['capacity']:,}, fallback: T2 ({r['pinned']:,}) "
+                     f"all pinned, (len(T1), target) = {r['state_t1_target']}")
         out.append(title + f", {r['reps']} reps")
         out.append("")
         out.extend(bl.latency_table(r, "evict"))
@@ -519,9 +523,11 @@ def markdown(result: dict[str, Any]) -> str:
             out.append("")
             out.append(
                 f"Memory floor: {fl['entries']:,} pinned entries x {fl['bytes_per_entry']} bytes "
-                f"(node {fl['node_bytes']} + ChunkStatus object {fl['bytes_per_entry'] - fl['node_bytes']}) "
+                f"(node {fl['node_bytes']} + ChunkStatus object "
+                f"{fl['bytes_per_entry'] - fl['node_bytes']}) "
                 f"= {fl['bytes'] / 1e6:.1f} MB. Sequential read of that many bytes (numpy sum, "
-                f"timed once per repetition in the same loop): p50 {fl['sequential_read']['p50']:.1f} us "
+                f"timed once per repetition in the same loop): p50 "
+                f"{fl['sequential_read']['p50']:.1f} us "
                 f"= {fl['bytes'] / fl['sequential_read']['p50'] / 1e3:.1f} GB/s. Compiled scan: "
                 f"{scan:.1f} us over the unpinned evict(1024) p50 = "
                 f"{fl['bytes'] / scan / 1e3 if scan > 0 else float('nan'):.1f} GB/s effective, "
@@ -531,8 +537,8 @@ def markdown(result: dict[str, Any]) -> str:
         if r["scenario"] != "ops":
             continue
         out.append("")
-        out.append(f"### Per-key cost of policy calls at {r['capacity']:,} entries, batch {r['batch']} "
-                   f"(ns per key, p50 / p99)")
+        out.append(f"### Per-key cost of policy calls at {r['capacity']:,} entries, "
+                   f"batch {r['batch']} (ns per key, p50 / p99)")
         out.append("")
         ops = ("get", "insert", "touch", "on_store_miss", "on_request_finished")
         out.append("| contender | " + " | ".join(ops) + " |")

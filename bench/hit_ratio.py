@@ -99,10 +99,12 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
 def markdown(result: dict[str, Any]) -> str:
     L, N = bl.LABELS, bl.NAMES
     out = ["## Hit ratio through the real manager (hit_ratio.py)", ""]
+    identical = "yes" if result["all_identical_to_vllm_arc"] else "NO"
     out.append(f"arc_cy (compiled and pure) identical to vLLM arc, hit for hit and eviction for "
-               f"eviction, on every trace: **{'yes' if result['all_identical_to_vllm_arc'] else 'NO'}**")
+               f"eviction, on every trace: **{identical}**")
     out.append("")
-    out.append("| trace | capacity | requests | " + " | ".join(L[n] for n in N) + " | identical to vLLM arc |")
+    out.append("| trace | capacity | requests | " + " | ".join(L[n] for n in N)
+               + " | identical to vLLM arc |")
     out.append("|---|---:|---:|" + "---:|" * len(N) + "---|")
     for r in result["results"]:
         ident = all(v["identical"] for v in r["matches_vllm_arc"].values())

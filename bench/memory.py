@@ -171,7 +171,8 @@ def markdown(result: dict[str, Any]) -> str:
                    "ChunkStatus objects exist before the baseline. Entries = T1+T2+B1+B2 "
                    "(vLLM lru: resident chunks; it keeps no ghosts).")
         out.append("")
-        out.append("| contender | entries | RSS bytes/entry | vs vLLM arc | tracemalloc bytes/entry | vs vLLM arc |")
+        out.append("| contender | entries | RSS bytes/entry | vs vLLM arc "
+                   "| tracemalloc bytes/entry | vs vLLM arc |")
         out.append("|---|---:|---:|---:|---:|---:|")
         for n in bl.NAMES:
             d = mr["contenders"][n]

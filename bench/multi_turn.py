@@ -245,7 +245,9 @@ def calibrate(n: int = 200_000) -> dict[str, float]:
                                           evict=lambda n, p: []))
 
     tm = Timers(_H())
-    noop = (lambda *a: None)
+    def noop(*a: Any) -> None:
+        return None
+
     wrapped = tm.wrap(noop, "policy")
     pc = time.perf_counter_ns
     samples_inner, samples_outer = [], []
@@ -325,7 +327,8 @@ def summary(values: list[float]) -> dict[str, float]:
             "mean": round(sum(values) / len(values), 4) if values else 0.0, "n": len(values)}
 
 
-def run_size(cpu_chunks: int, args: Any, cfg: dict[str, Any], model_dir: str) -> list[dict[str, Any]]:
+def run_size(cpu_chunks: int, args: Any, cfg: dict[str, Any],
+             model_dir: str) -> list[dict[str, Any]]:
     import arc_cy
     from chat_workload import ChatWorkload, WorkloadConfig
 
@@ -349,7 +352,8 @@ def run_size(cpu_chunks: int, args: Any, cfg: dict[str, Any], model_dir: str) ->
         cls = type(h.manager._policy)
         if policy == "arc_cy" and cls.__module__ != "arc_cy._arc_c":
             raise SystemExit(f"'arc_cy' resolved to {cls.__module__} "
-                             f"(IMPLEMENTATION={arc_cy.IMPLEMENTATION}); the compiled core is needed")
+                             f"(IMPLEMENTATION={arc_cy.IMPLEMENTATION}); "
+                             f"the compiled core is needed")
         fills[name] = fill(h, cpu_chunks, args.seed)
         assert h.manager._get_num_free_chunks() == 0, "CPU cache not full"
         if instrumented:
@@ -416,7 +420,8 @@ def run_size(cpu_chunks: int, args: Any, cfg: dict[str, Any], model_dir: str) ->
             raise SystemExit(f"latency {latency}: vLLM arc and arc_cy evicted different keys")
         out.append(report(cpu_chunks, latency, rec, timers, harnesses, s0, l0, args))
         res = out[-1]
-        bl.progress(TAG, f"{cpu_chunks:,} L={latency}: step p50 arc {res['step_ms']['vllm_arc']['p50']:.3f} "
+        bl.progress(TAG, f"{cpu_chunks:,} L={latency}: step p50 arc "
+                    f"{res['step_ms']['vllm_arc']['p50']:.3f} "
                     f"arc_cy {res['step_ms']['arc_cy']['p50']:.3f} ms; evict/step mean arc "
                     f"{res['evict_ms_per_step']['vllm_arc']['mean']:.4f} arc_cy "
                     f"{res['evict_ms_per_step']['arc_cy']['mean']:.4f} ms; pinned p50 "
@@ -437,7 +442,8 @@ def run_size(cpu_chunks: int, args: Any, cfg: dict[str, Any], model_dir: str) ->
 
 
 def report(cpu_chunks: int, latency: int, rec: dict[str, Any], timers: dict[str, Timers],
-           harnesses: dict[str, Any], s0: dict[str, int], l0: dict[str, int], args: Any) -> dict[str, Any]:
+           harnesses: dict[str, Any], s0: dict[str, int], l0: dict[str, int],
+           args: Any) -> dict[str, Any]:
     steps = len(rec["vllm_arc"]["step"])
     step = {n: summary(rec[n]["step"]) for n in ("vllm_arc", "arc_cy")}
     ratio = {q: round(step["arc_cy"][q] / step["vllm_arc"][q], 4)
@@ -505,7 +511,8 @@ def report(cpu_chunks: int, latency: int, rec: dict[str, Any], timers: dict[str,
     bound = [a - p for a, p in zip(arc_plain, arc_pol)]
     bnd = summary(bound)
     gap = {q: round((step["arc_cy"][q] - bnd[q]) / step["vllm_arc"][q], 4) for q in ("p50", "p99")}
-    saved = {q: round((step["vllm_arc"][q] - bnd[q]) / step["vllm_arc"][q], 4) for q in ("p50", "p99")}
+    saved = {q: round((step["vllm_arc"][q] - bnd[q]) / step["vllm_arc"][q], 4)
+             for q in ("p50", "p99")}
     pinned = timers["arc_cy+timers"].pinned
     pin = {
         "evict_calls": len(pinned),
@@ -603,7 +610,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     if not any(r["capacity"] >= 1_000_000 for r in result["results"]):
         rows.append(bl.note("The multi-turn targets at 1M chunks need `bench/run.sh --full`."))
-    for cap, tag, rs in _sizes(result):
+    for _cap, tag, rs in _sizes(result):
         lat = ", ".join(str(r["load_latency_steps"]) for r in rs)
         paired = [r["ratio_arc_cy_over_vllm_arc"].get("paired_median") for r in rs]
         rows.append(bl.target(
@@ -664,12 +671,14 @@ def markdown(result: dict[str, Any]) -> str:
     cal = mt["wrapper_calibration"]
     out = ["## Scheduler step time on vLLM's multi-turn workload (multi_turn.py)", ""]
     out.append(
-        f"`{mt.get('command')}`. vLLM's v1 Scheduler + OffloadingConnector + CPUOffloadingManager; "
+        f"`{mt.get('command')}`. vLLM's v1 Scheduler + OffloadingConnector + "
+        "CPUOffloadingManager; "
         f"workload read from `{mt['workload_file']}` (vLLM's `generate_multi_turn.json`), "
         f"{h['clients']} conversations at once, GPU KV cache {h['gpu_blocks']:,} blocks of "
-        f"{h['block_size']} tokens, max_num_seqs {h['max_num_seqs']}. The CPU cache is filled first "
-        "(every store evicts). Loads complete L steps after they are scheduled. Four schedulers "
-        "run the same steps interleaved (rotating order, blocks of steps): vLLM arc and arc_cy plain "
+        f"{h['block_size']} tokens, max_num_seqs {h['max_num_seqs']}. The CPU cache is filled "
+        "first (every store evicts). Loads complete L steps after they are scheduled. Four "
+        "schedulers run the same steps interleaved (rotating order, blocks of steps): vLLM arc "
+        "and arc_cy plain "
         "(step times) and instrumented (breakdown, eviction time, pinned counts); all four took "
         "identical steps and the two instrumented ones evicted the same keys in the same order. "
         "Times in ms per step (schedule() + update_from_output()).")
@@ -689,30 +698,41 @@ def markdown(result: dict[str, Any]) -> str:
             q, b, g, sv = (r["ratio_arc_cy_over_vllm_arc"], r["bound_ms"],
                            r["arc_cy_gap_to_bound_over_vllm_arc"],
                            r["most_a_policy_can_save_over_vllm_arc"])
-            out.append(f"| {r['load_latency_steps']} | {a['p50']:.3f} / {a['p99']:.3f} / {a['max']:.2f} | "
-                       f"{c['p50']:.3f} / {c['p99']:.3f} / {c['max']:.2f} | {fmt(q.get('paired_median'), 3)} / "
+            out.append(f"| {r['load_latency_steps']} | "
+                       f"{a['p50']:.3f} / {a['p99']:.3f} / {a['max']:.2f} | "
+                       f"{c['p50']:.3f} / {c['p99']:.3f} / {c['max']:.2f} | "
+                       f"{fmt(q.get('paired_median'), 3)} / "
                        f"{q['p50']:.3f} / {q['p99']:.3f} | "
                        f"{b['p50']:.3f} / {b['p99']:.3f} | {g['p50']:+.3f} / {g['p99']:+.3f} | "
                        f"{sv['p50']:.3f} / {sv['p99']:.3f} |")
         out += ["", "Eviction (time inside `policy.evict`, ms per step, all steps; instrumented "
-                "schedulers) and pinned chunks (ref_cnt > 0, loads in flight) when each eviction ran:", ""]
+                "schedulers) and pinned chunks (ref_cnt > 0, loads in flight) when each "
+                "eviction ran:", ""]
         out.append("| L | evict calls | vLLM arc mean / p99 / max | arc_cy mean / p99 / max | "
-                   "arc_cy / vLLM arc (mean) | chunks evicted per call p50 / p99 | pinned p50 / p99 / max | "
-                   "of which in T1 p50 / p99 | in T2 p50 / p99 | arc_cy scan visits per call p50 / p99 |")
+                   "arc_cy / vLLM arc (mean) | chunks evicted per call p50 / p99 | "
+                   "pinned p50 / p99 / max | "
+                   "of which in T1 p50 / p99 | in T2 p50 / p99 | "
+                   "arc_cy scan visits per call p50 / p99 |")
         out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in rs:
-            ea, ec, pn = r["evict_ms_per_step"]["vllm_arc"], r["evict_ms_per_step"]["arc_cy"], r["pinned_at_evict"]
+            ea, ec = r["evict_ms_per_step"]["vllm_arc"], r["evict_ms_per_step"]["arc_cy"]
+            pn = r["pinned_at_evict"]
+            scan = pn["arc_cy_scan_visits_per_call"]
             out.append(
-                f"| {r['load_latency_steps']} | {ea['calls']:,} | {ea['mean']:.4f} / {ea['p99']:.4f} / {ea['max']:.3f} | "
-                f"{ec['mean']:.4f} / {ec['p99']:.4f} / {ec['max']:.3f} | {fmt(r['evict_mean_ratio'], 3)} | "
+                f"| {r['load_latency_steps']} | {ea['calls']:,} | "
+                f"{ea['mean']:.4f} / {ea['p99']:.4f} / {ea['max']:.3f} | "
+                f"{ec['mean']:.4f} / {ec['p99']:.4f} / {ec['max']:.3f} | "
+                f"{fmt(r['evict_mean_ratio'], 3)} | "
                 f"{pn['evict_n']['p50']:.0f} / {pn['evict_n']['p99']:.0f} | "
                 f"{pn['total']['p50']:.0f} / {pn['total']['p99']:.0f} / {pn['total']['max']:.0f} | "
-                f"{pn['in_t1']['p50']:.0f} / {pn['in_t1']['p99']:.0f} | {pn['in_t2']['p50']:.0f} / {pn['in_t2']['p99']:.0f} | "
-                f"{pn['arc_cy_scan_visits_per_call']['p50']:.0f} / {pn['arc_cy_scan_visits_per_call']['p99']:.0f} |")
+                f"{pn['in_t1']['p50']:.0f} / {pn['in_t1']['p99']:.0f} | "
+                f"{pn['in_t2']['p50']:.0f} / {pn['in_t2']['p99']:.0f} | "
+                f"{scan['p50']:.0f} / {scan['p99']:.0f} |")
         out += ["", "Where a step's time goes (mean ms per step; timing wrappers around every call "
                 "into the connector's scheduler side, the manager and the policy, each layer "
                 "exclusive of the layers it calls; the wrappers' calibrated cost "
-                f"({cal['inner_ns']:.0f} ns inside + {cal['outer_ns']:.0f} ns outside per call) and "
+                f"({cal['inner_ns']:.0f} ns inside + {cal['outer_ns']:.0f} ns outside per call) "
+                "and "
                 "the instrumentation's bookkeeping subtracted; the core is the rest of the "
                 "instrumented step):", ""]
         out.append("| L | contender | " + " | ".join(lbl for _, lbl in PARTS)

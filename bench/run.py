@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
         bl.progress("run", f"{r['status']:4} {r['target']}: {r['measured']} (goal {r['goal']})")
     bl.progress("run", f"done in {data['wall_s']:.0f}s; results in {out_dir}")
     if args.reference:
-        reference = os.path.join(REFERENCE, "py%d.%d" % sys.version_info[:2])
+        reference = os.path.join(REFERENCE, "py{}.{}".format(*sys.version_info[:2]))
         os.makedirs(reference, exist_ok=True)
         copied = ["results.json", "results.md", *(png for png, _ in pngs)]
         for name in copied:

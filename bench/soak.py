@@ -7,8 +7,9 @@ the differential tests use too), for ``--ops`` policy calls (default 10**7) at
 ``--capacity`` chunks (default 100_000), and reports:
 
 * RSS (psutil), in a first run without tracemalloc, sampled every
-  ``--sample-every`` calls; the growth is measured from the end of the warmup (``--warmup`` fraction of the calls,
-  default 0.2) to the end, and from the middle of the run to the end.
+  ``--sample-every`` calls; the growth is measured from the end of the
+  warmup (``--warmup`` fraction of the calls, default 0.2) to the end, and
+  from the middle of the run to the end.
 * tracemalloc, in a second run of the same traffic (tracemalloc's own
   tables grow as it traces, which would blur the RSS figures): tracing
   starts at the end of the warmup; snapshot A is taken

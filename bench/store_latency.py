@@ -193,7 +193,7 @@ def fallback_case(capacity: int, batch: int, reps: int, warmup: int, seed: int) 
     loads = {}
     with bl.timed_phase():
         fill(managers, a_keys, "a")
-        for n, m in managers.items():
+        for _n, m in managers.items():
             ctx = ReqContext("reuse")
             m.prepare_load(a_keys, ctx)
             m.complete_load(a_keys, ctx)
@@ -370,7 +370,8 @@ def markdown(result: dict[str, Any]) -> str:
         out.append(title)
         mism = r.get("arc_decisions_mismatched_reps", r.get("arc_decisions_mismatched_requests"))
         out.append("")
-        out.append(f"arc_cy's evictions identical to vLLM arc's: {'yes' if mism == 0 else f'NO ({mism} differ)'}")
+        same = "yes" if mism == 0 else f"NO ({mism} differ)"
+        out.append(f"arc_cy's evictions identical to vLLM arc's: {same}")
         for field, name in (("prepare_store", "prepare_store"), ("store_cycle", "store cycle")):
             out.append("")
             out.append(f"{name}:")

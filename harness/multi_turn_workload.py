@@ -71,8 +71,9 @@ VOCAB = 32000
 _TOKENS = list(range(VOCAB))  # shared int objects for token ids
 
 
-def conversations(cfg: dict[str, Any], n: int, seed: int,
-                  think: tuple[int, int]) -> list[tuple[list[int], list[tuple[list[int], int, int]]]]:
+def conversations(
+    cfg: dict[str, Any], n: int, seed: int, think: tuple[int, int],
+) -> list[tuple[list[int], list[tuple[list[int], int, int]]]]:
     """``n`` conversations of the generator's shape, as
     ``(prefix tokens, [(user tokens, max_tokens, think steps), ...])``.
 
