@@ -72,10 +72,13 @@ class HashRaises:
         return self is other
 
 
+EQ_ERROR = ArithmeticError("eq")  # EqRaises's default: one error shared by every key
+
+
 class EqRaises:
     """Collides with another key's hash; comparing with it raises."""
 
-    def __init__(self, like, exc=ArithmeticError("eq")):
+    def __init__(self, like, exc=EQ_ERROR):
         self.hash = hash(like)
         self.exc = exc
 

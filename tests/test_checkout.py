@@ -40,7 +40,7 @@ def _full_version(python: str) -> str:
 
 
 def test_find_python_takes_a_full_version() -> None:
-    minor = "%d.%d" % sys.version_info[:2]
+    minor = "{}.{}".format(*sys.version_info[:2])
     found = run([".ci/find-python", minor])
     assert found.returncode == 0, found.stderr
     python = found.stdout.strip()
@@ -52,7 +52,7 @@ def test_find_python_takes_a_full_version() -> None:
 
 
 def test_find_python_names_what_it_accepts() -> None:
-    minor = "%d.%d" % sys.version_info[:2]
+    minor = "{}.{}".format(*sys.version_info[:2])
     missing = run([".ci/find-python", f"{minor}.999"])
     assert missing.returncode == 2
     assert f"no CPython {minor}.999 interpreter found" in missing.stderr

@@ -253,7 +253,7 @@ def test_a_chunk_type_made_at_a_freed_types_address_is_checked_again(policy_cls)
     """With the type held weakly, a new type may be made where the cached
     one was, and a resident chunk given that type: its ref_cnt offset must
     be looked up, not taken from the cache."""
-    for attempt in range(200):
+    for _attempt in range(200):
         policy = policy_cls(4)
         old = _chunk_type("Old", [("ref_cnt", ctypes.c_int32), ("pad", ctypes.c_char * 12)])
         old_id = id(old)

@@ -84,7 +84,7 @@ def run_policy_sequence(
             t.touch(batch, ctx)
         elif op < 0.85:  # a finished request with token positions
             group = rng.sample(keys, rng.randint(1, min(6, universe)))
-            for pos, k in enumerate(group):
+            for _pos, k in enumerate(group):
                 if rng.random() < 0.9:
                     position = rng.randrange(100)
                     if KEY_POSITIONS:
@@ -167,7 +167,7 @@ def test_random_manager_traffic(seed):
                         c.set_offload_key_position(k, pos)
             hits = 0
             for k in blocks:
-                res = each(lambda m: m.lookup(k, ctx[managers.index(m)]).name)
+                res = each(lambda m, k=k, ctx=ctx: m.lookup(k, ctx[managers.index(m)]).name)
                 if res != "HIT":
                     break
                 hits += 1

@@ -74,7 +74,10 @@ def test_request_finished_looks_up_before_changing(policy_cls):
     every lookup comes first, so nothing changes."""
     policy = populated(policy_cls)
     key = EqRaises(K(4))
-    call = lambda p: p.on_request_finished(((key, K(5)),), set(), {key, K(5)}, CTX)  # noqa: E731
+
+    def call(p):
+        return p.on_request_finished(((key, K(5)),), set(), {key, K(5)}, CTX)
+
     assert unchanged(policy, call, ArithmeticError) is key.exc
 
 
@@ -94,7 +97,8 @@ def test_on_store_miss_bad_key_first_changes_nothing(bad):
     for name in IMPLEMENTATIONS:
         policy = populated(load_policy_class(name))
         key = bad()
-        error = unchanged(policy, lambda p: p.on_store_miss([key, K(1), K(0)], CTX), Exception)
+        error = unchanged(policy, lambda p, key=key: p.on_store_miss([key, K(1), K(0)], CTX),
+                          Exception)
         errors.append((type(error), str(error)))
     assert errors[0] == errors[1]
 

@@ -65,7 +65,7 @@ def filled(policy_cls, n=8, capacity=4):
     chunks = [ChunkStatus(i) for i in range(n)]
     refs = Refs(keys, chunks)
     policy = policy_cls(capacity)
-    for key, chunk in zip(keys, chunks):
+    for _key, chunk in zip(keys, chunks):
         chunk.ref_cnt = 0
     return policy, keys, chunks, refs
 

@@ -148,7 +148,7 @@ def test_init_again_with_bad_capacity_changes_nothing(policy_cls):
     policy = populated(policy_cls)
     policy._max_entries = 50
     for bad, exc in ((-1, ValueError), ("3", TypeError), (None, TypeError)):
-        unchanged(policy, lambda p: p.__init__(bad), exc)
+        unchanged(policy, lambda p, bad=bad: p.__init__(bad), exc)
         assert (policy._max_entries, policy.cache_capacity) == (50, 3)
 
 

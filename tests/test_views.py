@@ -102,4 +102,5 @@ def test_iterator_survives_moves_that_change_nothing(policy_cls, case):
     view, act = NO_OP_MOVES[case]
     got = _iterator_after(policy_cls, view, act)
     assert got == _iterator_after(VllmARC, view, act)
-    assert got[0] == ("raised" if case.startswith(("touch a pending", "touch t2's LRU")) else "continues")
+    raises = case.startswith(("touch a pending", "touch t2's LRU"))
+    assert got[0] == ("raised" if raises else "continues")

@@ -173,7 +173,7 @@ def test_scheduler_shaped_traffic(seed: int) -> None:
             contexts = traffic.contexts(f"q{step}", blocks)
             hits = 0
             for key in blocks:
-                found = traffic.each("lookup", lambda m, c: m.lookup(key, c), contexts)
+                found = traffic.each("lookup", lambda m, c, key=key: m.lookup(key, c), contexts)
                 if found != LookupResult.HIT:
                     break
                 hits += 1
@@ -181,13 +181,13 @@ def test_scheduler_shaped_traffic(seed: int) -> None:
             traffic.touch(blocks, contexts)
             if hits:
                 traffic.each("prepare_load's chunk ids",
-                             lambda m, c: m.prepare_load(blocks[:hits], c).block_ids.tolist(),
+                             lambda m, c: m.prepare_load(blocks[:hits], c).block_ids.tolist(),  # noqa: B023 -- each() calls it at once
                              contexts)
                 loads.append((contexts, blocks[:hits]))
             oracle = traffic.managers[0]._policy
             pinned = any(c.ref_cnt > 0 for c in chain(oracle.t1.values(), oracle.t2.values()))
             out = traffic.each("prepare_store (keys stored, keys evicted, chunk ids)",
-                               lambda m, c: _store_summary(m.prepare_store(blocks[hits:], c)),
+                               lambda m, c: _store_summary(m.prepare_store(blocks[hits:], c)),  # noqa: B023 -- each() calls it at once
                                contexts)
             if out is None:
                 traffic.reached["rejected"] += 1
@@ -202,12 +202,12 @@ def test_scheduler_shaped_traffic(seed: int) -> None:
         elif op < 0.70 and stores:
             contexts, stored = stores.pop(rng.randrange(len(stores)))
             ok = rng.random() < 0.9
-            traffic.each("complete_store", lambda m, c: m.complete_store(stored, c, success=ok),
+            traffic.each("complete_store", lambda m, c: m.complete_store(stored, c, success=ok),  # noqa: B023 -- each() calls it at once
                          contexts)
             _finish(traffic, contexts, loads)
         elif op < 0.92 and loads:
             contexts, loaded = loads.pop(rng.randrange(len(loads)))
-            traffic.each("complete_load", lambda m, c: m.complete_load(loaded, c), contexts)
+            traffic.each("complete_load", lambda m, c: m.complete_load(loaded, c), contexts)  # noqa: B023 -- each() calls it at once
             _finish(traffic, contexts, stores)
         elif op < 0.925:
             traffic.each("reset_cache", lambda m, c: m.reset_cache())

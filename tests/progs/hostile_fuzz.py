@@ -240,7 +240,7 @@ def do_read(p, name: str, kind: str) -> None:
         if name == "get":
             p.get(G.plain_keys[0])
         elif name == "in":
-            G.plain_keys[1] in p.t1  # noqa: B015
+            G.plain_keys[1] in p.t1  # noqa: B015 -- the read a callback makes: a view's `in`
         elif name == "len":
             len(p.t2)
         elif name == "iter":
@@ -704,7 +704,7 @@ class Oracle:
                 raise ValueError(MSG_DUPLICATE.format(key, "t1"))
             if key in v.t2:
                 raise ValueError(MSG_DUPLICATE.format(key, "t2"))
-            key in v.b1 or key in v.b2
+            key in v.b1 or key in v.b2  # noqa: B018 -- item 2: the keys looked up first
             _quiet(v.insert, key, chunk, req_context)
         finally:
             self._busy = None
@@ -714,7 +714,7 @@ class Oracle:
         self._busy = "remove"
         try:
             v = self._v
-            key in v.t1 or key in v.t2
+            key in v.t1 or key in v.t2  # noqa: B018 -- item 2: the keys looked up first
             _quiet(v.remove, key)
         finally:
             self._busy = None
@@ -726,7 +726,7 @@ class Oracle:
             v = self._v
             keys = list(keys)
             for key in keys:
-                key in v.b1 or key in v.b2
+                key in v.b1 or key in v.b2  # noqa: B018 -- item 2: the keys looked up first
             _quiet(v.on_store_miss, keys, req_context)
         finally:
             self._busy = None
@@ -738,7 +738,7 @@ class Oracle:
             v = self._v
             keys = list(keys)
             for key in keys:
-                key in v.t1 or key in v.t2 or key in v.b1 or key in v.b2
+                key in v.t1 or key in v.t2 or key in v.b1 or key in v.b2  # noqa: B018 -- item 2: the keys looked up first
             _quiet(v.touch, keys, req_context)
         finally:
             self._busy = None
@@ -762,7 +762,7 @@ class Oracle:
                     kinds.append(0)
             for key, kind in zip(reversed(keys), kinds):
                 if kind:
-                    key in v.t1 or key in v.t2
+                    key in v.t1 or key in v.t2  # noqa: B018 -- item 2: the keys looked up first
             _quiet(v.on_request_finished, key_groups, insertion_only_keys, reused_keys, req_context)
         finally:
             self._busy = None
@@ -859,7 +859,8 @@ def build_machine(mode: str, impls: tuple, exclude: set):
     if mode == "chaos" and "nonchunks" not in exclude:
         chunk_kinds += ["none", "int", "str", "other", "union", "type", "array", "memoryview"]
     chunk_st = st.tuples(st.sampled_from([-1, 0, 0, 1, 2]), st.sampled_from(chunk_kinds), del_act)
-    where_st = st.sampled_from([("int",), ("float",), ("arith",), ("cmp",), ("int", "float", "arith", "cmp")])
+    where_st = st.sampled_from([("int",), ("float",), ("arith",), ("cmp",),
+                                ("int", "float", "arith", "cmp")])
     target_st = st.one_of(
         st.integers(-2, 10),
         st.floats(-2, 10, allow_nan=False),
@@ -869,7 +870,8 @@ def build_machine(mode: str, impls: tuple, exclude: set):
     )
     iter_kinds = ["list", "tuple"] + ([] if "iters" in exclude else ["hiter", "hgen"])
     cont_kinds = ["set", "frozenset", "list"] + ([] if "iters" in exclude else ["hprot", "hprot"])
-    n_kinds = ["int", "int"] + ([] if "n" in exclude else ["hn", "hn"]) + (["bad"] if mode == "chaos" else [])
+    n_kinds = (["int", "int"] + ([] if "n" in exclude else ["hn", "hn"])
+               + (["bad"] if mode == "chaos" else []))
 
     class HostileMachine(RuleBasedStateMachine):
         @initialize(capacity=st.integers(0, 8), extra=st.integers(1, 5))
@@ -909,7 +911,8 @@ def build_machine(mode: str, impls: tuple, exclude: set):
             ref, kind, dact = spec
             self.next_chunk += 1
             if kind in ("plain", "hchunk", "liar"):
-                c = {"plain": ChunkStatus, "hchunk": HChunk, "liar": LiarChunk}[kind](self.next_chunk)
+                chunk_type = {"plain": ChunkStatus, "hchunk": HChunk, "liar": LiarChunk}[kind]
+                c = chunk_type(self.next_chunk)
                 c.ref_cnt = ref
                 if kind == "hchunk" and "del" not in exclude:
                     c.del_act = dact
@@ -991,7 +994,8 @@ def build_machine(mode: str, impls: tuple, exclude: set):
                     result = ("raised", exc)
                 except BaseException as exc:
                     if G.mode == "chaos" and not isinstance(exc, AssertionError):
-                        raise AssertionError(f"{pname}: {exc!r} is not an allowed exception") from exc
+                        raise AssertionError(
+                            f"{pname}: {exc!r} is not an allowed exception") from exc
                     raise
                 finally:
                     G.in_call = False
@@ -1008,7 +1012,7 @@ def build_machine(mode: str, impls: tuple, exclude: set):
                 outcomes[pname] = self.call(pname, p, fn, **kw)
             assert not G.failures, (what, list(G.failures))
             norm = {k: self.norm(v) for k, v in outcomes.items()}
-            for k, v in outcomes.items():
+            for _k, v in outcomes.items():
                 if v[0] == "raised":
                     G.counts["exc_" + type(v[1]).__name__] += 1
             del outcomes
@@ -1091,7 +1095,7 @@ def build_machine(mode: str, impls: tuple, exclude: set):
                 if k.kid not in self.kids(0) and k.kid not in self.kids(1):
                     c = ChunkStatus(0)
                     c.ref_cnt = ref
-                    self.run("fill", lambda p: p.insert(k, c, None))
+                    self.run("fill", lambda p, k=k, c=c: p.insert(k, c, None))
 
         @rule(i=st.integers(0, 20), value=st.sampled_from([-1, 0, 0, 1, 2]))
         def set_ref(self, i, value):
@@ -1162,17 +1166,20 @@ def build_machine(mode: str, impls: tuple, exclude: set):
 
         def do_evict(self, make_n, make_prot, pkids):
             t1, t2, _, _ = self.lists()
-            before = [[(k.kid, getattr(c, "ref_cnt", None)) for k, c in d.items()] for d in (t1, t2)]
+            before = [[(k.kid, getattr(c, "ref_cnt", None)) for k, c in d.items()]
+                      for d in (t1, t2)]
             full = self.ref.cache_capacity > 0 and len(t1) + len(t2) >= self.ref.cache_capacity
             prot = make_prot()
-            result = self.run("evict", lambda p: p.evict(make_n(), prot), no_key_raise=G.mode == "agree")
+            result = self.run("evict", lambda p: p.evict(make_n(), prot),
+                              no_key_raise=G.mode == "agree")
             if result[0] == "ok" and result[1]:
                 G.counts["evict_ok"] += 1
                 if full:
                     G.counts["evict_full"] += 1
                 victims = {v[0] for v in result[1]}
                 for entries in before:
-                    last = max((i for i, (kid, _) in enumerate(entries) if kid in victims), default=-1)
+                    last = max((i for i, (kid, _) in enumerate(entries) if kid in victims),
+                               default=-1)
                     skipped = entries[:last]
                     if any(r != 0 for kid, r in skipped):
                         G.counts["evict_pinned_skip"] += 1
@@ -1181,8 +1188,8 @@ def build_machine(mode: str, impls: tuple, exclude: set):
             elif result[0] == "ok" and result[1] is None:
                 G.counts["evict_none"] += 1
 
-        @rule(idx=st.lists(st.integers(0, 11), min_size=1, max_size=8), ref=st.sampled_from([0, 0, -1]),
-              pact=act)
+        @rule(idx=st.lists(st.integers(0, 11), min_size=1, max_size=8),
+              ref=st.sampled_from([0, 0, -1]), pact=act)
         def store(self, idx, ref, pact):
             """The manager's store: ghost hits, evict to make room (the
             request's keys protected), insert the missing keys."""
@@ -1198,7 +1205,8 @@ def build_machine(mode: str, impls: tuple, exclude: set):
             t1, t2, _, _ = self.lists()
             need = len(t1) + len(t2) + len(missing) - cap
             if need > 0:
-                self.do_evict(lambda: need, lambda: HProt(keys, pact) if "iters" not in exclude else set(keys),
+                self.do_evict(lambda: need,
+                              lambda: HProt(keys, pact) if "iters" not in exclude else set(keys),
                               {k.kid for k in keys})
                 t1, t2, _, _ = self.lists()
                 if len(t1) + len(t2) + len(missing) > cap:
@@ -1206,7 +1214,7 @@ def build_machine(mode: str, impls: tuple, exclude: set):
             for k in missing:
                 c = ChunkStatus(0)
                 c.ref_cnt = ref
-                self.run("store_insert", lambda p: p.insert(k, c, None))
+                self.run("store_insert", lambda p, k=k, c=c: p.insert(k, c, None))
 
         @rule(key=key_st)
         def remove(self, key):
@@ -1231,9 +1239,9 @@ def build_machine(mode: str, impls: tuple, exclude: set):
                 return
             if isinstance(cap, tuple):
                 value, action = cap
-                make = lambda: HN(value, action)  # noqa: E731
+                make = lambda: HN(value, action)  # noqa: E731 -- a factory per branch, called per policy
             else:
-                make = lambda: cap  # noqa: E731
+                make = lambda: cap  # noqa: E731 -- a factory per branch, called per policy
             self.run("__init__", lambda p: p.__init__(make()))
 
         @precondition(lambda self: "gets" not in exclude)

@@ -9,7 +9,7 @@ import arc_cy.plugin
 vllm.plugins.load_general_plugins()
 vllm.plugins.load_general_plugins()
 arc_cy.plugin.register()
-from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager  # noqa: E402
+from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager  # noqa: E402 -- after the plugins load
 
 m = CPUOffloadingManager(num_chunks=2, cache_policy="arc_cy")
 print(type(m._policy).__module__)

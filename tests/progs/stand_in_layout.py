@@ -16,7 +16,7 @@ def no_vllm(name, *args, **kwargs):
 
 
 builtins.__import__ = no_vllm
-from arc_cy import _common  # noqa: E402
+from arc_cy import _common  # noqa: E402 -- imported with vLLM hidden
 
 assert not _common.HAVE_VLLM
 cs = _common.ChunkStatus

@@ -13,18 +13,16 @@ Neither implementation keeps working storage that such code can reach, so
 both must reach vLLM's state (and result). Prints "as vLLM: <state>".
 """
 
-import sys
-
-impl, mode, how = sys.argv[1:]
-
-from impls import load_policy_class  # noqa: E402
-
-cls = load_policy_class(impl)
-
 import gc
+import sys
 from fractions import Fraction
 
 from helpers import ChunkStatus, ReqContext, VllmARC
+from impls import load_policy_class
+
+impl, mode, how = sys.argv[1:]
+
+cls = load_policy_class(impl)
 
 ARMED = set()
 CALL = []   # the key objects the call is given
@@ -116,7 +114,7 @@ def run_hooked(cls, call, lengths):
     ARMED_LENGTHS.update(lengths)
     # empty the 2-tuple free list: making a pair must allocate (and may
     # start a collection)
-    pairs = [(i, -i) for i in range(5000)]
+    pairs = [(i, -i) for i in range(5000)]  # noqa: F841 -- held, or they refill the free list
     gc.callbacks.append(emptying_hook)
     gc.set_threshold(1)
     COLLECTIONS[0] = 0
