@@ -279,6 +279,16 @@ def target(what: str, value: float | None, goal: str, ok: Callable[[float], bool
             "status": status, "source": source, "a_miss_means": miss}
 
 
+def decisions_target(units: str, differ: int, source: str) -> dict[str, Any]:
+    """The decisions target of a module that compares them: ``differ``
+    ``units`` (repetitions, traces, ...) in which arc_cy (compiled or pure)
+    decided otherwise than vLLM arc; the goal is none."""
+    return target(
+        f"decisions: {units} where arc_cy (compiled or pure) decided otherwise than vLLM arc",
+        differ, "0", lambda v: v == 0, source,
+        "a bug: arc_cy is no longer a drop-in for vLLM arc; run the differential tests")
+
+
 def figure(what: str, value: Any, about: str) -> dict[str, Any]:
     """A figure reported without PASS/MISS; ``about`` says what it tells."""
     return {"kind": "figure", "figure": what, "measured": value, "about": about}
