@@ -38,11 +38,12 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="bench/run.sh", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--full", action="store_true",
-                    help="the whole grid instead of the default suite (about 6 minutes on 2 "
-                    "cores): each module's larger grid (bench/NAME.py --full: more capacities, "
-                    "batches, pinned counts and traces), and the multi-turn scheduler bench at "
-                    "1M chunks besides 100K. Over an hour; the multi-turn part at 1M alone "
-                    "takes about 35 minutes")
+                    help="the whole grid instead of the default suite (the reference runs' "
+                    "headers give its wall time: about 5 minutes on 2 cores): each module's "
+                    "larger grid (bench/NAME.py --full: more capacities, batches, pinned "
+                    "counts and traces), and the multi-turn scheduler bench at 1M chunks "
+                    "besides 100K, which alone took 1,229 s in its committed run "
+                    "(bench/reference/multi_turn_1M.json); the rest of the grid is not timed")
     ap.add_argument("--out", default=os.path.join(HERE, "results"),
                     help="output folder (default: bench/results/, ignored by git)")
     ap.add_argument("--only", help="comma-separated subset of " + ",".join(SUITE))
