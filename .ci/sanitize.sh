@@ -36,7 +36,7 @@ fi
 # Only what the build and the tests need: sources, not build outputs.
 tar -C "$root" --exclude='*.so' --exclude='*.c' --exclude=build \
     --exclude='*.egg-info' --exclude=__pycache__ --exclude=.hypothesis \
-    -cf - setup.py pyproject.toml README.md LICENSE arc_cy tests \
+    -cf - setup.py pyproject.toml README.md LICENSE arc_cy tests harness \
     | tar -C "$work" -xf -
 
 echo "sanitize: building with -fsanitize=$sanitizers in $work" >&2
