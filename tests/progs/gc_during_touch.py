@@ -4,7 +4,8 @@ allocates, and gc.set_threshold(1) starts a collection there; a
 gc.callbacks hook copies every 7-item list it finds (a NULL item would
 crash it). Prints "survived".
 
-    python -P tests/progs/gc_during_touch.py cython|python
+    PYTHONPATH=tests/progs:tests python -P tests/progs/gc_during_touch.py cython|python
+    (tests/childproc.py sets that path)
 """
 
 import gc

@@ -1,11 +1,11 @@
 """Callbacks that look for a call's working storage, on one implementation,
 with vLLM's ARC (run first, with nothing armed) as the oracle:
 
-    python -P tests/progs/working_storage.py cython|python reach HOW
+    PYTHONPATH=tests python -P tests/progs/working_storage.py cython|python reach HOW
         key callbacks (__hash__, __eq__, a target's __add__) that find every
         list holding the call's keys (gc.get_referrers) and clear it;
         HOW: touch, on_store_miss, on_request_finished, touch-after-ghost-hit
-    python -P tests/progs/working_storage.py cython|python emptied HOW
+    PYTHONPATH=tests python -P tests/progs/working_storage.py cython|python emptied HOW
         a gc.callbacks hook (gc.set_threshold(1)) that empties every list
         shaped like working storage; HOW: evict, touch
 
@@ -17,7 +17,7 @@ import gc
 import sys
 from fractions import Fraction
 
-from helpers import ChunkStatus, ReqContext, VllmARC
+from helpers import ReqContext, VllmARC, ready
 from impls import load_policy_class
 
 impl, mode, how = sys.argv[1:]
@@ -51,11 +51,6 @@ class Target(Fraction):
         if "target" in ARMED:
             clear_lists_holding(*CALL)
         return Fraction.__add__(self, other)
-
-def ready(i):
-    c = ChunkStatus(i)
-    c.ref_cnt = 0
-    return c
 
 def populated(cls, capacity=3):
     # t1 = [2, 4, 5], t2 = [3], b1 = [0, 1]
