@@ -4,7 +4,7 @@
 # contender NAME):
 #     source .ci/env.sh
 #     old=$(bench/base.sh main) new=$(bench/base.sh HEAD arc_cy_head)
-#     ARC_CY_BENCH_BASE=$old:$new "$ARC_CY_PY" -P bench/evict.py --json /tmp/ab.json
+#     ARC_CY_BENCH_BASE=$old:$new bench/run.sh --only evict,store_latency --out /tmp/ab
 # Prints the directory (under /tmp) that holds the package. Compare two
 # revisions built this way (same Cython, same flags): the installed arc_cy
 # was built by pip with the Cython its isolated build fetched.
