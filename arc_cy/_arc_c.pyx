@@ -55,6 +55,7 @@ from arc_cy._common import (
     dead_ref,
     order_request_keys,
 )
+from arc_cy._compat import vllm_guard
 
 cdef extern from "Python.h":
     Py_hash_t PyObject_Hash(object) except -1
@@ -218,6 +219,8 @@ cdef class ARCCore:
         PyMem_Free(self.scratch)
 
     def __init__(self, cache_capacity):
+        if vllm_guard.pending:
+            vllm_guard.check()
         # Called again, it starts over as vLLM's __init__ does: capacity and
         # target first, then the lists are emptied in turn; _max_entries
         # (arc_cy's own) is reset too.

@@ -43,6 +43,7 @@ from ._common import (
     order_request_keys,
     read_ref_cnt,
 )
+from ._compat import vllm_guard
 
 __all__ = ["ARCCachePolicy"]
 
@@ -60,6 +61,8 @@ class ARCCachePolicy(CachePolicy):
     _busy: str | None = None
 
     def __init__(self, cache_capacity: int) -> None:
+        if vllm_guard.pending:
+            vllm_guard.check()
         # Called again, it starts over as vLLM's __init__ does: capacity and
         # target first, then each list is replaced in turn; _max_entries
         # (arc_cy's own) is reset too.
