@@ -75,9 +75,7 @@ class VllmGuard:
     read per construction."""
 
     def __init__(self) -> None:
-        from ._common import HAVE_VLLM
-
-        self.pending = HAVE_VLLM
+        self.pending = True
         """False once arc_cy may run here: no vLLM, or its code accepted."""
         self._result: object = None
         self._warned = False

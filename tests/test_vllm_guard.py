@@ -470,8 +470,8 @@ def test_without_vllm_nothing_is_checked() -> None:
         "from arc_cy._compat import vllm_guard\n"
         "def boom(*a, **k): raise AssertionError('checked')\n"
         "f.check_vllm_code = boom\n"
-        "assert not arc_cy.HAVE_VLLM and not vllm_guard.pending\n"
         "arc_cy.ARCCachePolicy(2); py.ARCCachePolicy(2)\n"
+        "assert not arc_cy.HAVE_VLLM and not vllm_guard.pending\n"
         "print('ok', vllm_guard.result())\n"
     )
     proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True,
