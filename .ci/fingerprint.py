@@ -10,7 +10,8 @@ For each vLLM: the fingerprints of its cpu/policies/arc.py and base.py
 (arc_cy/_fingerprint.py: sha256 of the AST, docstrings dropped), then
 whether the CPU manager's and the tiering primary tier's code uses a name
 that vLLM's ARC policy has beyond base.py's CachePolicy, or a computed
-attribute name (arc_cy._fingerprint.DYNAMIC). Exits 1 if one does. .ci/vllm_compat.sh runs it on the release it verified; only the
+attribute name (arc_cy._fingerprint.DYNAMIC). Exits 1 if one does.
+.ci/vllm_compat.sh runs it on the release it verified; only the
 fingerprints of releases that passed belong in VERIFIED_VLLM.
 """
 

@@ -6,7 +6,6 @@ they fail)."""
 from __future__ import annotations
 
 import gc
-import os
 
 import pytest
 

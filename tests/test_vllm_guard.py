@@ -14,8 +14,8 @@ import logging
 import os
 import subprocess
 import sys
-from importlib._bootstrap_external import _code_to_timestamp_pyc  # type: ignore[attr-defined]
 from importlib import metadata
+from importlib._bootstrap_external import _code_to_timestamp_pyc  # type: ignore[attr-defined]
 from pathlib import Path
 
 import pytest
@@ -532,7 +532,7 @@ def _audit(event: str, args: tuple[object, ...]) -> None:
 sys.addaudithook(_audit)  # audit hooks cannot be removed; it records only in the block
 
 
-class _recording_opens:  # noqa: N801
+class _recording_opens:
     def __init__(self, into: list[str]) -> None:
         self.into = into
 
