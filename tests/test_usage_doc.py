@@ -20,7 +20,7 @@ def _example() -> str:
 
 
 def test_the_python_api_example_runs(policy_cls: type, monkeypatch: pytest.MonkeyPatch) -> None:
-    arc_cy.ARCCachePolicy  # noqa: B018  (loads the lazy names before patching one)
+    arc_cy.ARCCachePolicy  # noqa: B018 -- loads the lazy names before one is patched
     monkeypatch.setattr(arc_cy, "ARCCachePolicy", policy_cls)
     test = doctest.DocTestParser().get_doctest(_example(), {}, "usage.md", "docs/usage.md", 0)
     assert len(test.examples) >= 10
