@@ -1,18 +1,19 @@
 """Build arc_cy: the compiled ARC core, or a pure-Python package.
 
 Environment variables read at build time:
-    ARC_CY_NO_EXTENSIONS  non-empty and not "0": build no extension (a
-                          pure-Python wheel). Interpreters other than CPython
+    ARC_CY_NO_EXTENSIONS  true (1, true, yes, on; arc_cy/_env.py): build no
+                          extension (a pure-Python wheel). Interpreters other than CPython
                           always get that: the core reads CPython's ctypes
                           object layout.
     ARC_CY_SANITIZE       comma-separated sanitizers (e.g. "address,undefined")
                           added as -fsanitize=... to compile and link flags.
-    ARC_CY_ANNOTATE       non-empty: write Cython's annotated HTML next to the .pyx.
+    ARC_CY_ANNOTATE       true: write Cython's annotated HTML next to the .pyx.
 
 Cython runs at build_ext time (a build requirement in pyproject.toml), so an
 sdist carries the .pyx and never a generated .c.
 """
 
+import importlib.util
 import os
 import platform
 
@@ -20,15 +21,27 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.errors import CCompilerError, CompileError, ExecError, PlatformError
 
-NO_EXTENSIONS = os.environ.get("ARC_CY_NO_EXTENSIONS", "") not in ("", "0")
+
+def _load_env_flag():  # arc_cy/_env.py by path: the package is not importable yet
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "arc_cy", "_env.py")
+    spec = importlib.util.spec_from_file_location("_arc_cy_env", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.env_flag
+
+
+env_flag = _load_env_flag()
+NO_EXTENSIONS = env_flag("ARC_CY_NO_EXTENSIONS")
 PURE = NO_EXTENSIONS or platform.python_implementation() != "CPython"
 
 HOW_TO_FIX = """
 arc_cy: building the compiled core failed ({error}).
 It needs a C compiler and the Python headers, e.g. on Debian/Ubuntu:
     apt-get install gcc python3-dev
-or install a pre-built wheel instead (pip install arc_cy-*.whl; .ci/wheel.sh
-or cibuildwheel builds them). To install the (much slower) pure-Python
+or install a wheel built where a compiler is available: arc_cy is not on
+PyPI, so build one there from a checkout with .ci/wheel.sh (it lands in
+wheelhouse/) or `pip wheel --no-deps -w dist .` (in dist/), then
+`pip install arc_cy-*.whl` here. To install the (much slower) pure-Python
 implementation, build with ARC_CY_NO_EXTENSIONS=1, from a checkout or an
 unpacked sdist:
     ARC_CY_NO_EXTENSIONS=1 pip install .
@@ -50,7 +63,7 @@ class BuildExt(build_ext):
             ext.define_macros.append(("ARC_CY_CYTHON_VERSION", f'"{cython_version}"'))
         self.distribution.ext_modules[:] = cythonize(
             self.distribution.ext_modules,
-            annotate=bool(os.environ.get("ARC_CY_ANNOTATE")),
+            annotate=env_flag("ARC_CY_ANNOTATE"),
             compiler_directives={"language_level": "3"},
         )
         super().finalize_options()

@@ -7,15 +7,17 @@ arc_cy/_compat.py's VERIFIED_VLLM, and check the policy's callers:
     .ci/fingerprint.py DIR                  a tree holding vllm/ (a checkout, site-packages)
 
 For each vLLM: the fingerprints of its cpu/policies/arc.py and base.py
-(arc_cy/_fingerprint.py: sha256 of the AST, docstrings dropped), then the
-attributes the CPU manager and the tiering primary tier use on their policy.
-Exits 1 if a caller uses an attribute that base.py's CachePolicy does not
-define. .ci/vllm_compat.sh runs it on the release it verified; only the
+(arc_cy/_fingerprint.py: sha256 of the AST, docstrings dropped), then
+whether the CPU manager's and the tiering primary tier's code uses a name
+that vLLM's ARC policy has beyond base.py's CachePolicy, or a computed
+attribute name (arc_cy._fingerprint.DYNAMIC). Exits 1 if one does.
+.ci/vllm_compat.sh runs it on the release it verified; only the
 fingerprints of releases that passed belong in VERIFIED_VLLM.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import sys
@@ -50,9 +52,10 @@ def _readers(target: str | None) -> tuple[str, Callable[[str], bytes | None], st
         import vllm
 
         def read(module: str) -> bytes | None:
-            path = fp.module_file(module)
-            if path is None:
+            spec = fp.module_spec(module)
+            if spec is None:
                 return None
+            path = str(spec.origin)
             with open(path, "rb") as f:
                 return f.read()
 
@@ -84,38 +87,35 @@ def _readers(target: str | None) -> tuple[str, Callable[[str], bytes | None], st
 def report(target: str | None) -> bool:
     version, read, where = _readers(target)
     print(f"vLLM {version} ({where}):")
-    analyses = {}
+    sources = {}
     for module in (*fp.FINGERPRINTED.values(), *fp.CALLER_MODULES):
         source = read(module)
         if source is not None:
-            analyses[module] = fp.analyse_source(source)
-    missing = [m for m in fp.FINGERPRINTED.values() if m not in analyses]
+            sources[module] = source
+    missing = [m for m in fp.FINGERPRINTED.values() if m not in sources]
     if missing:
         print(f"    no source for {', '.join(missing)}")
         return False
+    trees = {m: ast.parse(sources[m]) for m in fp.FINGERPRINTED.values()}
     print(f'    "{version}": {{')
     for name, module in fp.FINGERPRINTED.items():
-        print(f'        "{name}": "{analyses[module]["fingerprint"]}",')
+        print(f'        "{name}": "{fp.fingerprint(trees[module])}",')
     print("    },")
-    defined = set(analyses[fp.BASE_MODULE]["defines"] or ())
+    beyond = fp.beyond_base(trees[fp.ARC_MODULE], trees[fp.BASE_MODULE])
     ok = True
     for module in fp.CALLER_MODULES:
-        if module not in analyses:
-            print(f"    {_file_name(module)}: not in this release")
+        name = _file_name(module)
+        if module not in sources:
+            print(f"    {name}: not in this release")
             continue
-        uses = analyses[module]["uses"]
-        unknown = sorted(set(uses) - defined)
-        if not uses:
-            print(f"    {_file_name(module)} uses nothing on a policy itself")
-            continue
-        used = ", ".join(sorted(uses))
-        if unknown:
+        uses = fp.caller_uses(compile(sources[module], name, "exec", dont_inherit=True), beyond)
+        if uses:
             ok = False
-            print(f"    {_file_name(module)} uses {used}; NOT defined by base.py's "
-                  f"CachePolicy: {', '.join(unknown)}")
+            print(f"    {name} uses what base.py's CachePolicy does not define: "
+                  + ", ".join(f"{n!r} (line {line})" for n, line in uses))
         else:
-            print(f"    {_file_name(module)} uses {used} on its policy: all defined "
-                  "by base.py's CachePolicy")
+            print(f"    {name} uses nothing that vLLM's ARC policy has beyond "
+                  "base.py's CachePolicy, and no computed attribute name")
     return ok
 
 

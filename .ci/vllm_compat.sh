@@ -6,7 +6,7 @@
 # The environment (${XDG_CACHE_HOME:-~/.cache}/arc_cy/venv-vllm-VERSION-pyX.Y,
 # or ARC_CY_COMPAT_ENV) holds that vLLM, pytest and hypothesis, and this
 # checkout's arc_cy, on ARC_CY_BASE_PYTHON (a version or a path; python3 if
-# unset). It runs, with ARC_CY_IGNORE_VLLM_VERSION=1:
+# unset). It runs, with ARC_CY_ALLOW_UNVERIFIED_VLLM=1:
 #   * tests/test_vllm_releases.py: that release's own CPUOffloadingManager
 #     and CachePolicyFactory, driven as its scheduler drives them (0.30's
 #     touches included), by the plugin name and by the module path;
@@ -52,7 +52,7 @@ fi
 "$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$root"
 echo "compat: vLLM $("$py" -c 'import vllm; print(vllm.__version__)' 2>/dev/null | tail -1) on Python $pyver, arc_cy from $root${ARC_CY_COMPAT_STAND_IN:+, with the vLLM policy $ARC_CY_COMPAT_STAND_IN standing in for arc_cy}" >&2
 cd "$root"
-ARC_CY_IGNORE_VLLM_VERSION=1 "$py" -P -m pytest -p no:cacheprovider "${tests[@]}" -k "$select" "$@"
-(cd "${TMPDIR:-/tmp}" && ARC_CY_IGNORE_VLLM_VERSION=1 "$py" -P -m arc_cy)
+ARC_CY_ALLOW_UNVERIFIED_VLLM=1 "$py" -P -m pytest -p no:cacheprovider "${tests[@]}" -k "$select" "$@"
+(cd "${TMPDIR:-/tmp}" && ARC_CY_ALLOW_UNVERIFIED_VLLM=1 "$py" -P -m arc_cy)
 echo "compat: vLLM $version passed; its entry for VERIFIED_VLLM (arc_cy/_compat.py):" >&2
 "$py" -P "$root/.ci/fingerprint.py"

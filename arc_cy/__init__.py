@@ -1,10 +1,14 @@
 """arc_cy: a compiled ARC eviction policy for vLLM's CPU KV-cache offloading.
 
 ``arc_cy.ARCCachePolicy`` is the compiled core (``arc_cy._arc_c``) unless
-``ARC_CY_NO_EXTENSIONS`` is set to a non-empty value other than ``0``, which
-selects the pure-Python twin (``arc_cy._arc_py``). Both make the decisions of
-vLLM's ``ARCCachePolicy`` on the vLLM releases arc_cy verified
-(``arc_cy._compat.VERIFIED_VLLM``).
+``ARC_CY_NO_EXTENSIONS`` is true (``1``, ``true``, ``yes``, ``on``;
+``arc_cy._env.env_flag``), which selects the pure-Python twin
+(``arc_cy._arc_py``). Both make the decisions of vLLM's ``ARCCachePolicy``
+on the vLLM releases arc_cy verified (``arc_cy._compat.VERIFIED_VLLM``).
+
+The implementation (and vLLM's base classes) load on first use of one of
+the names below, so ``import arc_cy`` alone, and ``python -m arc_cy
+--help``, import no vLLM.
 """
 
 from __future__ import annotations
@@ -12,10 +16,10 @@ from __future__ import annotations
 import os
 import platform
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ._common import HAVE_VLLM, CachePolicy, ChunkStatus
 from ._compat import SUPPORTED_VLLM
+from ._env import env_flag
 
 __all__ = [
     "ARCCachePolicy",
@@ -56,30 +60,39 @@ def _missing_core_message(error: ImportError) -> str:
         f"pure-Python twin, which is much slower. {shadow}To get the core, "
         "install from a checkout or an unpacked sdist with `pip install .` "
         "(a C compiler and the Python headers are needed), or install a wheel "
-        "(`pip install arc_cy-*.whl`); or set ARC_CY_NO_EXTENSIONS=1 to choose "
+        "built on a machine that has them (`.ci/wheel.sh` or `pip wheel .`, then "
+        "`pip install arc_cy-*.whl`); or set ARC_CY_NO_EXTENSIONS=1 to choose "
         "the twin and silence this warning."
     )
 
 
 if TYPE_CHECKING:
     from ._arc_py import ARCCachePolicy
-elif os.environ.get("ARC_CY_NO_EXTENSIONS", "") not in ("", "0"):
-    from ._arc_py import ARCCachePolicy
-
-    IMPLEMENTATION = "python"
+    from ._common import HAVE_VLLM, CachePolicy, ChunkStatus
 else:
-    try:
-        from ._arc_c import ARCCachePolicy
 
-        IMPLEMENTATION = "cython"
-    except ImportError as exc:
-        if platform.python_implementation() == "CPython":
-            # Never silent: a CPython install is meant to have the core.
-            warnings.warn(
-                _missing_core_message(exc),
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        from ._arc_py import ARCCachePolicy
+    def __getattr__(name: str) -> Any:
+        if name not in __all__:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from . import _common
 
-        IMPLEMENTATION = "python"
+        names = globals()
+        names.update(HAVE_VLLM=_common.HAVE_VLLM, CachePolicy=_common.CachePolicy,
+                     ChunkStatus=_common.ChunkStatus)
+        if env_flag("ARC_CY_NO_EXTENSIONS"):
+            from ._arc_py import ARCCachePolicy
+
+            names.update(ARCCachePolicy=ARCCachePolicy, IMPLEMENTATION="python")
+        else:
+            try:
+                from ._arc_c import ARCCachePolicy
+
+                names.update(ARCCachePolicy=ARCCachePolicy, IMPLEMENTATION="cython")
+            except ImportError as exc:
+                if platform.python_implementation() == "CPython":
+                    # Never silent: a CPython install is meant to have the core.
+                    warnings.warn(_missing_core_message(exc), RuntimeWarning, stacklevel=2)
+                from ._arc_py import ARCCachePolicy
+
+                names.update(ARCCachePolicy=ARCCachePolicy, IMPLEMENTATION="python")
+        return names[name]

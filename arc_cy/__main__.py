@@ -12,11 +12,13 @@ Exits 0 when everything passes; 1 when the self-check fails, when the
 arc_cy imported is a source tree rather than the installed one (run from a
 checkout's root), when vLLM is installed but fails to import, or when the
 installed vLLM's policy code is not one arc_cy verified (see
-``ARC_CY_IGNORE_VLLM_VERSION``).
+``ARC_CY_ALLOW_UNVERIFIED_VLLM``). ``--help`` and ``--version`` answer
+without running anything.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import platform
@@ -26,14 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import arc_cy
-from arc_cy._common import HAVE_VLLM, VLLM_IMPORT_ERROR, ChunkStatus
-from arc_cy._compat import OVERRIDE_ENV, override_set
-from arc_cy._fingerprint import (
-    check_vllm_code,
-    matched_message,
-    overridden_message,
-    refused_message,
-)
+from arc_cy._compat import OVERRIDE_ENV, SUPPORTED_VLLM, VERIFIED_VLLM, override_set, vllm_guard
+from arc_cy._fingerprint import matched_message, overridden_message, refused_message
 
 
 def _built_with() -> str:
@@ -76,17 +72,28 @@ def _package_report() -> tuple[bool, str]:
 def _vllm_report() -> tuple[bool, list[str]]:
     """(ok, lines) about the installed vLLM: importable, and its policy code
     one that arc_cy verified?"""
+    from arc_cy._common import HAVE_VLLM, VLLM_IMPORT_ERROR
+
     if VLLM_IMPORT_ERROR is not None:
         err = VLLM_IMPORT_ERROR
+        if isinstance(err, ModuleNotFoundError) and (err.name or "").startswith("vllm."):
+            # vllm imports, but lacks the modules arc_cy builds on.
+            vllm = sys.modules.get("vllm")
+            version = getattr(vllm, "__version__", None) or metadata.version("vllm")
+            releases = sorted(VERIFIED_VLLM, key=lambda v: tuple(map(int, v.split("."))))
+            oldest, newest = releases[0], releases[-1]
+            return False, [
+                f"vLLM: {version} is outside the range arc_cy supports ({SUPPORTED_VLLM}: "
+                f"vLLM {oldest} to {newest}); it has no {err.name}. Install a vLLM in "
+                "that range (pip install 'arc_cy[vllm]')"
+            ]
         return False, [
             f"vLLM: installed but failed to import: {type(err).__name__}: {err}"
         ]
     if not HAVE_VLLM:
         return True, ["vLLM: not installed"]
-    import vllm
-
-    version = str(getattr(vllm, "__version__", "unknown"))
-    code = check_vllm_code(version, cache=False)
+    code = vllm_guard.result()
+    version = code.version
     if code.ok:
         return True, [f"vLLM: {version} ({matched_message(code)})"]
     if override_set():
@@ -186,6 +193,8 @@ def _check_manager() -> str:
 
 def _check_policy() -> str:
     """One store/evict cycle through the policy alone (no vLLM)."""
+    from arc_cy import ChunkStatus
+
     policy = arc_cy.ARCCachePolicy(cache_capacity=2)
     for i in (1, 2):
         chunk = ChunkStatus(i)
@@ -198,7 +207,22 @@ def _check_policy() -> str:
     return "ok: inserted 2 chunks and evicted the oldest through the policy alone"
 
 
-def main() -> int:
+def _parse_args(argv: list[str] | None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m arc_cy",
+        description="Report which arc_cy is installed (implementation, build, "
+        "vLLM and whether its policy code is one arc_cy verified, Python), then "
+        "run one store/evict cycle through vLLM's CPUOffloadingManager (or the "
+        "policy alone without vLLM). Exits 0 when everything passes, else 1.",
+    )
+    parser.add_argument("--version", action="version", version=f"arc_cy {arc_cy.__version__}")
+    parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _parse_args(argv)
+    from arc_cy._common import HAVE_VLLM
+
     env = os.environ.get("ARC_CY_NO_EXTENSIONS")
     module = arc_cy.ARCCachePolicy.__module__
     print(f"arc_cy {arc_cy.__version__}")
@@ -254,5 +278,17 @@ def main() -> int:
     return 0 if ok else 1
 
 
+def _run() -> int:
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`python -m arc_cy | head -1`): stop quietly,
+        # with the shell's status for it; nothing is left to flush.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    return status
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_run())

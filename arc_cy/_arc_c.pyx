@@ -67,6 +67,7 @@ from arc_cy._common import (
     missing_arguments,
     order_request_keys,
 )
+from arc_cy._compat import vllm_guard
 
 # A required argument's default: its absence raises Python's own TypeError.
 cdef object NO_ARG = MISSING
@@ -240,6 +241,8 @@ cdef class ARCCore:
         PyMem_Free(self.scratch)
 
     def __init__(self, cache_capacity=NO_ARG):
+        if vllm_guard.pending:
+            vllm_guard.check()
         # Called again, it starts over as vLLM's __init__ does: capacity and
         # target first, then the lists are emptied in turn; _max_entries
         # (arc_cy's own) is reset too.

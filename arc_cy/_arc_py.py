@@ -49,6 +49,7 @@ from ._common import (
     order_request_keys,
     read_ref_cnt,
 )
+from ._compat import vllm_guard
 
 __all__ = ["ARCCachePolicy"]
 
@@ -75,6 +76,8 @@ class ARCCachePolicy(CachePolicy):
     # instance's __dict__ under "_busy", absent when none runs.
 
     def __init__(self, cache_capacity: int) -> None:
+        if vllm_guard.pending:
+            vllm_guard.check()
         # Called again, it starts over as vLLM's __init__ does: capacity and
         # target first, then each list is replaced in turn; _max_entries
         # (arc_cy's own) is reset too.

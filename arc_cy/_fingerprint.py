@@ -1,52 +1,46 @@
-"""The vLLM code guard: is the installed vLLM's policy code what arc_cy has verified?
+"""The vLLM code guard: is the code this Python runs for vLLM's policies
+code that arc_cy has verified?
 
-arc_cy's decisions are a function of the calls it receives, and the
-differential tests show that they equal vLLM arc's under any sequence of the
-calls of vLLM's ``CachePolicy``. So what arc_cy's correctness depends on is
-not vLLM's version string but three pieces of vLLM's code:
+arc_cy's decisions equal vLLM arc's under any sequence of ``CachePolicy``
+calls (the differential tests). So what its correctness depends on is not
+vLLM's version string but vLLM's code:
 
-- the oracle, ``vllm/v1/kv_offload/cpu/policies/arc.py``;
-- the contract the callers use, ``cpu/policies/base.py`` (``CachePolicy``,
-  ``ChunkStatus``'s layout, ``order_request_keys``);
-- what the callers of a policy call on it: the CPU manager
-  (``cpu/manager.py``) and the tiering primary tier
-  (``tiering/manager.py``'s ``CPUPrimaryTierOffloadingManager``).
+- ``cpu/policies/arc.py`` (the oracle) and ``cpu/policies/base.py`` (the
+  contract): their fingerprints must be a release's in
+  ``arc_cy._compat.VERIFIED_VLLM``. A fingerprint is sha256 of the AST,
+  docstrings dropped, so comments and formatting do not count.
+- What Python runs for arc.py and base.py is the code object their loader
+  gives (``loader.get_code``: a ``.pyc`` when its header matches). It must
+  equal the code compiled from the fingerprinted source: a stale ``.pyc``
+  never runs unverified.
+- The callers (the CPU manager, the tiering primary tier) are judged by the
+  code their loader gives, with no data flow: it may use no name (an
+  attribute, a global, a word in a string) that an ARC policy, vLLM's or
+  arc_cy's, has beyond base.py's ``CachePolicy``, and none in ``DYNAMIC``
+  (a computed attribute name). Through whatever name or route a caller
+  holds its policy, any other attribute is one that neither ARC policy has,
+  so it behaves the same on both (it is missing on both).
 
-:func:`check_vllm_code` fingerprints the files of the modules that are
-imported (or would be: ``importlib.util.find_spec``), so a source tree or an
-overlay on ``PYTHONPATH`` is judged by what runs, and compares the
-fingerprints of ``arc.py`` and ``base.py`` with those of the releases in
-``arc_cy._compat.VERIFIED_VLLM`` (those ``.ci/vllm_compat.sh`` passed). A
-fingerprint hashes the code, not the bytes: the AST, with docstrings and
-other bare string statements dropped, so comments and formatting do not
-count. It also scans the callers' ASTs for attributes they use on the policy
-object that ``base.py``'s ``CachePolicy`` does not define.
-
-The analysis of a file is cached by its stat (path, size, mtime_ns) under
-the user cache directory (``$XDG_CACHE_HOME/arc_cy``, else
-``~/.cache/arc_cy``); a cache that cannot be read or written is ignored.
-
-This module uses the standard library only, so ``.ci/fingerprint.py`` can
-load it on any Python.
+Nothing is cached: each check reads and parses the files afresh. This
+module uses the standard library only (``.ci/fingerprint.py`` loads it on
+any Python).
 """
 
 from __future__ import annotations
 
 import ast
+import dis
 import hashlib
 import importlib.util
-import json
-import os
-import sys
-import tempfile
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib.machinery import ModuleSpec
+from types import CodeType
 
 ARC_MODULE = "vllm.v1.kv_offload.cpu.policies.arc"
 BASE_MODULE = "vllm.v1.kv_offload.cpu.policies.base"
-# The callers of a policy: the CPU manager, and the tiering primary tier
-# (CPUPrimaryTierOffloadingManager, a CPUOffloadingManager subclass); a
-# release without the tiering module has no such caller.
+# A release without the tiering module has no such caller.
 CALLER_MODULES = (
     "vllm.v1.kv_offload.cpu.manager",
     "vllm.v1.kv_offload.tiering.manager",
@@ -54,299 +48,149 @@ CALLER_MODULES = (
 FINGERPRINTED = {"arc.py": ARC_MODULE, "base.py": BASE_MODULE}
 """The files whose fingerprints must be a verified release's, by file name."""
 
-POLICY_CLASS = "CachePolicy"
-# Attributes through which a caller holds its policy (CPUOffloadingManager's
-# ``self._policy: CachePolicy``); any attribute annotated ``CachePolicy`` in
-# a caller counts too.
-POLICY_ATTRIBUTES = frozenset({"_policy"})
-# Bumped when the analysis changes: cached results of another format are
-# not used.
-_FORMAT = 1
-
-
-# --- fingerprints -----------------------------------------------------------
-
-
-def _drop_docstrings(node: ast.AST) -> None:
-    for child in ast.walk(node):
-        body = getattr(child, "body", None)
-        if not isinstance(body, list):
-            continue
-        kept = [
-            stmt
-            for stmt in body
-            if not (
-                isinstance(stmt, ast.Expr)
-                and isinstance(stmt.value, ast.Constant)
-                and isinstance(stmt.value.value, str)
-            )
-        ]
-        if len(kept) != len(body):
-            child.body = kept or [ast.Pass()]  # type: ignore[attr-defined]
-
-
-def _canonical(node: object, out: list[str]) -> None:
-    # Like ast.dump without positions, but leaving out fields that are None
-    # or empty: Python releases add such fields (3.12's type_params), and a
-    # fingerprint must not depend on the Python that computes it.
-    if isinstance(node, ast.AST):
-        out.append(type(node).__name__)
-        out.append("(")
-        for name in node._fields:
-            value = getattr(node, name, None)
-            if value is None or (isinstance(value, list) and not value):
-                continue
-            out.append(name)
-            out.append("=")
-            _canonical(value, out)
-            out.append(",")
-        out.append(")")
-    elif isinstance(node, list):
-        out.append("[")
-        for item in node:
-            _canonical(item, out)
-            out.append(",")
-        out.append("]")
-    else:
-        out.append(repr(node))
+DYNAMIC = frozenset({
+    "getattr", "hasattr", "setattr", "delattr", "vars", "__dict__", "__getattribute__",
+    "attrgetter", "methodcaller", "getattr_static", "eval", "exec", "compile",
+})
+"""What reaches an attribute by a computed name: a caller may use none."""
+_WORD = re.compile(r"[A-Za-z_]\w*")
 
 
 def fingerprint(tree: ast.Module) -> str:
-    """The fingerprint of a parsed module: sha256 of its canonical AST,
-    docstrings dropped. The tree is changed (its docstrings removed)."""
-    _drop_docstrings(tree)
+    """sha256 of a module's AST without docstrings and positions, leaving
+    out fields that are None or empty (Python releases add such fields, and
+    a fingerprint must not depend on the Python that computes it)."""
     out: list[str] = []
-    _canonical(tree, out)
+
+    def walk(node: object) -> None:
+        if isinstance(node, ast.AST):
+            out.append(type(node).__name__ + "(")
+            for name in node._fields:
+                value = getattr(node, name, None)
+                if name == "body" and isinstance(value, list):
+                    value = [s for s in value if not _is_docstring(s)] or [ast.Pass()]
+                if value is None or value == []:
+                    continue
+                out.append(name + "=")
+                walk(value)
+                out.append(",")
+            out.append(")")
+        elif isinstance(node, list):
+            out.append("[")
+            for item in node:
+                walk(item)
+                out.append(",")
+            out.append("]")
+        else:
+            out.append(repr(node))
+
+    walk(tree)
     return hashlib.sha256("".join(out).encode()).hexdigest()
+
+
+def _is_docstring(stmt: object) -> bool:
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Constant)
+        and isinstance(stmt.value.value, str)
+    )
 
 
 def fingerprint_source(source: str | bytes) -> str:
     return fingerprint(ast.parse(source))
 
 
-# --- what base.py defines, what the callers use --------------------------------
-
-
-def _class(tree: ast.Module, name: str) -> ast.ClassDef | None:
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return node
-    return None
-
-
-def _targets(node: ast.AST) -> list[ast.expr]:
-    if isinstance(node, ast.Assign):
-        return list(node.targets)
-    if isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-        return [node.target]
-    return []
-
-
-def policy_defines(tree: ast.Module) -> frozenset[str] | None:
-    """The attributes base.py's ``CachePolicy`` defines: its methods,
-    class attributes and what its methods assign to ``self`` (None if
-    base.py has no ``CachePolicy``)."""
-    cls = _class(tree, POLICY_CLASS)
+def class_attributes(tree: ast.Module, name: str) -> frozenset[str] | None:
+    """What class ``name`` of a module defines: its methods, class attributes
+    and what its methods assign to ``self`` (None if there is no such class)."""
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
     if cls is None:
         return None
-    names: set[str] = set(dir(object))
+    names = {
+        n.attr for n in ast.walk(cls)
+        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+        and isinstance(n.value, ast.Name) and n.value.id == "self"
+    }
     for stmt in cls.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             names.add(stmt.name)
-            for node in ast.walk(stmt):
-                for target in _targets(node):
-                    if (
-                        isinstance(target, ast.Attribute)
-                        and isinstance(target.value, ast.Name)
-                        and target.value.id == "self"
-                    ):
-                        names.add(target.attr)
-        for target in _targets(stmt):
+        for target in getattr(stmt, "targets", [getattr(stmt, "target", None)]):
             if isinstance(target, ast.Name):
                 names.add(target.id)
     return frozenset(names)
 
 
-def _mentions_policy_class(annotation: ast.expr) -> bool:
-    return any(
-        (isinstance(n, ast.Name) and n.id == POLICY_CLASS)
-        or (isinstance(n, ast.Attribute) and n.attr == POLICY_CLASS)
-        or (isinstance(n, ast.Constant) and n.value == POLICY_CLASS)
-        for n in ast.walk(annotation)
-    )
+def _code_objects(code: CodeType) -> Iterable[CodeType]:
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            yield from _code_objects(const)
 
 
-def policy_uses(tree: ast.Module) -> dict[str, int]:
-    """The attributes a caller module uses on its policy object, each with
-    the first line that uses it.
-
-    The policy object is an attribute named ``_policy`` or annotated
-    ``CachePolicy`` (``self._policy``, ``manager._policy``), or a local name
-    assigned one; its uses are attribute reads and calls
-    (``self._policy.evict(...)``) and ``getattr``/``hasattr`` with a constant
-    name.
-    """
-    attributes = set(POLICY_ATTRIBUTES)
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Attribute)
-            and _mentions_policy_class(node.annotation)
-        ):
-            attributes.add(node.target.attr)
-
-    def is_policy(expr: ast.expr) -> bool:
-        return (isinstance(expr, ast.Attribute) and expr.attr in attributes) or (
-            isinstance(expr, ast.Name) and expr.id in aliases
-        )
-
-    aliases: set[str] = set()
-    for node in ast.walk(tree):
-        value = getattr(node, "value", None)
-        if isinstance(value, ast.expr) and is_policy(value):
-            for target in _targets(node):
-                if isinstance(target, ast.Name):
-                    aliases.add(target.id)
-
-    uses: dict[str, int] = {}
-
-    def use(name: str, line: int) -> None:
-        if name not in uses or line < uses[name]:
-            uses[name] = line
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and is_policy(node.value):
-            use(node.attr, node.lineno)
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ("getattr", "hasattr")
-            and len(node.args) >= 2
-            and is_policy(node.args[0])
-            and isinstance(node.args[1], ast.Constant)
-            and isinstance(node.args[1].value, str)
-        ):
-            use(node.args[1].value, node.lineno)
-    return uses
+def mentions(code: CodeType) -> dict[str, CodeType]:
+    """Every name a module's code uses (attributes, globals) and every
+    identifier in its strings, each with the first code object using it."""
+    names: dict[str, CodeType] = {}
+    for obj in _code_objects(code):
+        for name in obj.co_names:
+            names.setdefault(name, obj)
+        for const in obj.co_consts:
+            if isinstance(const, str):
+                for word in _WORD.findall(const):
+                    names.setdefault(word, obj)
+    return names
 
 
-def analyse_source(source: str | bytes) -> dict[str, object]:
-    """Everything the guard needs from one file (JSON-able, for the cache)."""
-    tree = ast.parse(source)
-    defines = policy_defines(tree)
-    uses = policy_uses(tree)
-    return {
-        "fingerprint": fingerprint(tree),  # last: it drops the docstrings
-        "defines": None if defines is None else sorted(defines),
-        "uses": uses,
+def _line(code: CodeType, name: str) -> int:
+    # The first line of code that uses name (a refusal's message only).
+    for ins in dis.get_instructions(code):
+        if isinstance(ins.argval, str) and name in _WORD.findall(ins.argval):
+            if ins.positions and ins.positions.lineno:
+                return ins.positions.lineno
+    return code.co_firstlineno
+
+
+def beyond_base(arc: ast.Module, base: ast.Module, policy_names: Iterable[str] = ()
+                ) -> frozenset[str]:
+    """The names a caller may not use: DYNAMIC, and what vLLM arc's
+    ARCCachePolicy (or one with policy_names) has beyond base.py's
+    CachePolicy, dunders aside."""
+    ours = (class_attributes(arc, "ARCCachePolicy") or frozenset()) | set(policy_names)
+    base_names = (class_attributes(base, "CachePolicy") or frozenset()) | set(dir(object))
+    return DYNAMIC | {
+        n for n in ours - base_names if not (n.startswith("__") and n.endswith("__"))
     }
 
 
-# --- the installed files ------------------------------------------------------
+def caller_uses(code: CodeType, beyond: frozenset[str]) -> list[tuple[str, int]]:
+    """(name, line) of each name in beyond that a caller's code uses."""
+    return sorted(((n, _line(obj, n)) for n, obj in mentions(code).items() if n in beyond),
+                  key=lambda use: (use[1], use[0]))
 
 
-def module_file(name: str) -> str | None:
-    """The source file of module ``name`` as Python imports it: the
-    imported module's own if it is imported, else what an import would load
-    (None if there is no such module)."""
+def module_spec(module: str) -> ModuleSpec | None:
+    # The imported module's spec if it is imported, else what an import
+    # would load (None if there is no such module).
     try:
-        spec = importlib.util.find_spec(name)
+        spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         return None
-    if spec is None or not spec.origin or not spec.has_location:
+    if spec is None or not spec.has_location or not spec.origin:
         return None
-    return spec.origin
+    if not hasattr(spec.loader, "get_code"):
+        raise ImportError(f"{spec.origin} is not loaded from Python code")
+    return spec
 
 
-def cache_dir() -> str:
-    """``$XDG_CACHE_HOME/arc_cy`` (an absolute XDG_CACHE_HOME only, as the
-    XDG spec says), else ``~/.cache/arc_cy``."""
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(base):
-        base = os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "arc_cy")
-
-
-def _stat_key(path: str) -> list[object]:
-    st = os.stat(path)
-    return [path, st.st_size, st.st_mtime_ns]
-
-
-def _well_formed(entry: object) -> bool:
-    """Whether a cached analysis has analyse_source's shape (a damaged
-    cache file is analysed again, never trusted)."""
-    if not isinstance(entry, dict) or set(entry) != {"fingerprint", "defines", "uses"}:
-        return False
-    defines, uses = entry["defines"], entry["uses"]
-    return (
-        isinstance(entry["fingerprint"], str)
-        and (defines is None or (isinstance(defines, list)
-                                 and all(isinstance(d, str) for d in defines)))
-        and isinstance(uses, dict)
-        and all(isinstance(k, str) and type(v) is int for k, v in uses.items())
-    )
-
-
-class _Cache:
-    """Analyses of files, keyed by (path, size, mtime_ns), in one JSON file
-    per set of files and per this module's version."""
-
-    def __init__(self, paths: Iterable[str]) -> None:
-        key = [_FORMAT, list(sys.version_info[:2]), _stat_key(__file__)]
-        key += [_stat_key(p) for p in sorted(paths)]
-        digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]
-        self.path = os.path.join(cache_dir(), "vllm-code", digest + ".json")
-        self.key = key
-        self.entries: dict[str, dict[str, object]] = {}
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
-            if data["key"] == key and isinstance(data["entries"], dict):
-                self.entries = {
-                    path: entry
-                    for path, entry in data["entries"].items()
-                    if _well_formed(entry)
-                }
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        self.dirty = False
-
-    def get(self, path: str) -> dict[str, object]:
-        entry = self.entries.get(path)
-        if entry is None:
-            with open(path, "rb") as f:
-                entry = analyse_source(f.read())
-            self.entries[path] = entry
-            self.dirty = True
-        return entry
-
-    def save(self) -> None:
-        if not self.dirty:
-            return
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(self.path), suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump({"key": self.key, "entries": self.entries}, f)
-                os.replace(tmp, self.path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
-        except OSError:
-            pass  # a cache that cannot be written only costs the next check
-
-
-class _NoCache:
-    def get(self, path: str) -> dict[str, object]:
-        with open(path, "rb") as f:
-            return analyse_source(f.read())
-
-    def save(self) -> None:
-        pass
-
-
-# --- the verdict --------------------------------------------------------------
+def load_source(spec: ModuleSpec) -> tuple[ast.Module, str | None]:
+    """(the AST of a module's source, the bytecode file its loader runs
+    instead of that source's code, or None). Raises OSError, SyntaxError,
+    ValueError or ImportError when it cannot be read."""
+    with open(str(spec.origin), "rb") as f:
+        source = f.read()
+    runs = spec.loader.get_code(spec.name)  # type: ignore[union-attr]
+    compiled = compile(source, str(spec.origin), "exec", dont_inherit=True)
+    return ast.parse(source), None if runs == compiled else (spec.cached or "its bytecode")
 
 
 @dataclass(frozen=True)
@@ -363,124 +207,94 @@ class CodeCheck:
     nearest: str | None = None
     """The verified release nearest the installed code, when none matches."""
     unknown_uses: tuple[tuple[str, str, int], ...] = ()
-    """(attribute, caller path, line) of each policy attribute a caller uses
-    that base.py's CachePolicy does not define."""
-    unreadable: tuple[str, ...] = field(default=())
-    """Modules whose source file could not be found or read."""
+    """(name, caller path, line) of each name in DYNAMIC, or an ARC policy
+    has beyond base.py's CachePolicy, that a caller's code uses."""
+    unreadable: tuple[str, ...] = ()
+    """Modules whose source could not be found or read."""
+    stale: tuple[tuple[str, str], ...] = ()
+    """(source, bytecode) of each file whose loaded code is not its source's."""
 
     @property
     def ok(self) -> bool:
-        return bool(self.matches) and not self.unknown_uses and not self.unreadable
+        return bool(self.matches) and not (self.unknown_uses or self.unreadable or self.stale)
 
 
 def _release_key(version: str) -> tuple[int, ...]:
-    # The release numbers of a version ("0.33.0rc1+local" -> (0, 33, 0));
-    # orders the table and finds the nearest release, nothing more.
+    # The release numbers of a version ("0.33.0rc1+local" -> (0, 33, 0)).
     parts = []
     for part in version.split("+")[0].split("."):
-        leading = len(part) - len(part.lstrip("0123456789"))
-        if leading:
-            parts.append(int(part[:leading]))
-        if leading < len(part) or not leading:
+        digits = len(part) - len(part.lstrip("0123456789"))
+        if digits:
+            parts.append(int(part[:digits]))
+        if digits < len(part) or not digits:
             break
     return tuple(parts)
 
 
-def _nearest(
-    fingerprints: Mapping[str, str],
-    verified: Mapping[str, Mapping[str, str]],
-    version: str,
-) -> str:
+def _nearest(found: Mapping[str, str], verified: Mapping[str, Mapping[str, str]],
+             version: str) -> str:
     # The verified release sharing the most fingerprinted files with the
     # installed code; among those, the newest not newer than the installed
     # version, else the oldest.
     def shared(release: str) -> int:
-        return sum(verified[release].get(f) == fp for f, fp in fingerprints.items())
+        return sum(verified[release].get(f) == fp for f, fp in found.items())
 
-    best = max(shared(r) for r in verified)
+    best = max(map(shared, verified))
     candidates = sorted((r for r in verified if shared(r) == best), key=_release_key)
-    installed = _release_key(version)
-    older = [r for r in candidates if _release_key(r) <= installed]
+    older = [r for r in candidates if _release_key(r) <= _release_key(version)]
     return older[-1] if older else candidates[0]
 
 
 def check_vllm_code(
     version: str,
     verified: Mapping[str, Mapping[str, str]] | None = None,
-    *,
-    cache: bool = True,
-    find: Callable[[str], str | None] = module_file,
+    policy_names: Iterable[str] = (),
 ) -> CodeCheck:
-    """Check the installed vLLM's policy code (see the module docstring).
+    """Check the vLLM code this Python runs (see the module docstring).
 
     ``version`` is only reported; ``verified`` defaults to
-    ``arc_cy._compat.VERIFIED_VLLM``; ``find`` maps a module name to its
-    source file; ``cache=False`` analyses every file afresh.
+    ``arc_cy._compat.VERIFIED_VLLM``; ``policy_names`` are arc_cy's policy's
+    attributes (vLLM arc's come from arc.py).
     """
     if verified is None:
         from ._compat import VERIFIED_VLLM as verified
-    files = {name: find(module) for name, module in FINGERPRINTED.items()}
-    callers = [p for p in (find(m) for m in CALLER_MODULES) if p is not None]
-    unreadable = [FINGERPRINTED[n] for n, p in files.items() if p is None]
-    present = [p for p in files.values() if p is not None] + callers
-    store: _Cache | _NoCache = _NoCache()
-    if cache:
+    trees: dict[str, ast.Module] = {}
+    callers: list[tuple[str, CodeType]] = []
+    unreadable, stale = [], []
+    for module in (*FINGERPRINTED.values(), *CALLER_MODULES):
         try:
-            store = _Cache(present)
-        except OSError:
-            pass
-    entries: dict[str, dict[str, object]] = {}
-    for path in present:
-        try:
-            entries[path] = store.get(path)
-        except (OSError, SyntaxError, ValueError, RecursionError):
-            unreadable.append(path)
-    store.save()
+            spec = module_spec(module)
+            if spec is None:
+                if module in FINGERPRINTED.values():
+                    unreadable.append(module)
+            elif module in CALLER_MODULES:
+                callers.append((str(spec.origin), spec.loader.get_code(module)))  # type: ignore[union-attr]
+            else:
+                trees[module], pyc = load_source(spec)
+                if pyc:
+                    stale.append((str(spec.origin), pyc))
+        except (OSError, SyntaxError, ValueError, ImportError, EOFError, RecursionError):
+            unreadable.append(module)
     if unreadable:
         return CodeCheck(version, (), unreadable=tuple(unreadable))
-
-    fingerprints = {n: str(entries[p]["fingerprint"]) for n, p in files.items() if p}
-    matches = tuple(
-        sorted(
-            (
-                r
-                for r, fps in verified.items()
-                if all(fps.get(n) == fp for n, fp in fingerprints.items())
-            ),
-            key=_release_key,
-        )
+    paths = {n: str(module_spec(m).origin) for n, m in FINGERPRINTED.items()}  # type: ignore[union-attr]
+    found = {n: fingerprint(trees[m]) for n, m in FINGERPRINTED.items()}
+    matches = tuple(sorted(
+        (r for r, fps in verified.items() if all(fps.get(n) == fp for n, fp in found.items())),
+        key=_release_key,
+    ))
+    nearest = None if matches else _nearest(found, verified, version)
+    differing = tuple(
+        (n, paths[n]) for n in FINGERPRINTED if nearest and verified[nearest].get(n) != found[n]
     )
-    differing: tuple[tuple[str, str], ...] = ()
-    nearest = None
-    if not matches:
-        nearest = _nearest(fingerprints, verified, version)
-        differing = tuple(
-            (n, str(files[n]))
-            for n, fp in fingerprints.items()
-            if verified[nearest].get(n) != fp
-        )
-
-    base_path = files["base.py"]
-    assert base_path is not None
-    defines = entries[base_path]["defines"]
-    defined = set(defines) if isinstance(defines, list) else set()
-    unknown: list[tuple[str, str, int]] = []
-    for path in callers:
-        uses = entries[path]["uses"]
-        assert isinstance(uses, dict)
-        for name, line in sorted(uses.items(), key=lambda item: item[1]):
-            if name not in defined:
-                unknown.append((name, path, int(line)))
+    beyond = beyond_base(trees[ARC_MODULE], trees[BASE_MODULE], policy_names)
+    unknown = [(name, path, line) for path, code in callers
+               for name, line in caller_uses(code, beyond)]
     return CodeCheck(
-        version,
-        matches,
-        differing=differing,
-        nearest=nearest,
-        unknown_uses=tuple(unknown),
+        version, matches, differing, nearest,
+        tuple(sorted(unknown, key=lambda u: (u[1], u[2], u[0]))),
+        stale=tuple(stale),
     )
-
-
-# --- what the operator reads --------------------------------------------------
 
 
 def _releases(releases: Iterable[str]) -> str:
@@ -489,27 +303,29 @@ def _releases(releases: Iterable[str]) -> str:
 
 
 def matched_message(result: CodeCheck) -> str:
-    """How the installed code matches, e.g. "its ARC and policy interface
-    are those of verified vLLM 0.33.0"."""
+    """E.g. "its ARC and policy interface are those of verified vLLM 0.33.0"."""
     return f"its ARC and policy interface are those of verified {_releases(result.matches)}"
 
 
 def _reasons(result: CodeCheck) -> str:
     reasons = []
     if result.unreadable:
-        reasons.append(
-            "arc_cy cannot read the source of " + ", ".join(result.unreadable)
-        )
-    for name, path in result.differing:
-        reasons.append(
-            f"its {name} ({path}) differs from that of vLLM {result.nearest}, "
-            "the nearest verified release"
-        )
-    for attr, path, line in result.unknown_uses:
-        reasons.append(
-            f"{path}:{line} uses the policy's {attr!r}, which base.py's "
-            "CachePolicy does not define"
-        )
+        reasons.append("arc_cy cannot read the source of " + ", ".join(result.unreadable))
+    reasons += [
+        f"its {name} ({path}) differs from that of vLLM {result.nearest}, "
+        "the nearest verified release"
+        for name, path in result.differing
+    ]
+    reasons += [
+        f"the code Python runs for {path} ({pyc}) is not compiled from that source"
+        for path, pyc in result.stale
+    ]
+    reasons += [
+        f"{path}:{line} uses {name!r}, "
+        + ("which reaches attributes by a computed name" if name in DYNAMIC
+           else "which an ARC policy has beyond base.py's CachePolicy")
+        for name, path, line in result.unknown_uses
+    ]
     return "; ".join(reasons)
 
 

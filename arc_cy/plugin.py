@@ -6,11 +6,10 @@ Declared as a ``vllm.general_plugins`` entry point, so vLLM runs
 
 from __future__ import annotations
 
-import logging
+from arc_cy._compat import logger
 
 POLICY_NAME: str = "arc_cy"
-
-logger: logging.Logger = logging.getLogger("vllm.plugins.arc_cy")
+__all__ = ["POLICY_NAME", "logger", "register"]
 
 
 def register() -> None:
@@ -19,27 +18,20 @@ def register() -> None:
     Only when the installed vLLM's policy code is that of a release arc_cy
     has verified (``arc_cy._fingerprint``; its version string does not
     count): else it logs an error and registers nothing, unless
-    ``ARC_CY_IGNORE_VLLM_VERSION=1``.
+    ``ARC_CY_ALLOW_UNVERIFIED_VLLM=1``. The check is the one both
+    constructors run (``arc_cy._compat.vllm_guard``), once per process.
     """
-    import vllm
     from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 
     import arc_cy
-    from arc_cy._compat import OVERRIDE_ENV, override_set
-    from arc_cy._fingerprint import (
-        check_vllm_code,
-        matched_message,
-        overridden_message,
-        refused_message,
-    )
+    from arc_cy._compat import OVERRIDE_ENV, vllm_guard
+    from arc_cy._fingerprint import matched_message, refused_message
 
-    code = check_vllm_code(str(getattr(vllm, "__version__", "unknown")))
-    if not code.ok:
-        if not override_set():
-            logger.error("%s The 'arc_cy' cache policy is NOT registered.",
-                         refused_message(code, OVERRIDE_ENV))
-            return
-        logger.warning("%s", overridden_message(code, OVERRIDE_ENV))
+    code = vllm_guard.result()
+    if not vllm_guard.allowed():
+        logger.error("%s The 'arc_cy' cache policy is NOT registered.",
+                     refused_message(code, OVERRIDE_ENV))
+        return
     try:
         CachePolicyFactory.register_cache_policy(
             POLICY_NAME, "arc_cy", "ARCCachePolicy"

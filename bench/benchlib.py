@@ -177,6 +177,41 @@ class timed_phase:
         gc.enable()
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def portable(path: str) -> str:
+    """A path as a report records it, naming no machine: relative to the
+    checkout, else ``<env>/...`` (this Python's environment) or
+    ``<python>/...`` (its installation), else ``<elsewhere>/NAME``."""
+    if not os.path.isabs(path):
+        return path
+    path = os.path.normpath(path)
+    for base, name in ((ROOT, ""), (sys.prefix, "<env>"), (sys.base_prefix, "<python>")):
+        if path == base or path.startswith(base.rstrip(os.sep) + os.sep):
+            rel = os.path.relpath(path, base)
+            return os.path.join(name, rel) if name else rel
+    return os.path.join("<elsewhere>", os.path.basename(path))
+
+
+def portable_argv(argv: list[str]) -> list[str]:
+    """A command line with each absolute path made portable()."""
+    return [portable(a) if os.path.isabs(a) else a for a in argv]
+
+
+def git_commit() -> str | None:
+    """The checkout's commit, with "+dirty" when tracked files changed."""
+    try:
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=True).stdout.strip()
+    except Exception:
+        return None
+    return commit + ("+dirty" if dirty else "")
+
+
 def machine_info() -> dict[str, Any]:
     info: dict[str, Any] = {
         "python": sys.version.split()[0],
@@ -207,7 +242,7 @@ def machine_info() -> dict[str, Any]:
 
         info["arc_cy"] = getattr(arc_cy, "__version__", None)
         info["arc_cy_IMPLEMENTATION"] = arc_cy.IMPLEMENTATION
-        info["arc_cy_file"] = arc_cy.__file__
+        info["arc_cy_file"] = portable(arc_cy.__file__)
     except Exception as exc:
         info["arc_cy_error"] = repr(exc)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -246,7 +281,7 @@ def cli(module: Any, argv: list[str] | None = None) -> dict[str, Any]:
     result = module.run(args)
     if result is None:  # a helper mode (memory.py's --child) printed its own
         return {}
-    out = {"benchmark": module.NAME, "full": args.full, "argv": sys.argv,
+    out = {"benchmark": module.NAME, "full": args.full, "argv": portable_argv(sys.argv),
            "wall_s": round(time.perf_counter() - t0, 1), **result}
     write_json(args.json, out)
     progress(module.NAME, f"done in {out['wall_s']}s")

@@ -579,7 +579,7 @@ def run(args: Any) -> dict[str, Any]:
         args.steps = steps_arg or (3600 if size >= 1_000_000 else 400)
         results += run_size(size, args, cfg, model_dir)
     args.steps = steps_arg
-    command = " ".join(["python -P bench/multi_turn.py", *sys.argv[1:]])
+    command = " ".join(["python -P bench/multi_turn.py", *bl.portable_argv(sys.argv[1:])])
     return {"results": results, "command": command,
             "workload_file": os.path.relpath(DATA, ROOT), "workload_config": cfg,
             "harness": {"gpu_blocks": args.gpu_blocks, "max_num_seqs": args.max_num_seqs,

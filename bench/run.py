@@ -137,10 +137,11 @@ def main(argv: list[str] | None = None) -> None:
     out_dir = os.path.abspath(args.out)
     tmp = os.path.join(out_dir, "tmp")
     os.makedirs(tmp, exist_ok=True)
-    command = os.environ.get("ARC_CY_BENCH_COMMAND") or shlex.join(
+    command = os.environ.get("ARC_CY_BENCH_COMMAND") or shlex.join(bl.portable_argv(
         [sys.executable, "-P", os.path.relpath(os.path.abspath(__file__), ROOT)]
-        + (argv if argv is not None else sys.argv[1:]))
-    data: dict[str, Any] = {"command": command, "argv": sys.argv, "full": args.full,
+        + (argv if argv is not None else sys.argv[1:])))
+    data: dict[str, Any] = {"command": command, "argv": bl.portable_argv(sys.argv),
+                            "full": args.full,
                             "machine": bl.machine_info()}
     modules = {name: importlib.import_module(name) for name in SUITE}
     ran = [name for name in SUITE if name in only]

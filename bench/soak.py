@@ -67,6 +67,7 @@ from typing import Any
 import psutil
 
 import arc_cy
+import benchlib as bl
 import traffic
 from arc_cy._arc_c import ARCCachePolicy
 from traffic import Lockstep, PolicyTraffic
@@ -91,7 +92,7 @@ def rss() -> int:
 def _stat_dict(stat: tracemalloc.StatisticDiff) -> dict:
     frame = stat.traceback[0]
     return {
-        "where": f"{os.path.relpath(frame.filename)}:{frame.lineno}",
+        "where": f"{bl.portable(frame.filename)}:{frame.lineno}",
         "size_diff": stat.size_diff,
         "count_diff": stat.count_diff,
         "size": stat.size,
@@ -211,6 +212,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "python": platform.python_version(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
+        "cpu_model": bl.machine_info().get("cpu_model"),
+        "git_commit": bl.git_commit(),
         "capacity": args.capacity,
         "seed": args.seed,
         "rss_run": run_phase(args, traced=False),
@@ -246,6 +249,9 @@ def markdown(res: dict[str, Any]) -> str:
         "",
         f"Command: `{res['command']}` (Python {res['python']}, "
         f"{res['machine']}, {res['cpus']} CPUs)",
+        "",
+        f"Commit: {res.get('git_commit') or 'not recorded'}; machine: "
+        f"{res.get('cpu_model') or 'not recorded'}",
         "",
         "RSS run (no tracemalloc):",
         "",

@@ -6,11 +6,11 @@ they fail)."""
 from __future__ import annotations
 
 import gc
-import os
 
 import pytest
 
 import needs
+from arc_cy._env import env_flag
 from helpers import GC_STRESS_MODULES
 from impls import IMPLEMENTATIONS, load_policy_class
 
@@ -88,7 +88,7 @@ def policy_cls(impl: str) -> type:
 # every object gc.get_objects() returns. A list with NULL items, or a core
 # whose tp_traverse sees a half-made entry, crashes the run.
 
-GC_STRESS = os.environ.get("ARC_CY_GC_STRESS", "") not in ("", "0")
+GC_STRESS = env_flag("ARC_CY_GC_STRESS")
 GC_STRESS_RUNS = {"collections": 0, "objects": 0, "policies": 0}
 
 

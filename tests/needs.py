@@ -16,6 +16,7 @@ import importlib.util
 import os
 
 from arc_cy import _common
+from arc_cy._env import env_flag
 
 REQUIRE_ALL_ENV = "ARC_CY_TESTS_REQUIRE_ALL"
 
@@ -26,7 +27,7 @@ NAMES = {"vllm": "vLLM", "mypy": "mypy", "pyright": "pyright"}
 def require_all(environ: os._Environ[str] | dict[str, str] = os.environ) -> bool:
     """Whether a missing need is an error (ARC_CY_TESTS_REQUIRE_ALL set,
     not empty or 0)."""
-    return environ.get(REQUIRE_ALL_ENV, "") not in ("", "0")
+    return env_flag(REQUIRE_ALL_ENV, environ)
 
 
 def available(need: str) -> bool:

@@ -53,6 +53,7 @@ from vllm.v1.kv_offload.base import make_offload_key
 
 from arc_cy._arc_c import ARCCachePolicy as CPolicy
 from arc_cy._arc_py import ARCCachePolicy as PyPolicy
+from arc_cy._env import env_flag
 from helpers import ChunkStatus, ReqContext, VllmARC, assert_same_state, snapshot
 from traffic import Lockstep, PolicyTraffic
 
@@ -415,7 +416,7 @@ def test_StateMachine():
     STEPS.update(dict.fromkeys(STEPS, 0))
     COVERAGE.update(dict.fromkeys(COVERAGE, 0))
     run_state_machine_as_test(ARCMachine, settings=settings.get_profile(PROFILE))
-    if PROFILE != "arc_cy-fuzz-ci" or os.environ.get("ARC_CY_FUZZ_REPORT"):
+    if PROFILE != "arc_cy-fuzz-ci" or env_flag("ARC_CY_FUZZ_REPORT"):
         print(
             f"\n[{PROFILE}] {STEPS['examples']} examples, "
             f"{STEPS['steps']} checked steps, {STEPS['evict_calls']} evict calls "

@@ -27,6 +27,7 @@ def start_main(
     extra_env: dict[str, str] | None = None,
     pythonpath: str = "",
     safe_path: bool = True,
+    args: list[str] | None = None,
 ) -> subprocess.Popen[str]:
     env = {
         k: v
@@ -39,7 +40,7 @@ def start_main(
     # -P and a neutral cwd: the installed arc_cy, never the source tree
     # (safe_path=False: as an operator types it, the cwd first on sys.path).
     return subprocess.Popen(
-        [sys.executable, *(["-P"] if safe_path else []), "-m", "arc_cy"],
+        [sys.executable, *(["-P"] if safe_path else []), "-m", "arc_cy", *(args or [])],
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
@@ -64,7 +65,7 @@ RUNS = {
     "vllm_patched_overridden": {
         "FAKE_VLLM_VERSION": "0.33.0+local",
         "FAKE_VLLM_OVERLAY": "1",
-        "ARC_CY_IGNORE_VLLM_VERSION": "1",
+        "ARC_CY_ALLOW_UNVERIFIED_VLLM": "1",
     },
 }
 
@@ -82,10 +83,10 @@ ARC_DECISION = (
 
 
 def _fake_vllm_dir(root: Path) -> Path:
-    from arc_cy._fingerprint import ARC_MODULE, module_file
+    from arc_cy._fingerprint import ARC_MODULE, module_spec
 
     shutil.copy(SITECUSTOMIZE, root / "sitecustomize.py")
-    source = Path(str(module_file(ARC_MODULE))).read_text()
+    source = Path(str(module_spec(ARC_MODULE).origin)).read_text()  # type: ignore[union-attr]
     assert source.count(ARC_DECISION[0]) == 1
     arc = root.joinpath(*ARC_FILE)
     arc.parent.mkdir(parents=True)
@@ -101,7 +102,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, 
     procs = {
         name: start_main(
             cwd,
-            {**env, "XDG_CACHE_HOME": str(cwd / "cache")},
+            env,
             pythonpath=str(fake) if "FAKE_VLLM_VERSION" in env else "",
         )
         for name, env in RUNS.items()
@@ -214,7 +215,7 @@ def test_refuses_a_patched_vllm(runs: dict[str, tuple[int, str, str]]) -> None:
         "the nearest verified release."
     )
     assert "`.ci/vllm_compat.sh VERSION`" in f["error"]
-    assert "ARC_CY_IGNORE_VLLM_VERSION=1" in f["error"]
+    assert "ARC_CY_ALLOW_UNVERIFIED_VLLM=1" in f["error"]
     assert f["self-check"].startswith("not run")
     # import arc_cy itself still works: the report got this far.
     assert f["implementation"] == "cython (arc_cy._arc_c)"
@@ -226,11 +227,11 @@ def test_patched_vllm_override(runs: dict[str, tuple[int, str, str]]) -> None:
     assert returncode == 0, stdout + stderr
     f = fields(stdout)
     assert f["vLLM"] == (
-        "0.33.0+local NOT VERIFIED, used anyway because ARC_CY_IGNORE_VLLM_VERSION is set"
+        "0.33.0+local NOT VERIFIED, used anyway because ARC_CY_ALLOW_UNVERIFIED_VLLM is set"
     )
     assert f["warning"].startswith(
         "arc_cy: using arc_cy on vLLM 0.33.0+local's unverified policy code "
-        f"because ARC_CY_IGNORE_VLLM_VERSION is set (its arc.py ({runs['overlay'][1]})"
+        f"because ARC_CY_ALLOW_UNVERIFIED_VLLM is set (its arc.py ({runs['overlay'][1]})"
     )
     assert f["plugin"] == '"arc_cy" registered -> arc_cy._arc_c.ARCCachePolicy'
     assert f["plugin log"].endswith("on vLLM 0.33.0+local: UNVERIFIED code")
@@ -246,7 +247,7 @@ def test_from_a_source_tree(tmp_path: Path) -> None:
                     ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
     for name in ("setup.py", "pyproject.toml"):
         shutil.copy(REPO / name, tree / name)
-    proc = start_main(tree, {"XDG_CACHE_HOME": str(tmp_path / "cache")}, safe_path=False)
+    proc = start_main(tree, {}, safe_path=False)
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 1, stdout + stderr
     f = fields(stdout)
@@ -300,3 +301,61 @@ def test_broken_vllm(tmp_path: Path) -> None:
         "installed but failed to import: ImportError: libcudart.so.13: cannot open"
     )
     assert f["self-check"].startswith("not run")
+
+
+def test_an_old_vllm_is_outside_the_supported_range(tmp_path: Path) -> None:
+    # A vLLM from before vllm.v1: say it is outside the range, name the range.
+    path = _fake_vllm(tmp_path, "__version__ = '0.8.5'\n")
+    proc = start_main(tmp_path, {}, pythonpath=path)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1, stdout + stderr
+    assert fields(stdout)["vLLM"] == (
+        "0.8.5 is outside the range arc_cy supports (>=0.30.0,<0.34: vLLM 0.30.0 "
+        "to 0.33.0); it has no vllm.v1. Install a vLLM in that range "
+        "(pip install 'arc_cy[vllm]')"
+    )
+
+
+# A vllm whose import stops the process: what runs without importing vLLM
+# (and so at once) never sees it.
+NO_VLLM_IMPORT = "raise SystemExit('vllm was imported')\n"
+
+
+def test_help_answers_at_once(tmp_path: Path) -> None:
+    proc = start_main(tmp_path, {}, pythonpath=_fake_vllm(tmp_path, NO_VLLM_IMPORT),
+                      args=["--help"])
+    stdout, stderr = proc.communicate(timeout=60)
+    assert (proc.returncode, stderr) == (0, ""), stdout + stderr
+    assert stdout.startswith("usage: python -m arc_cy [-h] [--version]\n")
+    assert "--version" in stdout and "store/evict cycle" in stdout
+
+
+def test_version_answers_at_once(tmp_path: Path) -> None:
+    proc = start_main(tmp_path, {}, pythonpath=_fake_vllm(tmp_path, NO_VLLM_IMPORT),
+                      args=["--version"])
+    stdout, stderr = proc.communicate(timeout=60)
+    assert (proc.returncode, stdout, stderr) == (0, f"arc_cy {arc_cy.__version__}\n", "")
+
+
+def test_an_unknown_flag_is_an_error(tmp_path: Path) -> None:
+    proc = start_main(tmp_path, {}, pythonpath=_fake_vllm(tmp_path, NO_VLLM_IMPORT),
+                      args=["--verbose"])
+    stdout, stderr = proc.communicate(timeout=60)
+    assert (proc.returncode, stdout) == (2, "")
+    assert stderr == (
+        "usage: python -m arc_cy [-h] [--version]\n"
+        "python -m arc_cy: error: unrecognized arguments: --verbose\n"
+    )
+
+
+def test_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
+    # As `python -m arc_cy | head -1` when head has gone: the reader's end
+    # is closed before the report is written.
+    path = _fake_vllm(
+        tmp_path, "raise ModuleNotFoundError(\"No module named 'vllm'\", name='vllm')\n"
+    )
+    proc = start_main(tmp_path, {}, pythonpath=path)
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, stderr = proc.communicate(timeout=300)
+    assert (proc.returncode, stderr) == (141, "")

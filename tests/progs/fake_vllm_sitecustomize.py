@@ -10,6 +10,8 @@ import importlib.util
 import os
 import sys
 
+from arc_cy._env import env_flag
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 class Overlay(importlib.abc.MetaPathFinder):
@@ -19,7 +21,7 @@ class Overlay(importlib.abc.MetaPathFinder):
             return importlib.util.spec_from_file_location(name, file)
         return None
 
-if os.environ.get("FAKE_VLLM_OVERLAY"):
+if env_flag("FAKE_VLLM_OVERLAY"):
     sys.meta_path.insert(0, Overlay())
 if os.environ.get("FAKE_VLLM_VERSION"):
     import vllm

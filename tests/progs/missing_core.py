@@ -1,4 +1,4 @@
-"""`import arc_cy` with the compiled core blocked (its import raises
+"""`import arc_cy` and its first use with the compiled core blocked (its import raises
 ImportError): prints the implementation chosen, then the RuntimeWarnings'
 messages (a list)."""
 
@@ -16,5 +16,7 @@ sys.meta_path.insert(0, Block())
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import arc_cy
-print(arc_cy.IMPLEMENTATION)
+
+    implementation = arc_cy.IMPLEMENTATION  # the first use selects it
+print(implementation)
 print([str(w.message) for w in caught if w.category is RuntimeWarning])

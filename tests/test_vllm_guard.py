@@ -1,5 +1,5 @@
-"""The vLLM code guard: arc_cy registers on the vLLM code it verified, not
-on a version string.
+"""The vLLM code guard: arc_cy runs on the vLLM code it verified, not on a
+version string, whichever route builds its policy.
 
 The fake vLLMs here are the installed vLLM (0.33.0) with some of its policy
 modules replaced by files in a temporary tree: those modules, as
@@ -10,11 +10,12 @@ the same through an overlay on PYTHONPATH, in subprocesses).
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
+import os
 import subprocess
 import sys
 from importlib import metadata
+from importlib._bootstrap_external import _code_to_timestamp_pyc  # type: ignore[attr-defined]
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,13 @@ from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 
 import arc_cy
 from arc_cy import _fingerprint, plugin
-from arc_cy._compat import OVERRIDE_ENV, SUPPORTED_VLLM, VERIFIED_VLLM
+from arc_cy._compat import (
+    DEPRECATED_OVERRIDE_ENV,
+    OVERRIDE_ENV,
+    SUPPORTED_VLLM,
+    VERIFIED_VLLM,
+    vllm_guard,
+)
 from arc_cy._fingerprint import (
     ARC_MODULE,
     BASE_MODULE,
@@ -38,7 +45,7 @@ from helpers import REPO
 CPU_MANAGER, TIERING_MANAGER = CALLER_MODULES
 MODULES = (ARC_MODULE, BASE_MODULE, *CALLER_MODULES)
 # The installed (real) files, found before any test replaces a module.
-REAL = {m: Path(str(_fingerprint.module_file(m))) for m in MODULES}
+REAL = {m: Path(str(_fingerprint.module_spec(m).origin)) for m in MODULES}  # type: ignore[union-attr]
 INSTALLED_VLLM = metadata.version("vllm")
 
 # One changed line of ARC decision code: T1 is chosen only when strictly
@@ -53,13 +60,15 @@ BASE_EVICT = (
     "self, n: int, protected: set[OffloadKey], "
     "deprioritized: frozenset[OffloadKey] = frozenset()\n",
 )
+# A caller that reads the ARC policy's own state (what vLLM's arc.py has
+# beyond base.py's CachePolicy).
 MANAGER_CALL = (
     "self._policy.touch(keys, req_context)",
-    "self._policy.pin_in_flight_chunks(keys); self._policy.touch(keys, req_context)",
+    "len(self._policy.t1); self._policy.touch(keys, req_context)",
 )
 PRIMARY_TIER_CALL = (
     "return self._prepare_load(keys, req_context, record_access=False)",
-    "self._policy.pin_in_flight_chunks(keys); "
+    "len(self._policy.t1); "
     "return self._prepare_load(keys, req_context, record_access=False)",
 )
 
@@ -70,15 +79,15 @@ def _edit(source: str, old: str, new: str) -> str:
 
 
 @pytest.fixture
-def registry(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> dict[str, object]:
-    """vLLM's policy registry, emptied of arc_cy for this test only; the
-    guard's cache in a temporary directory."""
+def registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    """vLLM's policy registry, emptied of arc_cy, and the guard, not yet
+    run, for this test only."""
     fresh = {k: v for k, v in CachePolicyFactory._registry.items() if k != "arc_cy"}
     monkeypatch.setattr(CachePolicyFactory, "_registry", fresh)
     monkeypatch.delenv(OVERRIDE_ENV, raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(DEPRECATED_OVERRIDE_ENV, raising=False)
+    for name, value in (("pending", True), ("_result", None), ("_warned", False)):
+        monkeypatch.setattr(vllm_guard, name, value)
     return fresh
 
 
@@ -92,19 +101,24 @@ class FakeVllm:
         self.files: dict[str, Path] = {}
 
     def install(
-        self, version: str, edits: dict[str, tuple[str, str]] | None = None
+        self,
+        version: str,
+        edits: dict[str, tuple[str, str]] | None = None,
+        appended: dict[str, str] | None = None,
     ) -> FakeVllm:
         self.monkeypatch.setattr(vllm, "__version__", version)
         for module in MODULES:
             source = REAL[module].read_text()
             if edits and module in edits:
                 source = _edit(source, *edits[module])
+            source += (appended or {}).get(module, "")
             path = self.root.joinpath(*module.split(".")).with_suffix(".py")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(source)
             spec = importlib.util.spec_from_file_location(module, path)
             assert spec is not None
-            # Not executed: the guard reads a module's file, never its objects.
+            # Not executed: the guard reads a module's file and the code its
+            # loader gives, never the module's objects.
             self.monkeypatch.setitem(
                 sys.modules, module, importlib.util.module_from_spec(spec)
             )
@@ -128,11 +142,12 @@ def registered() -> bool:
 
 
 def refusal(records: list[logging.LogRecord]) -> str:
+    """The plugin's refusal (it registered nothing), less its last sentence."""
     assert not registered()
     [record] = records
     assert record.levelno == logging.ERROR
-    message = record.getMessage()
-    assert message.endswith("The 'arc_cy' cache policy is NOT registered.")
+    message, sep, _ = record.getMessage().rpartition(" The 'arc_cy' cache policy")
+    assert sep and record.getMessage().endswith("cache policy is NOT registered.")
     assert "`.ci/vllm_compat.sh VERSION`" in message
     assert f"{OVERRIDE_ENV}=1" in message
     return message
@@ -234,12 +249,11 @@ def test_a_caller_that_uses_what_base_lacks_is_refused(
     line = next(
         i
         for i, text in enumerate(fake.files[caller].read_text().splitlines(), 1)
-        if "pin_in_flight_chunks" in text
+        if "self._policy.t1" in text
     )
     assert (
-        f"verified: {fake.files[caller]}:{line} uses the policy's "
-        "'pin_in_flight_chunks', which base.py's CachePolicy does not define."
-        in message
+        f"verified: {fake.files[caller]}:{line} uses 't1', which an ARC policy "
+        "has beyond base.py's CachePolicy." in message
     )
     assert "differs" not in message  # arc.py and base.py are 0.33.0's
 
@@ -257,11 +271,11 @@ def test_the_nearest_verified_release(fake: FakeVllm) -> None:
         ("0.32.5", "0.31.0", "base.py"),
         ("0.29.0", "0.31.0", "base.py"),
     ]:
-        result = check_vllm_code(version, table, cache=False)
+        result = check_vllm_code(version, table)
         assert not result.ok and result.matches == ()
         assert result.nearest == nearest, version
         assert [name for name, _ in result.differing] == [differing], version
-    assert check_vllm_code("0.33.0", cache=False).nearest == "0.33.0"
+    assert check_vllm_code("0.33.0").nearest == "0.33.0"
 
 
 def test_override_registers_with_a_warning(
@@ -283,15 +297,31 @@ def test_override_registers_with_a_warning(
     assert records[1].getMessage().endswith("on vLLM 0.33.0+local: UNVERIFIED code")
 
 
-def test_override_zero_is_off(
+@pytest.mark.parametrize("value", ["0", "false", "no", "off", ""])
+def test_override_false_is_off(
+    value: str,
     registry: dict[str, object],
     fake: FakeVllm,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     fake.install("0.33.0", {BASE_MODULE: BASE_EVICT})
-    monkeypatch.setenv(OVERRIDE_ENV, "0")
+    monkeypatch.setenv(OVERRIDE_ENV, value)
     refusal(register(caplog))
+
+
+def test_the_old_override_name_works_and_warns(
+    registry: dict[str, object],
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake.install("0.33.0+local", {ARC_MODULE: ARC_DECISION})
+    monkeypatch.setenv(DEPRECATED_OVERRIDE_ENV, "1")
+    with pytest.warns(FutureWarning, match=f"{DEPRECATED_OVERRIDE_ENV} is deprecated; "
+                      f"set {OVERRIDE_ENV} instead"):
+        register(caplog)
+    assert registered()
 
 
 # --- the fingerprints -----------------------------------------------------------
@@ -309,7 +339,7 @@ def test_fingerprint_is_of_the_code() -> None:
 def test_the_table_has_the_installed_release() -> None:
     # The fingerprints of the vLLM that the suite runs on, as installed,
     # are that release's entry: the table is the code, not a guess.
-    result = check_vllm_code(INSTALLED_VLLM, cache=False)
+    result = check_vllm_code(INSTALLED_VLLM)
     assert result.ok, result
     assert INSTALLED_VLLM in result.matches
 
@@ -344,7 +374,10 @@ def test_fingerprint_script_prints_the_installed_releases_entry(tmp_path: Path) 
         f'        "base.py": "{entry["base.py"]}",\n'
         "    },\n"
     ) in proc.stdout
-    assert "manager.py uses clear, evict, get, insert" in proc.stdout
+    assert (
+        "cpu/manager.py uses nothing that vLLM's ARC policy has beyond base.py's "
+        "CachePolicy, and no computed attribute name" in proc.stdout
+    )
 
 
 def test_fingerprint_script_fails_on_a_caller_that_uses_what_base_lacks(
@@ -360,67 +393,258 @@ def test_fingerprint_script_fails_on_a_caller_that_uses_what_base_lacks(
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "NOT defined by base.py's CachePolicy: pin_in_flight_chunks" in proc.stdout
+    assert "cpu/manager.py uses what base.py's CachePolicy does not define: 't1'" in proc.stdout
 
 
-# --- the cache ------------------------------------------------------------------
+# --- both routes: the constructors -------------------------------------------
 
 
-def test_cache_by_file_stat(
+def test_the_module_path_route_refuses_unverified_code(
     registry: dict[str, object],
     fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
+    policy_cls: type,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # "eviction_policy": "ARCCachePolicy", "cache_policy_module_path":
+    # "arc_cy" never runs the plugin: the constructor refuses, with the
+    # plugin's message and override.
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    fake.install("0.33.0+local", {ARC_MODULE: ARC_DECISION})
+    with pytest.raises(RuntimeError) as refused:
+        CPUOffloadingManager(
+            num_chunks=4, cache_policy="ARCCachePolicy", cache_policy_module_path="arc_cy"
+        )
+    with pytest.raises(RuntimeError) as direct:
+        policy_cls(4)
+    assert str(direct.value) == str(refused.value)
+    assert str(refused.value) == refusal(register(caplog))
+    assert f"its arc.py ({fake.files[ARC_MODULE]}) differs" in str(refused.value)
+
+
+def test_the_override_lets_the_constructor_build(
+    registry: dict[str, object],
+    fake: FakeVllm,
+    policy_cls: type,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake.install("0.33.0+local", {ARC_MODULE: ARC_DECISION})
+    monkeypatch.setenv(OVERRIDE_ENV, "1")
+    with caplog.at_level(logging.INFO, logger=plugin.logger.name):
+        policy_cls(4)
+        policy_cls(4)
+    [warning] = [r for r in caplog.records if r.name == plugin.logger.name]
+    assert warning.levelno == logging.WARNING
+    assert warning.getMessage().startswith("arc_cy: using arc_cy on vLLM 0.33.0+local")
+
+
+def test_the_check_runs_once_per_process(
+    registry: dict[str, object],
+    policy_cls: type,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls = []
+    real = _fingerprint.check_vllm_code
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(args)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_fingerprint, "check_vllm_code", counted)
+    register(caplog)
+    assert registered() and vllm_guard.pending
+    policy_cls(4)
+    assert not vllm_guard.pending
+    policy_cls(4)
+    register(caplog)
+    assert len(calls) == 1
+
+
+def test_without_vllm_nothing_is_checked() -> None:
+    # A Python where vllm does not import: arc_cy's stand-ins, and no check.
+    code = (
+        "import sys; sys.modules['vllm'] = None\n"
+        "import arc_cy, arc_cy._fingerprint as f, arc_cy._arc_py as py\n"
+        "from arc_cy._compat import vllm_guard\n"
+        "def boom(*a, **k): raise AssertionError('checked')\n"
+        "f.check_vllm_code = boom\n"
+        "arc_cy.ARCCachePolicy(2); py.ARCCachePolicy(2)\n"
+        "assert not arc_cy.HAVE_VLLM and not vllm_guard.pending\n"
+        "print('ok', vllm_guard.result())\n"
+    )
+    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok None\n"
+
+
+# --- no cache: each check reads the files -------------------------------------
+
+
+def test_a_same_size_edit_that_keeps_the_timestamp_is_refused(
+    registry: dict[str, object], fake: FakeVllm
+) -> None:
+    # As `cp -p`, `rsync -t` or a normalising image build leave it.
     fake.install("0.34.0")
     assert check_vllm_code("0.34.0").ok
-    [cached] = (tmp_path / "cache" / "arc_cy" / "vllm-code").iterdir()
-    entries = json.loads(cached.read_text())["entries"]
-    assert sorted(entries) == sorted(str(p) for p in fake.files.values())
-
-    # Unchanged files: nothing is parsed again.
-    def no_parsing(source: object) -> dict[str, object]:
-        raise AssertionError("parsed a file whose stat is cached")
-
-    with monkeypatch.context() as m:
-        m.setattr(_fingerprint, "analyse_source", no_parsing)
-        assert check_vllm_code("0.34.0").ok
-
-    # A changed file (its size and mtime change) is analysed again.
     arc = fake.files[ARC_MODULE]
-    arc.write_text(_edit(arc.read_text(), *ARC_DECISION))
+    before = arc.stat()
+    old, new = ARC_DECISION
+    arc.write_text(_edit(arc.read_text(), old, new + " "))
+    os.utime(arc, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert arc.stat().st_size == before.st_size
     result = check_vllm_code("0.34.0")
     assert not result.ok and [n for n, _ in result.differing] == ["arc.py"]
 
 
-def test_a_cache_that_cannot_be_written_is_harmless(
+def test_no_cache_file_is_read_or_written(
     registry: dict[str, object],
     fake: FakeVllm,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    blocker = tmp_path / "not-a-directory"
-    blocker.write_text("")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    # What a damaged cache (deep JSON, a FIFO) could do needs a cache file.
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "xdg"))
     fake.install("0.34.0")
+    opened: list[str] = []
+    with _recording_opens(opened):
+        register(caplog)
+        policy = arc_cy.ARCCachePolicy(4)
+    assert registered() and policy.cache_capacity == 4
+    assert not home.exists()
+    assert opened and not [p for p in opened if p.startswith(str(home))]
+    assert set(map(str, fake.files.values())) & set(opened)
+
+
+_OPENS: list[list[str]] = []
+
+
+def _audit(event: str, args: tuple[object, ...]) -> None:
+    if event == "open" and _OPENS and isinstance(args[0], str):
+        _OPENS[-1].append(os.path.abspath(args[0]))
+
+
+sys.addaudithook(_audit)  # audit hooks cannot be removed; it records only in the block
+
+
+class _recording_opens:
+    def __init__(self, into: list[str]) -> None:
+        self.into = into
+
+    def __enter__(self) -> None:
+        _OPENS.append(self.into)
+
+    def __exit__(self, *exc: object) -> None:
+        _OPENS.pop()
+
+
+# --- the code that runs: a stale .pyc -------------------------------------------
+
+
+def test_a_stale_pyc_that_changes_decisions_is_refused(
+    registry: dict[str, object],
+    fake: FakeVllm,
+    policy_cls: type,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # arc.py is the verified source, but its .pyc, whose header matches that
+    # source's mtime and size, holds changed evict decisions: it is what
+    # Python runs.
+    fake.install("0.34.0")
+    arc = fake.files[ARC_MODULE]
+    changed = compile(_edit(arc.read_text(), *ARC_DECISION), str(arc), "exec")
+    spec = importlib.util.spec_from_file_location(ARC_MODULE, arc)
+    assert spec is not None and spec.cached is not None and spec.loader is not None
+    st = arc.stat()
+    Path(spec.cached).parent.mkdir(exist_ok=True)
+    Path(spec.cached).write_bytes(_code_to_timestamp_pyc(changed, int(st.st_mtime), st.st_size))
+    assert spec.loader.get_code(ARC_MODULE) == changed  # type: ignore[attr-defined]
+    assert fingerprint_source(arc.read_text()) == VERIFIED_VLLM["0.33.0"]["arc.py"]
+
+    message = refusal(register(caplog))
+    assert message.startswith(
+        "arc_cy: vLLM 0.34.0's policy code is not what arc_cy has verified: the "
+        f"code Python runs for {arc} ({spec.cached}) is not compiled from that source."
+    )
+    with pytest.raises(RuntimeError, match="is not compiled from that source"):
+        policy_cls(4)
+
+
+# --- the callers: no scan to escape ---------------------------------------------
+
+# Ways a caller in vLLM's style reaches its policy, each reading t1 (vLLM
+# arc's own state); the first four escaped the scan of attribute chains.
+REACHES = {
+    "annotated-parameter": "def _probe(policy: CachePolicy) -> int:\n"
+                           "    return len(policy.t1)\n",
+    "walrus": "def _probe(manager):\n"
+              "    if (policy := manager._policy) is not None:\n"
+              "        return policy.t1\n",
+    "tuple-assignment": "def _probe(manager):\n"
+                        "    policy, n = manager._policy, 1\n"
+                        "    return policy.t1\n",
+    "for-target": "def _probe(managers):\n"
+                  "    for policy in (m._policy for m in managers):\n"
+                  "        return policy.t1\n",
+    "helper-argument": "def _probe(manager):\n"
+                       "    return _helper(manager._policy)\n\n\n"
+                       "def _helper(x):\n"
+                       "    return x.t1\n",
+    "string-attribute": "def _probe(manager):\n"
+                        "    return operator.attrgetter('t1')(manager._policy)\n",
+    "arc_cy-only-attribute": "def _probe(manager):\n"
+                             "    return manager._policy._check_invariants()\n",
+}
+
+
+@pytest.mark.parametrize("caller", CALLER_MODULES, ids=["cpu-manager", "tiering"])
+@pytest.mark.parametrize("reach", sorted(REACHES))
+def test_every_way_a_caller_reaches_the_policy_is_refused(
+    reach: str,
+    caller: str,
+    registry: dict[str, object],
+    fake: FakeVllm,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    code = "\n\n" + REACHES[reach]
+    fake.install("0.33.0", appended={caller: code})
+    message = refusal(register(caplog))
+    name = "_check_invariants" if reach == "arc_cy-only-attribute" else "t1"
+    lines = fake.files[caller].read_text().splitlines()
+    line = max(i for i, text in enumerate(lines, 1) if name in text)
+    assert (
+        f"{fake.files[caller]}:{line} uses {name!r}, which an ARC "
+        "policy has beyond base.py's CachePolicy." in message
+    )
+
+
+@pytest.mark.parametrize(
+    "call", ["getattr(manager._policy, name)", "hasattr(manager._policy, name)",
+             "vars(manager._policy)", "manager._policy.__dict__"]
+)
+def test_a_computed_attribute_name_is_refused(
+    call: str, registry: dict[str, object], fake: FakeVllm, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.install("0.33.0", appended={CALLER_MODULES[0]: f"\n\ndef _probe(manager, name):\n"
+                                                         f"    return {call}\n"})
+    message = refusal(register(caplog))
+    assert "which reaches attributes by a computed name" in message
+
+
+def test_a_name_no_arc_policy_has_behaves_alike_on_both(
+    registry: dict[str, object], fake: FakeVllm, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Missing on vLLM's arc and on arc_cy alike: nothing that arc_cy could
+    # decide differently (a release that adds it to arc.py or base.py
+    # changes their fingerprints).
+    fake.install("0.33.0", {CPU_MANAGER: (MANAGER_CALL[0], "self._policy.pin(keys); "
+                                          + MANAGER_CALL[0])})
     register(caplog)
     assert registered()
+    assert not hasattr(arc_cy.ARCCachePolicy, "pin")
 
-
-def test_a_damaged_cache_is_analysed_again(
-    registry: dict[str, object], fake: FakeVllm, tmp_path: Path
-) -> None:
-    fake.install("0.34.0", {ARC_MODULE: ARC_DECISION})
-    assert not check_vllm_code("0.34.0").ok
-    [cached] = (tmp_path / "cache" / "arc_cy" / "vllm-code").iterdir()
-    data = json.loads(cached.read_text())
-    arc = str(fake.files[ARC_MODULE])
-    # A verified fingerprint in a damaged entry is not trusted ...
-    data["entries"][arc] = {"fingerprint": VERIFIED_VLLM["0.33.0"]["arc.py"]}
-    cached.write_text(json.dumps(data))
-    assert not check_vllm_code("0.34.0").ok
-    # ... and a file that is not JSON is no error.
-    cached.write_text("{not json")
-    result = check_vllm_code("0.34.0")
-    assert [n for n, _ in result.differing] == ["arc.py"]

@@ -1,0 +1,25 @@
+"""arc_cy's boolean environment flags, parsed in one place (standard library
+only: setup.py and the test programs load it too)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+FALSE = ("", "0", "false", "no", "off")
+TRUE = ("1", "true", "yes", "on")
+
+
+def env_flag(name: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether flag ``name`` is set: unset or one of FALSE (any case, spaces
+    around ignored) is False, one of TRUE is True, anything else a ValueError
+    that names the flag and the values it takes."""
+    value = environ.get(name, "").strip().lower()
+    if value in FALSE:
+        return False
+    if value in TRUE:
+        return True
+    raise ValueError(
+        f"{name}={environ[name]!r} is not a boolean: set it to one of "
+        f"{', '.join(TRUE)} (true) or {', '.join(FALSE[1:])} or nothing (false)"
+    )
