@@ -142,46 +142,45 @@ SURFACE_MIN = {
 }
 
 
-def run_surface(mode: str, impl: str, tmp_path) -> dict:
-    last = tmp_path / "last_call"
-    cmd = [sys.executable, "-P", SURFACE_PROG, "--mode", mode, "--impl", impl,
-           "--profile", PROFILE, "--last-call", str(last)]
+@pytest.fixture(scope="module")
+def surface_run(tmp_path_factory) -> dict:
+    """One child for every surface mode (--mode all): one import of vLLM,
+    most of a run's time under ASan. A crash fails every test that uses it."""
+    last = tmp_path_factory.mktemp("surface") / "last_call"
+    cmd = [sys.executable, "-P", SURFACE_PROG, "--mode", "all", "--profile", PROFILE,
+           "--last-call", str(last)]
     if os.environ.get("ARC_CY_FUZZ_SEED"):
         cmd += ["--seed", os.environ["ARC_CY_FUZZ_SEED"]]
     proc = subprocess.run(
         cmd, capture_output=True, text=True, timeout=TIMEOUT, env=child_env()
     )
+    out = {"cmd": " ".join(cmd), "proc": proc, "last": last.read_text().strip() if
+           last.exists() else "?"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("COVERAGE ")]
+    if proc.returncode == 0 and len(lines) == 1:
+        out["report"] = json.loads(lines[0][len("COVERAGE "):])
+    return out
+
+
+@pytest.mark.parametrize(
+    "run",
+    # reflect enumerates both modules in one run; hooks' reference is vLLM's
+    # ARC (without vLLM, the other implementation)
+    ["reflect", "threads-cython", "threads-python", "hooks-cython", "hooks-python"],
+)
+def test_surface_fuzz(run: str, surface_run: dict, fuzz_coverage: dict) -> None:
+    proc = surface_run["proc"]
     if proc.returncode != 0:
         how = f"exit {proc.returncode}"
         if proc.returncode < 0:
             how = f"killed by {signal.Signals(-proc.returncode).name} (a crash)"
-        running = last.read_text().strip() if last.exists() else "?"
-        pytest.fail(f"{' '.join(cmd)}: {how}\nlast call: {running}\n{proc.stderr[-8000:]}",
-                    pytrace=False)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("COVERAGE ")]
-    assert len(lines) == 1, proc.stdout[-2000:]
-    counts = json.loads(lines[0][len("COVERAGE "):])
-    print(f"\n[surface-{mode} {impl} {PROFILE}] {lines[0]}")
-    return counts
-
-
-@pytest.mark.parametrize(
-    ("mode", "impl"),
-    [
-        ("reflect", "both"),  # enumerates both modules in one run
-        ("threads", "cython"),
-        ("threads", "python"),
-        # the reference is vLLM's ARC; without vLLM, the other implementation
-        ("hooks", "cython"),
-        ("hooks", "python"),
-    ],
-    ids=["reflect", "threads-cython", "threads-python", "hooks-cython", "hooks-python"],
-)
-def test_surface_fuzz(mode: str, impl: str, tmp_path, fuzz_coverage: dict) -> None:
-    counts = run_surface(mode, "cython" if impl == "both" else impl, tmp_path)
-    fuzz_coverage[f"surface-{mode}-{impl} ({PROFILE})"] = counts
-    if mode == "reflect":
+        pytest.fail(f"{surface_run['cmd']}: {how}\nlast call: {surface_run['last']}\n"
+                    f"{proc.stderr[-8000:]}", pytrace=False)
+    assert "report" in surface_run, proc.stdout[-2000:]
+    counts = surface_run["report"][run]
+    fuzz_coverage[f"surface-{run} ({PROFILE})"] = counts
+    if run == "reflect":
         assert counts["callables_called"] == counts["callables_found"], counts
-    low = {k: (counts.get(k, 0), want) for k, want in SURFACE_MIN[mode].items()
+    low = {k: (counts.get(k, 0), want) for k, want in SURFACE_MIN[run.split("-")[0]].items()
            if counts.get(k, 0) < want}
     assert not low, f"coverage below the minimum (reached, minimum): {low}; all: {counts}"

@@ -97,7 +97,7 @@ FAILURES: list[str] = []
 
 
 def fail(msg: str) -> None:
-    FAILURES.append(msg)
+    FAILURES.append(msg)  # (rebound per run by main)
     print(f"surface_fuzz: FAILED {msg}", file=sys.stderr, flush=True)
 
 
@@ -664,7 +664,7 @@ class Overlaps:
 
 THREAD_OPS = (
     ["insert"] * 6 + ["get"] * 6 + ["in"] * 3 + ["getitem"] * 2 + ["touch"] * 3
-    + ["iter"] * 2 + ["evict"] * 2 + ["remove"] * 2 + ["store_miss"] + ["clear"]
+    + ["iter"] * 2 + ["evict"] * 2 + ["remove"] * 2 + ["store_miss"] + ["clear"] * 2
     + ["finished"] + ["target"]
 )
 
@@ -710,10 +710,12 @@ def expected_thread_error(exc: BaseException, op: str) -> bool:
 
 def run_threads(args, rng: random.Random) -> None:
     cls = IMPLS[args.impl]
-    steps = {"ci": 15000, "long": 500000}[args.profile]
+    steps = {"ci": 30000, "long": 1000000}[args.profile]
     nthreads = 3
-    universe = 24
-    p = cls(12)
+    # more entries than a node array's first 64 and a few table sizes: the
+    # storage moves when the lists fill again after clear()
+    universe = 120
+    p = cls(40)
     ov = Overlaps()
     errors: list[str] = []
 
@@ -1069,9 +1071,17 @@ def run_hooks(args, rng: random.Random) -> None:
         fail(f"{args.impl}: after the hooks, the policy fails: {exc!r}")
 
 
+RUNNERS = {"reflect": run_reflect, "threads": run_threads, "hooks": run_hooks}
+# --mode all: every mode in one process (one import of vLLM, which is most
+# of a run under ASan); the threads and hooks first, on a clean interpreter.
+ALL = [("threads", "cython"), ("threads", "python"), ("hooks", "cython"),
+       ("hooks", "python"), ("reflect", "both")]
+
+
 def main(argv=None) -> int:
+    global COUNTS, FAILURES
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mode", choices=["reflect", "threads", "hooks"], required=True)
+    ap.add_argument("--mode", choices=[*RUNNERS, "all"], required=True)
     ap.add_argument("--impl", choices=list(IMPLS), default="cython")
     ap.add_argument("--profile", choices=["ci", "long"], default="ci")
     ap.add_argument("--seed", type=int, default=None)
@@ -1087,22 +1097,30 @@ def main(argv=None) -> int:
     print(f"surface_fuzz: mode={args.mode} impl={args.impl} profile={args.profile} "
           f"seed={seed} (rerun with --seed {seed})", file=sys.stderr, flush=True)
     LastCall.open(args.last_call)
-    rng = random.Random(seed)
     gc.collect()
     gc.freeze()  # what the imports made: collections stay cheap
-    start = time.monotonic()
-    {"reflect": run_reflect, "threads": run_threads, "hooks": run_hooks}[args.mode](args, rng)
-    rc = 1 if FAILURES else 0
-    if rc == 0:
+    runs = ALL if args.mode == "all" else [
+        (args.mode, "both" if args.mode == "reflect" else args.impl)]
+    report, failed = {}, []
+    for mode, impl in runs:
+        COUNTS, FAILURES = Counter(), []
+        args.impl = "cython" if impl == "both" else impl
+        name = f"{mode}-{impl}" if mode != "reflect" else mode
+        print(f"surface_fuzz: {name}", file=sys.stderr, flush=True)
+        start = time.monotonic()
+        RUNNERS[mode](args, random.Random(f"{seed}-{name}"))
         counts = dict(sorted(COUNTS.items()))
         counts["seconds"] = round(time.monotonic() - start, 1)
-        counts["seed"] = seed
-        print("COVERAGE " + json.dumps(counts), flush=True)
+        report[name] = counts
+        failed += [f"{name}: {f}" for f in FAILURES]
+    report["seed"] = seed
+    if not failed:
+        print("COVERAGE " + json.dumps(report), flush=True)
     else:
-        print(f"surface_fuzz: FAILED ({len(FAILURES)} failures, seed {seed})",
+        print(f"surface_fuzz: FAILED ({len(failed)} failures, seed {seed})",
               file=sys.stderr, flush=True)
     sys.stderr.flush()
-    os._exit(rc)
+    os._exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
