@@ -40,11 +40,12 @@ _check_invariants(), and must equal a reference (vLLM's ARCCachePolicy behind
 hostile_fuzz's Oracle adapter; the other implementation without vLLM) that
 replays the step without hooks: unchanged if the step raised, applied if it
 returned (or if the hook raised after the call had finished). An exception
-that a hook raises inside the twin's own code (arc_cy's Python lines, not
-the caller's objects) may leave the twin half applied: there only "not busy
+that a hook raises inside the twin's own code (arc_cy's Python lines), or in
+a key's __hash__ or __eq__ (which the twin calls again while it applies a
+call, as vLLM does), may leave the twin half applied: there only "not busy
 and consistent" is required, and both policies start over. Hooks never
-raise on a line of a `finally` clause (that skips the clean-up of any
-Python code).
+raise while arc_cy's code runs a `finally` clause, or anything called from
+one (that skips the clean-up of any Python code).
 
 Output: one line ``COVERAGE {json}`` on stdout, exit 0. A failed check
 prints FAILED lines on stderr and exits 1; a crash is a signal exit
@@ -696,13 +697,15 @@ def thread_op(p, op: str, rng: random.Random, universe: int):
     return setattr(p, "target_t1_size", rng.randrange(4))
 
 
-def expected_thread_error(exc: BaseException, op: str) -> bool:
+def expected_thread_error(exc: BaseException, op: str, impl: str) -> bool:
     if is_refusal(exc):
         return True
     if type(exc) is RuntimeError and str(exc) == MSG_MUTATED:
         return op == "iter"
     if type(exc) is KeyError:
-        return op == "getitem"
+        # the twin's iteration hashes each key again (hardening.md, "Where
+        # arc_cy differs"): another thread can remove it meanwhile
+        return op == "getitem" or (op == "iter" and impl == "python")
     if type(exc) is ValueError:
         return op == "insert" and _msg_pattern(MSG_DUPLICATE).fullmatch(str(exc)) is not None
     return False
@@ -728,7 +731,7 @@ def run_threads(args, rng: random.Random) -> None:
                 thread_op(p, op, r, universe)
                 COUNTS["calls_ok"] += 1
             except BaseException as exc:
-                if expected_thread_error(exc, op):
+                if expected_thread_error(exc, op, args.impl):
                     COUNTS["refused" if is_refusal(exc) else "exc_" + type(exc).__name__] += 1
                 elif len(errors) < 20:
                     errors.append(f"{op}: {type(exc).__name__}: {exc}")
@@ -776,7 +779,19 @@ def _finally_lines(path: str) -> set[int]:
 # arc_cy's Python code, by the file names its code objects carry
 IMPL_PATHS = frozenset(m.__file__ for m in (twin_mod, _common))
 FINALLY = {path: _finally_lines(path) for path in IMPL_PATHS}
-USER_CODE = {Key.__hash__.__code__, Key.__eq__.__code__, Protected.__contains__.__code__}
+KEY_CODE = {Key.__hash__.__code__, Key.__eq__.__code__}
+USER_CODE = KEY_CODE | {Protected.__contains__.__code__}
+
+
+def in_finally(frame) -> bool:
+    """Whether arc_cy's Python code is running a finally clause, in frame or
+    a caller (a call it makes there, or a C function it calls)."""
+    while frame is not None:
+        lines = FINALLY.get(frame.f_code.co_filename)
+        if lines is not None and frame.f_lineno in lines:
+            return True
+        frame = frame.f_back
+    return False
 
 
 class Hooks:
@@ -787,6 +802,7 @@ class Hooks:
     on = False
     in_action = False
     raised_in_impl = False
+    raised_at = ""  # where the step's last hook raised
     rng = random.Random(0)
 
     @classmethod
@@ -810,7 +826,7 @@ class Hooks:
         COUNTS[f"{source}_events"] += 1
         if cls.rng.random() >= prob:
             return
-        if where == "impl" and frame.f_lineno in FINALLY[frame.f_code.co_filename]:
+        if in_finally(frame):
             return
         cls.in_action = True
         try:
@@ -818,7 +834,14 @@ class Hooks:
             r = cls.rng.random()
             if r < 0.5:
                 COUNTS["hook_raised"] += 1
-                cls.raised_in_impl = cls.raised_in_impl or where == "impl"
+                # The twin hashes and compares keys again while it applies a
+                # call (hardening.md, "Where arc_cy differs"): a key that
+                # raises there may leave it half applied, as vLLM.
+                cls.raised_in_impl = (cls.raised_in_impl or where == "impl"
+                                      or frame.f_code in KEY_CODE)
+                code = frame.f_code
+                cls.raised_at = (f"{source} hook in {code.co_name} "
+                                 f"({os.path.basename(code.co_filename)}:{frame.f_lineno})")
                 raise HostileError("hook")
             if r < 0.75 and cls.mutating and where == "user":
                 cls.reenter_mutator()
@@ -985,6 +1008,7 @@ class HookRun:
 
     def call_hooked(self, fn, use: str):
         Hooks.raised_in_impl = False
+        Hooks.raised_at = ""
         Hooks.on = True
         if use == "trace":
             sys.settrace(_trace)
@@ -1010,10 +1034,14 @@ class HookRun:
         try:
             self.p._check_invariants()
         except Exception as exc:
-            fail(f"{self.impl}: after {name} ({use}, {got[0]}): {exc!r}")
+            fail(f"{self.impl}: after {name} ({use}, {got[0]}, raised by the "
+                 f"{Hooks.raised_at or '?'}): {exc!r}")
             return
         now = state(self.p)
-        if got[0] == "raised" and isinstance(got[1], HostileError):
+        # (the twin's OrderedDict iteration turns a key's error into KeyError)
+        hooked = got[0] == "raised" and (isinstance(got[1], HostileError) or (
+            Hooks.raised_in_impl and self.impl == "python" and type(got[1]) is KeyError))
+        if hooked:
             if now == before:
                 COUNTS["raised_unchanged"] += 1
                 return
@@ -1021,7 +1049,7 @@ class HookRun:
             want = ("ok", fn(self.ref))
         except Exception as exc:
             want = ("raised", exc)
-        if got[0] == "raised" and isinstance(got[1], HostileError):
+        if hooked:
             if now == state(self.ref):
                 COUNTS["raised_after_done"] += 1
                 return
