@@ -14,6 +14,16 @@ the run reached what it is for (the COVERAGE line's counts).
     chaos-python    mutating __del__ and gc hooks and non-chunk objects:
                     no crash, allowed exceptions only, _check_invariants()
 
+tests/progs/surface_fuzz.py attacks what Python code can reach besides the
+arguments, in a child too (each test asserts what its COVERAGE line reached):
+
+    surface-reflect every type and callable of arc_cy._arc_c and _arc_py,
+                    called with hostile arguments, from the top and from
+                    inside calls (gc.get_referrers); coverage complete
+    surface-threads three threads on one policy: calls overlapped
+    surface-hooks   trace, profile and signal hooks that raise or re-enter
+                    inside calls; the policy still agrees with vLLM's ARC
+
 ARC_CY_FUZZ_PROFILE=long runs the long profile; ARC_CY_FUZZ_SEED=N fixes
 the seed (every run prints its seed; rerun the program by hand with
 ``--seed N``, see its docstring).
@@ -33,6 +43,7 @@ from childproc import child_env
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 PROG = os.path.join(TESTS, "progs", "hostile_fuzz.py")
+SURFACE_PROG = os.path.join(TESTS, "progs", "surface_fuzz.py")
 PROFILE = os.environ.get("ARC_CY_FUZZ_PROFILE", "ci")
 # Generous: the ci profile takes ~25 s here (imports included), 3-5x that under ASan.
 TIMEOUT = {"ci": 1200, "long": 8 * 3600}[PROFILE]
@@ -102,4 +113,74 @@ def test_hostile_fuzz(mode: str, impl: str, fuzz_coverage: dict) -> None:
     key = mode if mode == "agree" else f"{mode}-{impl}"
     fuzz_coverage[f"{key} ({PROFILE})"] = counts
     low = {k: (counts.get(k, 0), want) for k, want in MIN[key].items() if counts.get(k, 0) < want}
+    assert not low, f"coverage below the minimum (reached, minimum): {low}; all: {counts}"
+
+
+# Counts each surface_fuzz run must reach (about a quarter of what ci-profile
+# runs reached here; under ASan the counts are the same, as the run is sized
+# by steps). Reflect mode also fails by itself when a callable it enumerated
+# was never called.
+SURFACE_MIN = {
+    "reflect": {
+        "types": 10,  # arc_cy's own types and those its calls hand out
+        "callables_found": 300,
+        "calls_top": 1500,
+        "calls_in_call": 2000,  # from a key's __eq__, protected, a gc callback
+        "half_built": 10,  # T.__new__(T)
+        "in_call_found": 5000,  # objects gc.get_referrers / get_objects found
+    },
+    "threads": {"calls": 30000, "overlaps": 1000, "refused": 100},
+    "hooks": {
+        "trace_fired": 80,
+        "profile_fired": 80,
+        "signal_fired": 10,
+        "hook_raised": 100,
+        "reentry_refused": 30,  # mutators re-entered from a hook
+        "reentry_read": 50,
+        "compared": 600,  # steps that agreed with the reference afterwards
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def surface_run(tmp_path_factory) -> dict:
+    """One child for every surface mode (--mode all): one import of vLLM,
+    most of a run's time under ASan. A crash fails every test that uses it."""
+    last = tmp_path_factory.mktemp("surface") / "last_call"
+    cmd = [sys.executable, "-P", SURFACE_PROG, "--mode", "all", "--profile", PROFILE,
+           "--last-call", str(last)]
+    if os.environ.get("ARC_CY_FUZZ_SEED"):
+        cmd += ["--seed", os.environ["ARC_CY_FUZZ_SEED"]]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=TIMEOUT, env=child_env()
+    )
+    out = {"cmd": " ".join(cmd), "proc": proc, "last": last.read_text().strip() if
+           last.exists() else "?"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("COVERAGE ")]
+    if proc.returncode == 0 and len(lines) == 1:
+        out["report"] = json.loads(lines[0][len("COVERAGE "):])
+    return out
+
+
+@pytest.mark.parametrize(
+    "run",
+    # reflect enumerates both modules in one run; hooks' reference is vLLM's
+    # ARC (without vLLM, the other implementation)
+    ["reflect", "threads-cython", "threads-python", "hooks-cython", "hooks-python"],
+)
+def test_surface_fuzz(run: str, surface_run: dict, fuzz_coverage: dict) -> None:
+    proc = surface_run["proc"]
+    if proc.returncode != 0:
+        how = f"exit {proc.returncode}"
+        if proc.returncode < 0:
+            how = f"killed by {signal.Signals(-proc.returncode).name} (a crash)"
+        pytest.fail(f"{surface_run['cmd']}: {how}\nlast call: {surface_run['last']}\n"
+                    f"{proc.stderr[-8000:]}", pytrace=False)
+    assert "report" in surface_run, proc.stdout[-2000:]
+    counts = surface_run["report"][run]
+    fuzz_coverage[f"surface-{run} ({PROFILE})"] = counts
+    if run == "reflect":
+        assert counts["callables_called"] == counts["callables_found"], counts
+    low = {k: (counts.get(k, 0), want) for k, want in SURFACE_MIN[run.split("-")[0]].items()
+           if counts.get(k, 0) < want}
     assert not low, f"coverage below the minimum (reached, minimum): {low}; all: {counts}"

@@ -1,0 +1,1155 @@
+"""Surface fuzzer for arc_cy: a standalone program (tests/ and tests/progs/
+on PYTHONPATH, as tests/childproc.py sets it).
+
+    PYTHONPATH=tests/progs:tests python -P tests/progs/surface_fuzz.py \
+        --mode reflect|threads|hooks [--impl cython|python] [--profile ci|long] \
+        [--seed N] [--phase top|in-call|both] [--last-call FILE]
+
+Where tests/progs/hostile_fuzz.py attacks a policy's arguments, this one
+attacks the module's own surface: what Python code can reach besides them.
+
+--mode reflect (both implementations at once): enumerates every type that
+arc_cy._arc_c and arc_cy._arc_py define or hand out (the modules' types
+and module-level functions, then the type of every iterator or view a call
+returns), and every callable attribute of each, as dir() lists them (dunders
+and Cython's generated methods included). Each is called with hostile
+arguments (wrong types, huge and negative ints, None, objects of the other
+types, tuples made from what the object's own __reduce_ex__ returns, with
+their ints changed) on live objects and on half-built ones (T.__new__(T)),
+first every callable on every kind of receiver, then at random. Then, with
+--phase in-call, the same from inside a call: a key's __eq__, a
+protected.__contains__ and a gc callback (gc.set_threshold(1)) find objects
+with gc.get_referrers(policy) and gc.get_objects() and call their methods.
+After every call from the top: the compiled policies pass
+_check_invariants() and no policy is left busy. Fails if a callable that the
+enumeration found was never called.
+
+--mode threads (one implementation): three threads drive one policy with
+keys whose __hash__ and __eq__ are Python code, at sys.setswitchinterval(1e-6);
+counts the calls that overlapped another thread's call. Every exception
+must be one the rules document (re-entry or a thread refused: the MSG_*
+texts of arc_cy._common that speak of a call running or of a thread; a list
+changed during iteration; KeyError from a view's [], ValueError for a
+duplicate insert); afterwards _check_invariants() passes and the policy works.
+
+--mode hooks (one implementation): sys.settrace and sys.setprofile hooks
+and a SIGALRM handler (signal.setitimer, 100 us) that, at random lines and
+events inside a call, raise HostileError, call a mutator (which must be
+refused) or a read. After every step the policy must not be busy, must pass
+_check_invariants(), and must equal a reference (vLLM's ARCCachePolicy behind
+hostile_fuzz's Oracle adapter; the other implementation without vLLM) that
+replays the step without hooks: unchanged if the step raised, applied if it
+returned (or if the hook raised after the call had finished). An exception
+that a hook raises inside the twin's own code (arc_cy's Python lines), or in
+a key's __hash__ or __eq__ (which the twin calls again while it applies a
+call, as vLLM does), may leave the twin half applied: there only "not busy
+and consistent" is required, and both policies start over. Hooks never
+raise while arc_cy's code runs a `finally` clause, or anything called from
+one (that skips the clean-up of any Python code).
+
+Output: one line ``COVERAGE {json}`` on stdout, exit 0. A failed check
+prints FAILED lines on stderr and exits 1; a crash is a signal exit
+(faulthandler prints the stack; --last-call FILE holds the call that was
+running, for reflect mode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import collections.abc
+import faulthandler
+import gc
+import json
+import os
+import random
+import re
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections import Counter
+
+import arc_cy._arc_c as core_mod
+import arc_cy._arc_py as twin_mod
+from arc_cy import _common
+from arc_cy._common import MSG_DUPLICATE, MSG_MUTATED
+from helpers import HAVE_VLLM, ChunkStatus, ReqContext
+
+CPolicy = core_mod.ARCCachePolicy
+PyPolicy = twin_mod.ARCCachePolicy
+IMPLS = {"cython": CPolicy, "python": PyPolicy}
+# --exclude (triage only): reflect-mode features switched off, so that a run
+# can get past a known crash: wrong-self, halfbuilt, restate.
+EXCLUDE: set[str] = set()
+
+
+def excluded(name: str) -> bool:
+    return "halfbuilt" in EXCLUDE and name in ("__new__", "__class__")
+
+
+class HostileError(Exception):
+    """What a hook or an in-call action raises."""
+
+
+COUNTS: Counter = Counter()
+FAILURES: list[str] = []
+
+
+def fail(msg: str) -> None:
+    FAILURES.append(msg)  # (rebound per run by main)
+    print(f"surface_fuzz: FAILED {msg}", file=sys.stderr, flush=True)
+
+
+def _msg_pattern(template: str) -> re.Pattern:
+    return re.compile(re.escape(template).replace(re.escape("{}"), ".+").replace(
+        re.escape("{!r}"), ".+"))
+
+
+# The RuntimeErrors the rules document for a call that meets another call
+# (same thread or not): every MSG_* of _common that names a running call or a
+# thread, so that a rule added later is accepted without listing it here.
+REFUSALS = [
+    _msg_pattern(text) for name, text in vars(_common).items()
+    if name.startswith("MSG_") and isinstance(text, str)
+    and ("running" in text or "thread" in text)
+]
+
+
+def is_refusal(exc: BaseException) -> bool:
+    return type(exc) is RuntimeError and any(p.fullmatch(str(exc)) for p in REFUSALS)
+
+
+class LastCall:
+    """The call now running, written where a crash leaves it (one pwrite)."""
+
+    fd: int | None = None
+
+    @classmethod
+    def open(cls, path: str | None) -> None:
+        if path:
+            cls.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    @classmethod
+    def note(cls, text: str) -> None:
+        if cls.fd is not None:
+            os.pwrite(cls.fd, (text[:1000] + "\n").encode("utf-8", "replace").ljust(1024), 0)
+
+
+# --- objects the fuzzer hands over ------------------------------------------
+
+
+class Key:
+    """Keeps the hash/eq contract; __hash__ and __eq__ are Python code, and
+    act (see Act) while an action is armed."""
+
+    def __init__(self, kid: int) -> None:
+        self.kid = kid
+
+    def __hash__(self) -> int:
+        Act.point("hash")
+        return hash(self.kid)
+
+    def __eq__(self, other: object) -> bool:
+        Act.point("eq")
+        if not isinstance(other, Key):
+            return NotImplemented
+        return self.kid == other.kid
+
+    def __repr__(self) -> str:
+        return f"K{self.kid}"
+
+
+class Protected(set):
+    def __contains__(self, key: object) -> bool:
+        Act.point("contains")
+        return set.__contains__(self, key)
+
+
+class Act:
+    """The action that Key, Protected and the gc callback run while armed
+    (one at a time, never inside another)."""
+
+    fn = None
+    running = False
+
+    @classmethod
+    def point(cls, where: str) -> None:
+        fn = cls.fn
+        if fn is None or cls.running:
+            return
+        cls.running = True
+        try:
+            COUNTS["act_" + where] += 1
+            fn(where)
+        finally:
+            cls.running = False
+
+
+def _gc_callback(phase: str, info: dict) -> None:
+    if phase == "start":
+        Act.point("gc")
+
+
+def chunk(ref: int = 0) -> ChunkStatus:
+    c = ChunkStatus(0)
+    c.ref_cnt = ref
+    return c
+
+
+def populated(policy_cls, capacity: int = 6, keys: int = 10):
+    """A policy with entries in t1, t2, b1 and b2 (some pinned)."""
+    p = policy_cls(capacity)
+    for i in range(keys):
+        p.insert(Key(i), chunk(1 if i % 5 == 4 else 0), None)
+        if len(p.t1) + len(p.t2) >= capacity:
+            p.evict(1, set())
+    p.touch([Key(i) for i in range(keys - 3, keys)], None)
+    return p
+
+
+# --- reflect mode -----------------------------------------------------------
+
+MODULES = (core_mod, twin_mod)
+_BIG = [2**31 - 1, 2**31, -(2**31), 2**63 - 1, 2**64, -(2**63), 10**6, 10**30]
+HOSTILE_INTS = [-1, 0, 1, 2, 3, 4, 5, 255, *_BIG]
+SCALARS = [None, *HOSTILE_INTS, 1.5, -0.0, float("nan"), float("inf"), True, "",
+           "x", "t1", "_busy", b"", b"k", (), [], {}, set(), frozenset(), object()]
+# What the twin, a Python object, lets any caller write: after one of these
+# the twin is as the call left it, which no rule constrains. It is replaced.
+RAW_WRITERS = frozenset(["__setattr__", "__delattr__", "__setstate__", "__init_subclass__",
+                         "_begin"])
+
+
+def _owner_name(owner) -> str:
+    if isinstance(owner, type):
+        return f"{owner.__module__}.{owner.__qualname__}"
+    return owner.__name__  # a module
+
+
+class Surface:
+    """The enumerated types and callables, the objects seen of each type,
+    and what was called."""
+
+    def __init__(self) -> None:
+        self.owners: dict = {}  # type or module -> sorted callable names
+        self.instances: dict = {}  # type -> recent live objects
+        self.halfbuilt: dict = {}  # type -> objects made by T.__new__(T)
+        self.called: Counter = Counter()
+        self.queue: list = []
+        for mod in MODULES:
+            names = []
+            for name, value in sorted(vars(mod).items()):
+                if isinstance(value, type):
+                    if value.__module__.startswith("arc_cy"):
+                        self.add_type(value)
+                elif callable(value) and getattr(value, "__module__", None) == mod.__name__:
+                    names.append(name)
+            self.owners[mod] = names
+            self.queue.append(mod)
+
+    def add_type(self, tp: type) -> bool:
+        if tp in self.owners:
+            return False
+        names = []
+        for name in dir(tp):
+            try:
+                value = getattr(tp, name)
+            except Exception:
+                continue
+            if callable(value):
+                names.append(name)
+        self.owners[tp] = names
+        self.instances[tp] = []
+        self.queue.append(tp)
+        COUNTS["types_found"] += 1
+        return True
+
+    def belongs(self, obj) -> bool:
+        """Whether obj is part of the surface: of a type arc_cy defines, or an
+        iterator or view (over a policy's lists: the only ones calls return)."""
+        tp = type(obj)
+        return tp in self.owners or tp.__module__.startswith("arc_cy") or isinstance(
+            obj, (collections.abc.Iterator, collections.abc.MappingView))
+
+    def note(self, obj) -> None:
+        if not self.belongs(obj):
+            return
+        tp = type(obj)
+        self.add_type(tp)
+        seen = self.instances[tp]
+        if not any(o is obj for o in seen):
+            seen.append(obj)
+            if len(seen) > 6:
+                del seen[0]
+
+    def all_objects(self) -> list:
+        out = []
+        for objs in self.instances.values():
+            out.extend(objs)
+        for objs in self.halfbuilt.values():
+            out.extend(objs)
+        return out
+
+    def found(self) -> set:
+        return {(_owner_name(o), n) for o, names in self.owners.items() for n in names}
+
+
+def _tuples_in(value, depth: int = 0):
+    if isinstance(value, tuple):
+        yield value
+    if depth < 3 and isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tuples_in(item, depth + 1)
+
+
+def states_of(obj) -> list:
+    """Tuples that look like obj's pickled state: what its own
+    __reduce_ex__ gives (Cython's generated pickling included)."""
+    out = []
+    for how in ("__reduce_ex__", "__reduce_cython__", "__reduce__"):
+        fn = getattr(obj, how, None)
+        if fn is None:
+            continue
+        try:
+            reduced = fn(2) if how == "__reduce_ex__" else fn()
+        except Exception:
+            continue
+        out.extend(t for t in _tuples_in(reduced) if t)
+    return out
+
+
+def mutate_state(rng: random.Random, state: tuple, pool: list) -> tuple:
+    """state with some ints made hostile and some objects swapped."""
+    out = []
+    for item in state:
+        r = rng.random()
+        if isinstance(item, int) and not isinstance(item, bool) and r < 0.7:
+            out.append(rng.choice(HOSTILE_INTS))
+        elif r < 0.15 and pool:
+            out.append(rng.choice(pool))
+        else:
+            out.append(item)
+    if rng.random() < 0.1:
+        out.append(rng.choice(SCALARS))
+    return tuple(out)
+
+
+class Reflector:
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.surface = Surface()
+        self.policies: list = []  # (impl, policy) the fuzzer checks
+        self.tainted: set = set()  # ids of twins written raw
+        self.keys = [Key(i) for i in range(8)]
+        self.done = 0  # owners of surface.queue the systematic pass went through
+        self.new_zoo()
+
+    # --- objects ----------------------------------------------------------
+
+    def new_zoo(self) -> None:
+        s = self.surface
+        self.policies = []
+        for cls in (CPolicy, core_mod.ARCCore, PyPolicy):
+            p = populated(cls)
+            self.policies.append(p)
+            s.note(p)
+            for which in ("t1", "t2", "b1", "b2"):
+                view = getattr(p, which)
+                for obj in (view, view.items(), view.keys(), view.values(), iter(view),
+                            iter(view.items())):
+                    s.note(obj)
+        for tp in list(s.owners):
+            if isinstance(tp, type):
+                self.half_build(tp)
+
+    def half_build(self, tp: type):
+        if "halfbuilt" in EXCLUDE:
+            return None
+        try:
+            obj = tp.__new__(tp)
+        except Exception:
+            COUNTS["new_refused"] += 1
+            return None
+        COUNTS["half_built"] += 1
+        objs = self.surface.halfbuilt.setdefault(tp, [])
+        objs.append(obj)
+        if len(objs) > 3:
+            del objs[0]
+        return obj
+
+    def hostile(self, owner, name: str):
+        """One hostile argument."""
+        rng = self.rng
+        r = rng.random()
+        pool = self.surface.all_objects()
+        if r < 0.3:
+            return rng.choice(SCALARS)
+        if r < 0.5 and pool:
+            return rng.choice(pool)
+        if r < 0.6:
+            return rng.choice(self.keys) if rng.random() < 0.7 else chunk(rng.choice([-1, 0, 1]))
+        if r < 0.7:
+            return rng.choice([t for t in self.surface.owners if isinstance(t, type)] + [int])
+        if r < 0.85 and pool:
+            states = states_of(rng.choice(pool))
+            if states:
+                return mutate_state(rng, rng.choice(states), pool)
+        return tuple(rng.choice(SCALARS + pool) for _ in range(rng.randrange(1, 6)))
+
+    def args_for(self, owner, name: str, receiver):
+        rng = self.rng
+        if "restate" not in EXCLUDE and "setstate" in name and rng.random() < 0.7:
+            states = states_of(receiver) if receiver is not None else []
+            if states:
+                return (mutate_state(rng, rng.choice(states), self.surface.all_objects()),)
+        n = rng.choice([0, 1, 1, 2, 2, 3, 4])
+        args = [self.hostile(owner, name) for _ in range(n)]
+        if name == "__new__":
+            # the class comes first: this one, another of the surface, or junk
+            classes = [t for t in self.surface.owners if isinstance(t, type)]
+            args.insert(0, owner if rng.random() < 0.6 else rng.choice(classes + [int, None]))
+        return tuple(args)
+
+    def receivers(self, owner) -> list:
+        if not isinstance(owner, type):
+            return [None]
+        return list(self.surface.instances.get(owner, [])) + list(
+            self.surface.halfbuilt.get(owner, []))
+
+    # --- calls ----------------------------------------------------------------
+
+    def call(self, owner, name: str, receiver, where: str = "top") -> None:
+        s = self.surface
+        args = self.args_for(owner, name, receiver)
+        if receiver is None:
+            target = owner
+            fn = getattr(owner, name, None)
+        elif "wrong-self" not in EXCLUDE and self.rng.random() < 0.1 and isinstance(owner, type):
+            # through the type, on a receiver of another type
+            fn = getattr(owner, name, None)
+            others = s.all_objects()
+            args = (self.rng.choice(others) if others else None, *args)
+            target = owner
+        else:
+            target = receiver
+            fn = getattr(receiver, name, None)
+        if fn is None:
+            COUNTS["attr_gone"] += 1
+            return
+        if excluded(name):
+            return
+        label = f"{_owner_name(owner)}.{name}"
+        s.called[(_owner_name(owner), name)] += 1
+        COUNTS["calls"] += 1
+        COUNTS[f"calls_{where}"] += 1
+        LastCall.note(f"{where}: {label} on {_safe_repr(target)} args {_safe_repr(args)}")
+        try:
+            result = fn(*args)
+        except Exception as exc:
+            COUNTS["exc_" + type(exc).__name__] += 1
+            return
+        except BaseException as exc:
+            fail(f"{label}{_safe_repr(args)} raised {exc!r}")
+            return
+        COUNTS["returned"] += 1
+        if name in RAW_WRITERS and isinstance(target, PyPolicy):
+            self.tainted.add(id(target))
+        if isinstance(target, PyPolicy) and name == "__init__":
+            self.tainted.discard(id(target))
+        s.note(result)
+        if s.belongs(result) and isinstance(result, collections.abc.Iterator):
+            # an iterator is half its surface until next() runs on it
+            if where == "top":
+                LastCall.note(f"next() on what {label} returned, called on "
+                              f"{_safe_repr(target)} with {_safe_repr(args)}")
+            for _ in range(3):
+                try:
+                    next(result)
+                except Exception:
+                    break
+
+    def check(self, label: str) -> None:
+        """After a call from the top: every policy seen consistent, none busy."""
+        for p in self.surface.all_objects():
+            if isinstance(p, core_mod.ARCCore):
+                try:
+                    p._check_invariants()
+                except AssertionError as exc:
+                    fail(f"after {label}: compiled {type(p).__name__} {id(p):#x}: {exc}")
+                except Exception as exc:
+                    # user code in the check (a key's hash) may fail; busy may not remain
+                    COUNTS["check_exc_" + type(exc).__name__] += 1
+            elif isinstance(p, PyPolicy) and id(p) not in self.tainted:
+                busy = vars(p).get("_busy")
+                if busy is not None:
+                    fail(f"after {label}: twin {id(p):#x} left busy with {busy!r}")
+                    self.tainted.add(id(p))
+
+    # --- phases ---------------------------------------------------------------
+
+    def systematic(self) -> None:
+        """Every callable of every owner, on every kind of receiver, a few
+        times; owners found meanwhile join the queue."""
+        s = self.surface
+        while self.done < len(s.queue):
+            owner = s.queue[self.done]
+            self.done += 1
+            for name in list(s.owners[owner]):
+                for receiver in self.receivers(owner) or [None]:
+                    for _ in range(2):
+                        self.call(owner, name, receiver)
+                        self.check(f"{_owner_name(owner)}.{name}")
+            if FAILURES:
+                return
+
+    def random_calls(self, count: int) -> None:
+        s = self.surface
+        for i in range(count):
+            owner = self.rng.choice(list(s.owners))
+            names = s.owners[owner]
+            if not names:
+                continue
+            receivers = self.receivers(owner) or [None]
+            name = self.rng.choice(names)
+            self.call(owner, name, self.rng.choice(receivers))
+            self.check(f"{_owner_name(owner)}.{name}")
+            if i % 200 == 199:
+                self.new_zoo()  # live policies again: the calls wear them out
+            if FAILURES:
+                return
+
+    def in_call_action(self, policy):
+        def act(where: str) -> None:
+            objs = [o for o in gc.get_referrers(policy) if self.surface.belongs(o)]
+            young = [o for o in gc.get_objects(generation=0) if self.surface.belongs(o)]
+            COUNTS["in_call_found"] += len(objs) + len(young)
+            for obj in objs + young:
+                if not isinstance(obj, (core_mod.ARCCore, PyPolicy)):
+                    COUNTS["in_call_found_" + type(obj).__name__] += 1
+            candidates = objs + young
+            for _ in range(3):
+                if not candidates:
+                    return
+                obj = self.rng.choice(candidates)
+                self.surface.note(obj)
+                names = self.surface.owners.get(type(obj), [])
+                if not names:
+                    continue
+                restate = [n for n in names if "setstate" in n]
+                if restate and self.rng.random() < 0.5:
+                    name = self.rng.choice(restate)
+                else:
+                    name = self.rng.choice(names)
+                self.call(type(obj), name, obj, where="in_call")
+        return act
+
+    def in_call_round(self, i: int) -> None:
+        rng = self.rng
+        impl = rng.choice([CPolicy, PyPolicy])
+        p = populated(impl)
+        self.surface.note(p)
+        fresh = [Key(k) for k in range(10)]
+        how = rng.choice(["evict", "evict", "get", "touch", "insert", "items", "in"])
+        threshold = rng.random() < 0.4
+        Act.fn = self.in_call_action(p)
+        old = gc.get_threshold()
+        if threshold:
+            gc.set_threshold(1)
+        LastCall.note(f"in-call round {i}: {impl.__module__} {how} threshold={threshold}")
+        try:
+            if how == "evict":
+                resident = len(p.t1) + len(p.t2)
+                p.evict(rng.randrange(1, resident + 1), Protected(fresh[:2]))
+            elif how == "get":
+                p.get(rng.choice(fresh))
+            elif how == "touch":
+                p.touch(rng.sample(fresh, 4), None)
+            elif how == "insert":
+                p.insert(Key(100 + i), chunk(), None)
+            elif how == "items":
+                for _ in p.t1.items():
+                    Act.point("between_steps")
+            else:
+                rng.choice(fresh) in p.t2  # noqa: B015 -- the read a callback runs inside
+        except Exception as exc:
+            COUNTS["in_call_exc_" + type(exc).__name__] += 1
+        finally:
+            Act.fn = None
+            if threshold:
+                gc.set_threshold(*old)
+        COUNTS["in_call_rounds"] += 1
+        if isinstance(p, PyPolicy) and id(p) in self.tainted:
+            return
+        self.check(f"in-call round {how}")
+        try:
+            p._check_invariants()
+        except AssertionError as exc:
+            fail(f"in-call round {how} on {type(p).__module__}: {exc}")
+        except Exception as exc:
+            COUNTS["check_exc_" + type(exc).__name__] += 1
+
+
+def _safe_repr(obj) -> str:
+    try:
+        text = repr(obj)
+    except Exception:
+        text = f"<{type(obj).__name__}>"
+    return text[:300]
+
+
+def run_reflect(args, rng: random.Random) -> None:
+    rf = Reflector(rng)
+    rounds, randoms = {"ci": (400, 3000), "long": (20000, 100000)}[args.profile]
+    gc.callbacks.append(_gc_callback)
+    if args.phase in ("top", "both"):
+        rf.systematic()
+        if not FAILURES:
+            rf.random_calls(randoms)
+    if args.phase in ("in-call", "both") and not FAILURES:
+        for i in range(rounds):
+            rf.in_call_round(i)
+            if FAILURES:
+                break
+    gc.callbacks.remove(_gc_callback)
+    if args.phase != "in-call" and not FAILURES:
+        rf.systematic()  # the types found since
+    found = {(o, n) for o, n in rf.surface.found() if not excluded(n)}
+    called = {k for k, v in rf.surface.called.items() if v}
+    COUNTS["types"] = sum(isinstance(o, type) for o in rf.surface.owners)
+    COUNTS["callables_found"] = len(found)
+    COUNTS["callables_called"] = len(found & called)
+    missing = sorted(found - called)
+    if missing and args.phase != "in-call" and not FAILURES:
+        fail(f"callables never called: {missing}")
+
+
+# --- threads mode -----------------------------------------------------------
+
+
+class SlowKey(Key):
+    """A Key whose __hash__ and __eq__ run a few bytecodes more: room for
+    the interpreter to switch threads inside them."""
+
+    def __hash__(self) -> int:
+        x = 0
+        for _ in range(3):
+            x += 1
+        return hash(self.kid)
+
+    def __eq__(self, other: object) -> bool:
+        x = 0
+        for _ in range(3):
+            x += 1
+        if not isinstance(other, Key):
+            return NotImplemented
+        return self.kid == other.kid
+
+
+class Overlaps:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active: set[int] = set()
+
+    def enter(self, tid: int) -> None:
+        with self.lock:
+            if self.active:
+                COUNTS["overlaps"] += 1
+            self.active.add(tid)
+
+    def leave(self, tid: int) -> None:
+        with self.lock:
+            self.active.discard(tid)
+
+
+THREAD_OPS = (
+    ["insert"] * 6 + ["get"] * 6 + ["in"] * 3 + ["getitem"] * 2 + ["touch"] * 3
+    + ["iter"] * 2 + ["evict"] * 2 + ["remove"] * 2 + ["store_miss"] + ["clear"] * 2
+    + ["finished"] + ["target"]
+)
+
+
+def thread_op(p, op: str, rng: random.Random, universe: int):
+    k = SlowKey(rng.randrange(universe))
+    if op == "insert":
+        return p.insert(k, chunk(rng.choice([0, 0, 1])), None)
+    if op == "get":
+        return p.get(k)
+    if op == "in":
+        return k in getattr(p, rng.choice(["t1", "t2", "b1", "b2"]))
+    if op == "getitem":
+        return getattr(p, rng.choice(["t1", "t2"]))[k]
+    if op == "touch":
+        return p.touch([SlowKey(rng.randrange(universe)) for _ in range(3)], None)
+    if op == "iter":
+        return list(getattr(p, rng.choice(["t1", "t2", "b1", "b2"])).items())
+    if op == "evict":
+        return p.evict(rng.choice([1, 1, 2]), {k})
+    if op == "remove":
+        return p.remove(k)
+    if op == "store_miss":
+        return p.on_store_miss([k, SlowKey(rng.randrange(universe))], None)
+    if op == "clear":
+        return p.clear()
+    if op == "finished":
+        return p.on_request_finished(((k,),), set(), {k}, ReqContext(req_id="t"))
+    return setattr(p, "target_t1_size", rng.randrange(4))
+
+
+def expected_thread_error(exc: BaseException, op: str, impl: str) -> bool:
+    if is_refusal(exc):
+        return True
+    if type(exc) is RuntimeError and str(exc) == MSG_MUTATED:
+        return op == "iter"
+    if type(exc) is KeyError:
+        # the twin's iteration hashes each key again (hardening.md, "Where
+        # arc_cy differs"): another thread can remove it meanwhile
+        return op == "getitem" or (op == "iter" and impl == "python")
+    if type(exc) is ValueError:
+        return op == "insert" and _msg_pattern(MSG_DUPLICATE).fullmatch(str(exc)) is not None
+    return False
+
+
+def run_threads(args, rng: random.Random) -> None:
+    cls = IMPLS[args.impl]
+    steps = {"ci": 30000, "long": 1000000}[args.profile]
+    nthreads = 3
+    # more entries than a node array's first 64 and a few table sizes: the
+    # storage moves when the lists fill again after clear()
+    universe = 120
+    p = cls(40)
+    ov = Overlaps()
+    errors: list[str] = []
+
+    def worker(tid: int, seed: int) -> None:
+        r = random.Random(seed)
+        for _ in range(steps):
+            op = r.choice(THREAD_OPS)
+            ov.enter(tid)
+            try:
+                thread_op(p, op, r, universe)
+                COUNTS["calls_ok"] += 1
+            except BaseException as exc:
+                if expected_thread_error(exc, op, args.impl):
+                    COUNTS["refused" if is_refusal(exc) else "exc_" + type(exc).__name__] += 1
+                elif len(errors) < 20:
+                    errors.append(f"{op}: {type(exc).__name__}: {exc}")
+            finally:
+                ov.leave(tid)
+            COUNTS["calls"] += 1
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    threads = [threading.Thread(target=worker, args=(t, rng.randrange(2**32)))
+               for t in range(nthreads)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    for e in errors:
+        fail(f"{args.impl}: undocumented exception from a thread: {e}")
+    try:
+        p._check_invariants()
+        p.insert(SlowKey(10**6), chunk(), None)
+        p.evict(1, set())
+        p.clear()
+        p._check_invariants()
+    except Exception as exc:
+        fail(f"{args.impl}: after the threads, the policy fails: {exc!r}")
+
+
+# --- hooks mode -------------------------------------------------------------
+
+
+def _finally_lines(path: str) -> set[int]:
+    """Lines of path's finally clauses."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        for stmt in getattr(node, "finalbody", []):
+            lines.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
+    return lines
+
+
+# arc_cy's Python code, by the file names its code objects carry
+IMPL_PATHS = frozenset(m.__file__ for m in (twin_mod, _common))
+FINALLY = {path: _finally_lines(path) for path in IMPL_PATHS}
+KEY_CODE = {Key.__hash__.__code__, Key.__eq__.__code__}
+USER_CODE = KEY_CODE | {Protected.__contains__.__code__}
+
+
+def in_finally(frame) -> bool:
+    """Whether arc_cy's Python code is running a finally clause, in frame or
+    a caller (a call it makes there, or a C function it calls)."""
+    while frame is not None:
+        lines = FINALLY.get(frame.f_code.co_filename)
+        if lines is not None and frame.f_lineno in lines:
+            return True
+        frame = frame.f_back
+    return False
+
+
+class Hooks:
+    """The trace, profile and signal hooks, and what they do in a call."""
+
+    policy = None
+    mutating = False  # the call running is a mutator (re-entered mutators must be refused)
+    on = False
+    in_action = False
+    raised_in_impl = False
+    raised_at = ""  # where the step's last hook raised
+    rng = random.Random(0)
+
+    @classmethod
+    def where(cls, frame) -> str | None:
+        """"user" (the caller's objects), "impl" (arc_cy's Python code) or
+        None (the fuzzer: hooks leave it alone)."""
+        if frame is None:
+            return None
+        code = frame.f_code
+        if code in USER_CODE:
+            return "user"
+        return "impl" if code.co_filename in IMPL_PATHS else None
+
+    @classmethod
+    def fire(cls, frame, source: str, prob: float) -> None:
+        if not cls.on or cls.in_action:
+            return
+        where = cls.where(frame)
+        if where is None:
+            return
+        COUNTS[f"{source}_events"] += 1
+        if cls.rng.random() >= prob:
+            return
+        if in_finally(frame):
+            return
+        cls.in_action = True
+        try:
+            COUNTS[f"{source}_fired"] += 1
+            r = cls.rng.random()
+            if r < 0.5:
+                COUNTS["hook_raised"] += 1
+                # The twin hashes and compares keys again while it applies a
+                # call (hardening.md, "Where arc_cy differs"): a key that
+                # raises there may leave it half applied, as vLLM.
+                cls.raised_in_impl = (cls.raised_in_impl or where == "impl"
+                                      or frame.f_code in KEY_CODE)
+                code = frame.f_code
+                cls.raised_at = (f"{source} hook in {code.co_name} "
+                                 f"({os.path.basename(code.co_filename)}:{frame.f_lineno})")
+                raise HostileError("hook")
+            if r < 0.75 and cls.mutating and where == "user":
+                cls.reenter_mutator()
+            else:
+                cls.reenter_read()
+        finally:
+            cls.in_action = False
+
+    @classmethod
+    def reenter_mutator(cls) -> None:
+        p = cls.policy
+        name = cls.rng.choice(["insert", "evict", "clear", "touch", "__init__"])
+        try:
+            if name == "insert":
+                p.insert(Key(999), chunk(), None)
+            elif name == "evict":
+                p.evict(1, set())
+            elif name == "clear":
+                p.clear()
+            elif name == "touch":
+                p.touch([Key(0)], None)
+            else:
+                p.__init__(p.cache_capacity)
+        except RuntimeError as exc:
+            if is_refusal(exc):
+                COUNTS["reentry_refused"] += 1
+                return
+            fail(f"hooks: re-entered {name}() failed with {exc!r}, not a refusal")
+        except Exception as exc:
+            fail(f"hooks: re-entered {name}() failed with {exc!r}, not a refusal")
+        else:
+            fail(f"hooks: re-entered {name}() was accepted while a call runs")
+
+    @classmethod
+    def reenter_read(cls) -> None:
+        p = cls.policy
+        try:
+            p.get(Key(cls.rng.randrange(12)))
+            Key(cls.rng.randrange(12)) in p.t1  # noqa: B015 -- a read, for its effect on the policy
+            COUNTS["reentry_read"] += 1
+        except RuntimeError as exc:
+            if is_refusal(exc):
+                COUNTS["reentry_read_refused"] += 1
+            else:
+                fail(f"hooks: re-entered read failed with {exc!r}")
+        except Exception as exc:
+            fail(f"hooks: re-entered read failed with {exc!r}")
+
+
+def _trace(frame, event, arg):
+    if Hooks.where(frame) is None:
+        return None
+    Hooks.fire(frame, "trace", 0.04)
+    return _trace_local
+
+
+def _trace_local(frame, event, arg):
+    Hooks.fire(frame, "trace", 0.04)
+    return _trace_local
+
+
+def _profile(frame, event, arg):
+    Hooks.fire(frame, "profile", 0.04)
+
+
+def _alarm(signum, frame):
+    # (a handler runs inside a handler too: the next one waits instead)
+    if not Hooks.in_action:
+        Hooks.fire(frame, "signal", 0.5)
+
+
+def state(p) -> tuple:
+    lists = p._v if hasattr(p, "_v") else p
+    return (
+        [(k.kid, id(c)) for k, c in lists.t1.items()],
+        [(k.kid, id(c)) for k, c in lists.t2.items()],
+        [k.kid for k in lists.b1],
+        [k.kid for k in lists.b2],
+        lists.target_t1_size,
+    )
+
+
+def outcome_of(value) -> tuple:
+    if isinstance(value, list) and value and isinstance(value[0], tuple):
+        return ("ok", [(k.kid, id(c)) for k, c in value])
+    if isinstance(value, ChunkStatus):
+        return ("ok", id(value))
+    return ("ok", value)
+
+
+class HookRun:
+    CAPACITY = 6
+    UNIVERSE = 12
+
+    def __init__(self, impl: str, rng: random.Random) -> None:
+        self.rng = rng
+        self.cls = IMPLS[impl]
+        if HAVE_VLLM:
+            from hostile_fuzz import Oracle  # vLLM's ARC with arc_cy's divergences
+
+            self.ref_cls = Oracle
+        else:
+            self.ref_cls = PyPolicy if impl == "cython" else CPolicy
+        self.impl = impl
+        self.start_over()
+
+    def start_over(self) -> None:
+        self.p = self.cls(self.CAPACITY)
+        self.ref = self.ref_cls(self.CAPACITY)
+        Hooks.policy = self.p
+
+    def op(self):
+        """(name, mutating, fn): one call, made the same way on both."""
+        rng = self.rng
+        u = self.UNIVERSE
+
+        def keys(n):
+            return [Key(rng.randrange(u)) for _ in range(n)]
+
+        resident = len(self.p.t1) + len(self.p.t2)
+        kind = rng.choice(["insert"] * 5 + ["touch"] * 3 + ["evict"] * 3 + [
+            "store_miss", "store_miss", "finished", "remove", "target", "clear", "get",
+            "in", "getitem", "iter"])
+        if kind == "insert":
+            k, c = Key(rng.randrange(u)), chunk(rng.choice([0, 0, 0, -1, 1]))
+            if resident >= self.CAPACITY:
+                return self.evict_op(1)
+            return kind, True, lambda p: p.insert(k, c, None)
+        if kind == "touch":
+            ks = keys(rng.randrange(1, 4))
+            return kind, True, lambda p: p.touch(list(ks), None)
+        if kind == "evict":
+            return self.evict_op(rng.randrange(0, resident + 1))
+        if kind == "store_miss":
+            ks = keys(rng.randrange(1, 4))
+            return kind, True, lambda p: p.on_store_miss(list(ks), None)
+        if kind == "finished":
+            ks = keys(3)
+            ins, reu = {ks[0]}, {ks[1], ks[2]}
+            ctx = ReqContext(req_id="h")
+            return kind, True, lambda p: p.on_request_finished((tuple(ks),), ins, reu, ctx)
+        if kind == "remove":
+            k = Key(rng.randrange(u))
+            return kind, True, lambda p: p.remove(k)
+        if kind == "target":
+            t = rng.choice([0, 1, 2, 3, 1.5, 4.0])
+            return kind, True, lambda p: setattr(p, "target_t1_size", t)
+        if kind == "clear":
+            if rng.random() < 0.7:
+                return self.evict_op(1)
+            return kind, True, lambda p: p.clear()
+        k = Key(rng.randrange(u))
+        if kind == "get":
+            return kind, False, lambda p: p.get(k)
+        if kind == "in":
+            return kind, False, lambda p: k in p.b1
+        if kind == "getitem":
+            return kind, False, lambda p: p.t1[k]
+        return kind, False, lambda p: [x.kid for x in p.t2]
+
+    def evict_op(self, n: int):
+        prot = Protected(Key(self.rng.randrange(self.UNIVERSE)) for _ in range(2))
+        return "evict", True, lambda p: p.evict(n, prot)
+
+    def call_hooked(self, fn, use: str):
+        Hooks.raised_in_impl = False
+        Hooks.raised_at = ""
+        Hooks.on = True
+        if use == "trace":
+            sys.settrace(_trace)
+        elif use == "profile":
+            sys.setprofile(_profile)
+        try:
+            return ("ok", fn(self.p))
+        except Exception as exc:
+            return ("raised", exc)
+        finally:
+            Hooks.on = False
+            sys.settrace(None)
+            sys.setprofile(None)
+
+    def step(self) -> None:
+        name, mutating, fn = self.op()
+        Hooks.mutating = mutating
+        use = self.rng.choice(["trace", "profile", "signal"])
+        before = state(self.ref)
+        got = self.call_hooked(fn, use)
+        COUNTS["steps"] += 1
+        COUNTS[f"steps_{use}"] += 1
+        try:
+            self.p._check_invariants()
+        except Exception as exc:
+            fail(f"{self.impl}: after {name} ({use}, {got[0]}, raised by the "
+                 f"{Hooks.raised_at or '?'}): {exc!r}")
+            return
+        now = state(self.p)
+        # (the twin's OrderedDict iteration turns a key's error into KeyError)
+        hooked = got[0] == "raised" and (isinstance(got[1], HostileError) or (
+            Hooks.raised_in_impl and self.impl == "python" and type(got[1]) is KeyError))
+        if hooked:
+            if now == before:
+                COUNTS["raised_unchanged"] += 1
+                return
+        try:
+            want = ("ok", fn(self.ref))
+        except Exception as exc:
+            want = ("raised", exc)
+        if hooked:
+            if now == state(self.ref):
+                COUNTS["raised_after_done"] += 1
+                return
+            if Hooks.raised_in_impl and self.impl == "python":
+                COUNTS["twin_half_applied"] += 1
+                self.start_over()
+                return
+            fail(f"{self.impl}: {name} raised {got[1]!r} from a {use} hook and changed the "
+                 f"state: before {before}, after {now}")
+            return
+        if got[0] == "ok":
+            COUNTS["calls_ok"] += 1
+            g, w = outcome_of(got[1]), (outcome_of(want[1]) if want[0] == "ok" else want)
+        else:
+            g = ("raised", type(got[1]).__name__, str(got[1]))
+            w = ("raised", type(want[1]).__name__, str(want[1])) if want[0] == "raised" else want
+        if g != w:
+            where = ""
+            if got[0] == "raised":
+                where = "\n" + "".join(traceback.format_exception(got[1], limit=-8))
+            fail(f"{self.impl}: {name} ({use}): got {g}, the reference {w}{where}")
+        elif now != state(self.ref):
+            fail(f"{self.impl}: {name} ({use}): state {now}, the reference {state(self.ref)}")
+        else:
+            COUNTS["compared"] += 1
+
+
+def run_hooks(args, rng: random.Random) -> None:
+    steps = {"ci": 5000, "long": 200000}[args.profile]
+    Hooks.rng = random.Random(rng.randrange(2**32))
+    run = HookRun(args.impl, rng)
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, 1e-4, 1e-4)
+    try:
+        for _ in range(steps):
+            run.step()
+            if FAILURES:
+                break
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    try:
+        run.p.insert(Key(10**6), chunk(), None)
+        run.p.evict(1, set())
+        run.p._check_invariants()
+    except Exception as exc:
+        fail(f"{args.impl}: after the hooks, the policy fails: {exc!r}")
+
+
+RUNNERS = {"reflect": run_reflect, "threads": run_threads, "hooks": run_hooks}
+# --mode all: every mode in one process (one import of vLLM, which is most
+# of a run under ASan); the threads and hooks first, on a clean interpreter.
+ALL = [("threads", "cython"), ("threads", "python"), ("hooks", "cython"),
+       ("hooks", "python"), ("reflect", "both")]
+
+
+def main(argv=None) -> int:
+    global COUNTS, FAILURES
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", choices=[*RUNNERS, "all"], required=True)
+    ap.add_argument("--impl", choices=list(IMPLS), default="cython")
+    ap.add_argument("--profile", choices=["ci", "long"], default="ci")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--phase", choices=["top", "in-call", "both"], default="both")
+    ap.add_argument("--last-call", default=None)
+    ap.add_argument("--exclude", default="")
+    args = ap.parse_args(argv)
+    EXCLUDE.update(x for x in args.exclude.split(",") if x)
+    faulthandler.enable()
+    seed = args.seed
+    if seed is None:
+        seed = 25 if args.profile == "ci" else random.SystemRandom().randrange(2**32)
+    print(f"surface_fuzz: mode={args.mode} impl={args.impl} profile={args.profile} "
+          f"seed={seed} (rerun with --seed {seed})", file=sys.stderr, flush=True)
+    LastCall.open(args.last_call)
+    gc.collect()
+    gc.freeze()  # what the imports made: collections stay cheap
+    runs = ALL if args.mode == "all" else [
+        (args.mode, "both" if args.mode == "reflect" else args.impl)]
+    report, failed = {}, []
+    for mode, impl in runs:
+        COUNTS, FAILURES = Counter(), []
+        args.impl = "cython" if impl == "both" else impl
+        name = f"{mode}-{impl}" if mode != "reflect" else mode
+        print(f"surface_fuzz: {name}", file=sys.stderr, flush=True)
+        start = time.monotonic()
+        RUNNERS[mode](args, random.Random(f"{seed}-{name}"))
+        counts = dict(sorted(COUNTS.items()))
+        counts["seconds"] = round(time.monotonic() - start, 1)
+        report[name] = counts
+        failed += [f"{name}: {f}" for f in FAILURES]
+    report["seed"] = seed
+    if not failed:
+        print("COVERAGE " + json.dumps(report), flush=True)
+    else:
+        print(f"surface_fuzz: FAILED ({len(failed)} failures, seed {seed})",
+              file=sys.stderr, flush=True)
+    sys.stderr.flush()
+    os._exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
