@@ -1,4 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+# cython: auto_pickle=False
 """Compiled ARC core: the decisions of _arc_py, on C-level lists.
 
 Layout: every key the policy knows (t1, t2, b1, b2) has one node in a
@@ -10,11 +11,19 @@ The rules of docs/hardening.md, as they apply here:
 
 Busy: every call sets busy before its first user code (a key's __hash__ or
 __eq__, protected.__contains__, a target's arithmetic, n.__index__, the
-caller's iterable, a collection and its gc.callbacks); while it is set,
-mutators are refused, so nodes, table and work cannot move or be freed.
-Outside busy (a view's iterator) no pointer into them is held across
-anything that can allocate: what is needed is read into owned references
-first, and the list's version is checked again on the next step.
+caller's iterable, a collection and its gc.callbacks), with nothing between
+it and the try that clears it; while it is set, mutators are refused, in
+any thread. Reads nest, and take busy only when it is free: a read in
+another thread can outlive the call whose busy it found, so every probe
+checks `epoch` after each __eq__ and starts again if the storage changed,
+as CPython's dict does. Outside busy (a view's iterator) no pointer into
+the storage is held across anything that can allocate: what is needed is
+read into owned references first, and the list's version is checked again
+on the next step.
+
+Surface: nothing internal is a Python object. The scan's cursors are C
+structs; a view's iterator is made from a live core by its constructor,
+and nothing can re-state it (no pickling: auto_pickle is off).
 
 Working storage: what a call holds while Python code may run is never a
 Python object that such code could reach and resize. Node indices live in
@@ -39,10 +48,12 @@ from arc_cy._common import (
     ARC_DOC,
     LIST_NAMES,
     MAX_ENTRIES,
+    MISSING,
     MSG_CHUNK_SIZE,
     MSG_DUPLICATE,
     MSG_FULL,
     MSG_MUTATED,
+    MSG_NO_ACCESSOR,
     MSG_NO_COPY,
     MSG_REENTRANT,
     CachePolicy,
@@ -53,12 +64,17 @@ from arc_cy._common import (
     check_target,
     chunk_ref_offset,
     dead_ref,
+    missing_arguments,
     order_request_keys,
 )
 
+# A required argument's default: its absence raises Python's own TypeError.
+cdef object NO_ARG = MISSING
+
 cdef extern from "Python.h":
     Py_hash_t PyObject_Hash(object) except -1
-    int PyObject_RichCompareBool(PyObject*, PyObject*, int) except -1
+    int PyObject_RichCompareBool(PyObject*, PyObject*, int)
+    int PyObject_GenericSetAttr(object, object, PyObject*) except -1
     int PySet_Contains(PyObject*, PyObject*) except -1
     int PySequence_Contains(PyObject*, PyObject*) except -1
     bint PyAnySet_CheckExact(object)
@@ -144,6 +160,11 @@ ctypedef struct Order:
     uint64_t stamp
     int32_t idx
 
+ctypedef struct Cursor:
+    # A forward-only walk over one list, for evict()'s scan.
+    int32_t pos
+    int32_t ahead       # PREFETCH_AHEAD nodes past pos, or EMPTY
+
 ctypedef struct Slot:
     int32_t idx         # node index, or EMPTY
     uint32_t h32        # fold(hash): probes skip most nodes without a load
@@ -182,6 +203,7 @@ cdef class ARCCore:
         int32_t tail[4]
         Py_ssize_t size[4]
         uint64_t version[4]     # bumped on every change to a list
+        uint64_t epoch          # bumped on every change to nodes or table
         Py_ssize_t capacity     # cache_capacity, clamped to Py_ssize_t
         object capacity_obj     # cache_capacity as given (a Python int)
         object target           # int() of it is taken in evict(), as vLLM does
@@ -217,7 +239,7 @@ cdef class ARCCore:
         PyMem_Free(self.table)
         PyMem_Free(self.scratch)
 
-    def __init__(self, cache_capacity):
+    def __init__(self, cache_capacity=NO_ARG):
         # Called again, it starts over as vLLM's __init__ does: capacity and
         # target first, then the lists are emptied in turn; _max_entries
         # (arc_cy's own) is reset too.
@@ -234,6 +256,18 @@ cdef class ARCCore:
 
     def __reduce__(self):
         raise TypeError(MSG_NO_COPY.format(type(self).__qualname__))
+
+    # Python's own errors for a property without a setter or deleter (the
+    # twin's), where Cython's would name ARCCore or say NotImplementedError.
+    def __setattr__(self, name, value):
+        if name in _PROPERTIES and name not in _SETTABLE:
+            raise AttributeError(MSG_NO_ACCESSOR.format(name, type(self).__name__, "setter"))
+        PyObject_GenericSetAttr(self, name, <PyObject *>value)
+
+    def __delattr__(self, name):
+        if name in _PROPERTIES:
+            raise AttributeError(MSG_NO_ACCESSOR.format(name, type(self).__name__, "deleter"))
+        PyObject_GenericSetAttr(self, name, NULL)
 
     # --- storage ---------------------------------------------------------
 
@@ -253,6 +287,7 @@ cdef class ARCCore:
                 self.table_bits = MIN_TABLE_BITS
         memset(self.table, 0xFF, sizeof(Slot) << self.table_bits)  # all EMPTY
         self.table_used = 0
+        self.epoch += 1
         self.nodes = NULL
         self.nodes_cap = 0
         self.nodes_used = 0
@@ -360,6 +395,7 @@ cdef class ARCCore:
                 raise MemoryError()
             self.nodes = grown
             self.nodes_cap = <int32_t>cap
+            self.epoch += 1
         i = self.nodes_used
         self.nodes_used += 1
         return i
@@ -371,6 +407,7 @@ cdef class ARCCore:
         node.where = FREE
         node.next = self.free_head
         self.free_head = i
+        self.epoch += 1
 
     cdef inline size_t _home(self, uint32_t h) noexcept nogil:
         # Fibonacci hashing spreads sequential hashes (small ints) out.
@@ -381,19 +418,40 @@ cdef class ARCCore:
         the probe walk from the hash's home slot. Keys are unique across the
         lists, so for keys that keep Python's hash and eq contract at most
         one node equals key; for keys that break it, the first in probe
-        order wins (docs/hardening.md, "The key contract")."""
-        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
+        order wins (docs/hardening.md, "The key contract").
+
+        __eq__ may run another thread's calls, or a read's callbacks may
+        mutate: the stored key is held while it runs, and if the storage
+        changed meanwhile the walk starts again, as CPython's dict does."""
         cdef uint32_t h = fold(hash)
-        cdef size_t s = self._home(h)
+        cdef size_t mask, s
         cdef int32_t i
+        cdef uint64_t epoch
+        cdef PyObject *stored
+        cdef int same
         while True:
-            i = self.table[s].idx
-            if i == EMPTY:
-                return EMPTY
-            if (self.table[s].h32 == h and self.nodes[i].hash == hash
-                    and (1 << self.nodes[i].where) & lists and self._same(i, key)):
-                return i
-            s = (s + 1) & mask
+            mask = (<size_t>1 << self.table_bits) - 1
+            s = self._home(h)
+            epoch = self.epoch
+            while True:
+                i = self.table[s].idx
+                if i == EMPTY:
+                    return EMPTY
+                if (self.table[s].h32 == h and self.nodes[i].hash == hash
+                        and (1 << self.nodes[i].where) & lists):
+                    stored = self.nodes[i].key
+                    if stored is <PyObject *>key:  # identity first, as dicts do
+                        return i
+                    Py_XINCREF(stored)
+                    same = PyObject_RichCompareBool(stored, <PyObject *>key, Py_EQ)
+                    Py_XDECREF(stored)  # may run a __del__
+                    if same < 0:
+                        return -2
+                    if self.epoch != epoch:
+                        break  # the storage changed: walk again
+                    if same:
+                        return i
+                s = (s + 1) & mask
 
     cdef size_t _slot_of(self, int32_t i) noexcept:
         """The table slot of node i (which is in the table)."""
@@ -402,13 +460,6 @@ cdef class ARCCore:
         while self.table[s].idx != i:
             s = (s + 1) & mask
         return s
-
-    cdef inline int _same(self, int32_t i, object key) except -1:
-        """Whether node i holds key (identity first, as dicts do)."""
-        # Busy is set while __eq__ runs: neither array can move under us.
-        if self.nodes[i].key is <PyObject *>key:
-            return 1
-        return PyObject_RichCompareBool(self.nodes[i].key, <PyObject *>key, Py_EQ)
 
     cdef int _reserve_slot(self) except -1:
         """Grow the table so that one more entry keeps the load <= 0.7."""
@@ -429,6 +480,7 @@ cdef class ARCCore:
             table[s].idx = EMPTY
         self.table = table
         self.table_bits = bits
+        self.epoch += 1
         for j in range(old_size):
             if old[j].idx != EMPTY:
                 s = self._home(old[j].h32)
@@ -447,6 +499,7 @@ cdef class ARCCore:
         self.table[s].idx = i
         self.table[s].h32 = h
         self.table_used += 1
+        self.epoch += 1
 
     cdef void _table_del(self, int32_t i) noexcept:
         """Drop node i's slot, shifting its probe run back (no tombstones)."""
@@ -465,6 +518,7 @@ cdef class ARCCore:
                 s = j
         self.table[s].idx = EMPTY
         self.table_used -= 1
+        self.epoch += 1
 
     # --- lists -----------------------------------------------------------
 
@@ -484,6 +538,7 @@ cdef class ARCCore:
         self.tail[w] = i
         self.size[w] += 1
         self.version[w] += 1
+        self.epoch += 1
 
     cdef inline void _unlink(self, int32_t i) noexcept:
         cdef Node *node = &self.nodes[i]
@@ -498,6 +553,7 @@ cdef class ARCCore:
             self.nodes[node.next].prev = node.prev
         self.size[w] -= 1
         self.version[w] += 1
+        self.epoch += 1
 
     cdef inline void _move(self, int32_t i, uint8_t w) noexcept:
         self._unlink(i)
@@ -580,11 +636,21 @@ cdef class ARCCore:
     # --- helpers ---------------------------------------------------------
 
     cdef inline int _enter(self, int op) except -1:
+        """Take busy for mutator op (refused while any call runs). C code:
+        nothing runs between it and the caller's try that clears it."""
         if self.busy:
             raise RuntimeError(
                 MSG_REENTRANT.format(OP_NAMES[op], OP_NAMES[self.busy]))
         self.busy = op
         return 0
+
+    cdef inline bint _read_begin(self) noexcept:
+        """A read takes busy only if it is free (reads nest); it clears
+        busy only if it took it."""
+        if self.busy:
+            return False
+        self.busy = OP_GET
+        return True
 
     cdef inline Py_ssize_t _ref_off(self, object chunk) except -1:
         """Offset of ref_cnt in chunk's type (TypeError if it has none)."""
@@ -679,6 +745,7 @@ cdef class ARCCore:
             Py_XINCREF(key)
             self._hold(node.key)
             node.key = key
+            self.epoch += 1
 
     # --- attributes ------------------------------------------------------
 
@@ -731,26 +798,29 @@ cdef class ARCCore:
 
     # --- CachePolicy -----------------------------------------------------
 
-    def get(self, key):
-        cdef int saved = self.busy
+    def get(self, key=NO_ARG):
         cdef int32_t i
-        # Reads may nest in a running method; they lock out mutators only.
-        if not saved:
-            self.busy = OP_GET
+        cdef bint took
+        if key is NO_ARG:
+            raise missing_arguments("get", key=key)
+        took = self._read_begin()
         try:
             i = self._find(key, PyObject_Hash(key), IN_T)
         finally:
-            self.busy = saved
+            if took:
+                self.busy = 0
         if i == EMPTY:
             return None
         chunk = <object>self.nodes[i].chunk
         # vLLM returns `t1.get(key) or t2.get(key)`: a falsy chunk is None
         return chunk if chunk else None
 
-    def insert(self, key, chunk, req_context=None):
+    def insert(self, key=NO_ARG, chunk=NO_ARG, req_context=None):
         cdef Py_hash_t h
         cdef int32_t i
         cdef Node *node
+        if key is NO_ARG or chunk is NO_ARG:
+            raise missing_arguments("insert", key=key, chunk=chunk)
         self._enter(OP_INSERT)
         try:
             self._ref_off(chunk)
@@ -782,9 +852,11 @@ cdef class ARCCore:
         finally:
             self._leave()
 
-    def remove(self, key):
+    def remove(self, key=NO_ARG):
         cdef int32_t i
         cdef Node *node
+        if key is NO_ARG:
+            raise missing_arguments("remove", key=key)
         self._enter(OP_REMOVE)
         try:
             i = self._find(key, PyObject_Hash(key), IN_T)
@@ -799,10 +871,12 @@ cdef class ARCCore:
         finally:
             self._leave()
 
-    def on_store_miss(self, keys, req_context):
+    def on_store_miss(self, keys=NO_ARG, req_context=NO_ARG):
         cdef Py_ssize_t j, n
         cdef int32_t *found
         cdef int32_t i
+        if keys is NO_ARG or req_context is NO_ARG:
+            raise missing_arguments("on_store_miss", keys=keys, req_context=req_context)
         self._enter(OP_STORE_MISS)
         try:
             n = self._hold_keys(keys)
@@ -815,23 +889,29 @@ cdef class ARCCore:
         finally:
             self._leave()
 
-    def touch(self, keys, req_context):
+    def touch(self, keys=NO_ARG, req_context=NO_ARG):
         cdef Py_ssize_t j, n
         cdef int32_t *found
-        cdef int32_t i, ref_cnt
+        cdef int32_t *ref_cnts
+        cdef int32_t i
         cdef Node *node
+        if keys is NO_ARG or req_context is NO_ARG:
+            raise missing_arguments("touch", keys=keys, req_context=req_context)
         self._enter(OP_TOUCH)
         try:
             n = self._hold_keys(keys)
             self._work_reserve(n)  # for the key objects replaced
-            found = self._scratch(n)
+            found = self._scratch(2 * n)
+            ref_cnts = found + n
             self._resolve(n, IN_ANY, found)
-            # A t1 chunk whose ref_cnt cannot be read fails here, before
-            # anything changes.
+            # Every t1 chunk's ref_cnt is read before anything changes: a
+            # chunk that cannot be read fails here, and one whose class
+            # changes while the call runs (a target's arithmetic) is moved
+            # by what was read.
             for j in range(n):
                 i = found[j]
                 if i != EMPTY and self.nodes[i].where == T1:
-                    self._ref_cnt(self.nodes[i].chunk, &ref_cnt)
+                    self._ref_cnt(self.nodes[i].chunk, &ref_cnts[j])
             for j in range(n - 1, -1, -1):
                 i = found[j]
                 if i == EMPTY:
@@ -841,8 +921,7 @@ cdef class ARCCore:
                     # vLLM pops the entry and stores it again under the
                     # caller's key object (a change, wherever it was).
                     self._set_key(i, self.work[j])
-                    self._ref_cnt(node.chunk, &ref_cnt)
-                    if ref_cnt < 0:
+                    if ref_cnts[j] < 0:
                         # still being stored: not a second access
                         self._move(i, T1)
                     else:
@@ -854,16 +933,24 @@ cdef class ARCCore:
         finally:
             self._leave()
 
-    def on_request_access(self, keys, req_context):
+    def on_request_access(self, keys=NO_ARG, req_context=NO_ARG):
+        if keys is NO_ARG or req_context is NO_ARG:
+            raise missing_arguments("on_request_access", keys=keys, req_context=req_context)
         return None
 
-    def on_request_finished(self, key_groups, insertion_only_keys, reused_keys,
-                            req_context):
+    def on_request_finished(self, key_groups=NO_ARG, insertion_only_keys=NO_ARG,
+                            reused_keys=NO_ARG, req_context=NO_ARG):
         cdef Py_ssize_t j, n
         cdef int32_t *found
         cdef int32_t *kinds
         cdef int32_t i
         cdef uint8_t w
+        if (key_groups is NO_ARG or insertion_only_keys is NO_ARG
+                or reused_keys is NO_ARG or req_context is NO_ARG):
+            raise missing_arguments(
+                "on_request_finished", key_groups=key_groups,
+                insertion_only_keys=insertion_only_keys, reused_keys=reused_keys,
+                req_context=req_context)
         self._enter(OP_FINISHED)
         try:
             n = self._hold_keys(order_request_keys(key_groups, req_context))
@@ -902,26 +989,30 @@ cdef class ARCCore:
         finally:
             self._leave()
 
-    def evict(self, n, protected):
+    def evict(self, n=NO_ARG, protected=NO_ARG):
         cdef Py_ssize_t want, k, vt1, n_t1 = 0, drop1, drop2
+        cdef Py_ssize_t resident = self.size[T1] + self.size[T2]
         cdef int32_t *picked
         cdef int32_t i
         cdef Node *node
-        cdef _Cursor c1, c2
+        cdef Cursor c1, c2
         cdef bint fast, exact
         cdef Py_ssize_t threshold = 0
+        if n is NO_ARG or protected is NO_ARG:
+            raise missing_arguments("evict", n=n, protected=protected)
         self._enter(OP_EVICT)
         try:
             n = check_evict_n(n)
             if n == 0:
                 return []
-            if n > self.size[T1] + self.size[T2]:
-                return None
-            want = n
+            # More than is resident: the scan runs as vLLM's does (asking
+            # protected, taking int(target)) and ends at the step that
+            # finds no victim, at the latest the one after every resident.
+            want = n if n <= resident else resident + 1
             picked = self._scratch(want)
             fast = PyAnySet_CheckExact(protected)
-            c1 = _Cursor.start(self, T1)
-            c2 = _Cursor.start(self, T2)
+            self._cursor_start(&c1, T1)
+            self._cursor_start(&c2, T2)
             # Select without changing anything; t1's size is tracked
             # virtually. Both cursors only move forward (vLLM PR 50992).
             # vLLM takes int(target_t1_size) at every step: once is the same
@@ -934,17 +1025,17 @@ cdef class ARCCore:
                 if not exact:
                     threshold = self._threshold()
                 if vt1 >= threshold:
-                    i = c1.next_victim(protected, fast)
+                    i = self._next_victim(&c1, protected, fast)
                     if i != EMPTY:
                         picked[k] = i
                         vt1 -= 1
                         continue
-                i = c2.next_victim(protected, fast)
+                i = self._next_victim(&c2, protected, fast)
                 if i != EMPTY:
                     picked[k] = i
                     continue
                 # t2 has no victim left: fall back to t1 (vLLM PR 55461).
-                i = c1.next_victim(protected, fast)
+                i = self._next_victim(&c1, protected, fast)
                 if i == EMPTY:
                     return None
                 picked[k] = i
@@ -974,6 +1065,52 @@ cdef class ARCCore:
             return result
         finally:
             self._leave()
+
+    # --- the scan's cursors: forward-only walks, C state on evict()'s stack
+
+    cdef inline void _cursor_start(self, Cursor *c, uint8_t w) noexcept:
+        cdef int _j
+        c.pos = self.head[w]
+        c.ahead = c.pos
+        for _j in range(PREFETCH_AHEAD):
+            if c.ahead == EMPTY:
+                break
+            self._prefetch_ahead(c)
+
+    cdef inline void _prefetch_ahead(self, Cursor *c) noexcept:
+        # What the scan reads of an entry: the ChunkStatus object (its
+        # header holds b_ptr; a small struct's buffer sits inside the
+        # object, past the header) and, for the protected lookup, the key.
+        cdef Node *node = &self.nodes[c.ahead]
+        arc_prefetch(node.chunk)
+        arc_prefetch(<char *>node.chunk + 64)
+        arc_prefetch(node.key)
+        c.ahead = node.next
+
+    cdef int32_t _next_victim(self, Cursor *c, object protected, bint fast) except -2:
+        """Next node of c's list with ref_cnt == 0 whose key is not
+        protected, or EMPTY. evict() is busy: the nodes cannot move, nor
+        their keys go, while protected runs."""
+        cdef int32_t i = c.pos
+        cdef Node *node
+        cdef int hit
+        cdef int32_t ref_cnt
+        while i != EMPTY:
+            if c.ahead != EMPTY:
+                self._prefetch_ahead(c)
+            node = &self.nodes[i]
+            c.pos = node.next
+            self.visits += 1
+            self._ref_cnt(node.chunk, &ref_cnt)
+            if ref_cnt == 0:
+                if fast:
+                    hit = PySet_Contains(<PyObject *>protected, node.key)
+                else:
+                    hit = PySequence_Contains(<PyObject *>protected, node.key)
+                if not hit:
+                    return i
+            i = c.pos
+        return EMPTY
 
     cdef inline int32_t _prefetch_ghost(self, int32_t i) noexcept:
         cdef Node *node = &self.nodes[i]
@@ -1009,10 +1146,14 @@ cdef class ARCCore:
         self._empty_lists(False)
         self.target = 0.0
 
-    def mark_evictable(self, key):
+    def mark_evictable(self, key=NO_ARG):
+        if key is NO_ARG:
+            raise missing_arguments("mark_evictable", key=key)
         return None
 
-    def mark_non_evictable(self, key):
+    def mark_non_evictable(self, key=NO_ARG):
+        if key is NO_ARG:
+            raise missing_arguments("mark_non_evictable", key=key)
         return None
 
     # --- views and checks ------------------------------------------------
@@ -1023,14 +1164,14 @@ cdef class ARCCore:
 
     cdef int32_t _in_list(self, int which, key) except -2:
         cdef int32_t i
-        cdef int saved = self.busy
+        cdef bint took
         _check_which(which)
-        if not saved:
-            self.busy = OP_GET
+        took = self._read_begin()
         try:
             i = self._find(key, PyObject_Hash(key), 1 << which)
         finally:
-            self.busy = saved
+            if took:
+                self.busy = 0
         return i
 
     def _list_contains(self, int which, key):
@@ -1045,8 +1186,7 @@ cdef class ARCCore:
         return None
 
     def _list_iter(self, int which):
-        _check_which(which)
-        return _ListIter.start(self, which)
+        return _ListIter(self, which)
 
     def _check_invariants(self):
         """Raise AssertionError if the lists or the table are inconsistent."""
@@ -1172,6 +1312,12 @@ cdef int _core_clear(PyObject *o) noexcept:
 arc_set_gc_slots(<PyTypeObject *>ARCCore, _core_traverse, _core_clear,
                  &_base_traverse, &_base_clear)
 
+# The core's properties, and those of them with a setter.
+cdef frozenset _PROPERTIES = frozenset(
+    name for name, attr in ARCCore.__dict__.items()
+    if type(attr) is type(ARCCore.cache_capacity))
+cdef tuple _SETTABLE = ("target_t1_size", "_max_entries")
+
 
 def _check_layout():
     import ctypes
@@ -1191,66 +1337,10 @@ cdef inline int _check_which(int which) except -1:
 
 
 @cython.final
-@cython.freelist(8)
-cdef class _Cursor:
-    """Forward-only walk over one list, yielding evictable nodes."""
-    cdef:
-        ARCCore core
-        int32_t pos
-        int32_t ahead   # PREFETCH_AHEAD nodes past pos, or EMPTY
-
-    @staticmethod
-    cdef _Cursor start(ARCCore core, uint8_t w):
-        cdef _Cursor c = _Cursor.__new__(_Cursor)
-        cdef int _j
-        c.core = core
-        c.pos = core.head[w]
-        c.ahead = c.pos
-        for _j in range(PREFETCH_AHEAD):
-            if c.ahead == EMPTY:
-                break
-            c._prefetch_ahead()
-        return c
-
-    cdef inline void _prefetch_ahead(self) noexcept:
-        # What the scan reads of an entry: the ChunkStatus object (its
-        # header holds b_ptr; a small struct's buffer sits inside the
-        # object, past the header) and, for the protected lookup, the key.
-        cdef Node *node = &self.core.nodes[self.ahead]
-        arc_prefetch(node.chunk)
-        arc_prefetch(<char *>node.chunk + 64)
-        arc_prefetch(node.key)
-        self.ahead = node.next
-
-    cdef int32_t next_victim(self, object protected, bint fast) except -2:
-        """Next node with ref_cnt == 0 whose key is not protected, or EMPTY."""
-        cdef ARCCore core = self.core
-        cdef int32_t i = self.pos
-        cdef Node *node
-        cdef int hit
-        cdef int32_t ref_cnt
-        while i != EMPTY:
-            if self.ahead != EMPTY:
-                self._prefetch_ahead()
-            node = &core.nodes[i]
-            self.pos = node.next
-            core.visits += 1
-            core._ref_cnt(node.chunk, &ref_cnt)
-            if ref_cnt == 0:
-                # evict() is busy: the nodes cannot move, nor their keys go
-                if fast:
-                    hit = PySet_Contains(<PyObject *>protected, node.key)
-                else:
-                    hit = PySequence_Contains(<PyObject *>protected, node.key)
-                if not hit:
-                    return i
-            i = self.pos
-        return EMPTY
-
-
-@cython.final
 cdef class _ListIter:
-    """(key, value) pairs of one list, LRU first; fails if the list changes."""
+    """(key, value) pairs of one list, LRU first; fails if the list changes.
+    Made only whole, from a live core and a list number it checks (also when
+    Python code calls it, or its __new__); nothing re-states it."""
     cdef:
         ARCCore core
         int32_t pos
@@ -1258,14 +1348,12 @@ cdef class _ListIter:
         bint done
         uint64_t version
 
-    @staticmethod
-    cdef _ListIter start(ARCCore core, uint8_t which):
-        cdef _ListIter it = _ListIter.__new__(_ListIter)
-        it.core = core
-        it.which = which
-        it.pos = core.head[which]
-        it.version = core.version[which]
-        return it
+    def __cinit__(self, ARCCore core not None, int which):
+        _check_which(which)
+        self.core = core
+        self.which = which
+        self.pos = core.head[which]
+        self.version = core.version[which]
 
     def __iter__(self):
         return self

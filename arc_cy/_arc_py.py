@@ -12,6 +12,12 @@ bytearray, which holds no objects. Whatever a call drops (a forgotten
 ghost's key, a removed entry, a replaced key object) goes into the call's
 `released` chain, so it is released when the call returns, after busy is
 cleared.
+
+Busy (the same rule as the core's): a call takes it with one atomic step
+(dict.setdefault) inside the try whose finally gives it back, and gives it
+back only if it holds it, so an exception at any line (a trace hook, a
+signal handler, a policy made by __new__) cannot leave it set, and a call
+refused cannot clear another's. Reads take it only when it is free.
 """
 
 from __future__ import annotations
@@ -52,23 +58,33 @@ _REUSED = 2
 _LIST_ATTRS = ("_t1", "_t2", "_b1", "_b2")
 
 
+class _Call:
+    """One running call: what busy holds, so that only this call gives it back."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
 class ARCCachePolicy(CachePolicy):
     __doc__ = ARC_DOC
 
-    # Name of the call now running while it may run user code (hashing,
-    # protected.__contains__, req_context, a collection), or None.
-    _busy: str | None = None
+    # The call now running while it may run user code (hashing,
+    # protected.__contains__, req_context, a collection): a _Call in the
+    # instance's __dict__ under "_busy", absent when none runs.
 
     def __init__(self, cache_capacity: int) -> None:
         # Called again, it starts over as vLLM's __init__ does: capacity and
         # target first, then each list is replaced in turn; _max_entries
         # (arc_cy's own) is reset too.
         again = hasattr(self, "_lists")
-        self._begin("__init__")
+        call = _Call("__init__")
         try:
+            self._begin(call)
             capacity = check_capacity(cache_capacity)
         finally:
-            self._busy = None
+            self._end(call)
         self._capacity = capacity
         self._max_entries = MAX_ENTRIES
         self._target: Any = 0.0
@@ -96,17 +112,23 @@ class ARCCachePolicy(CachePolicy):
         del old
 
     def __getstate__(self) -> dict[str, Any]:
-        # for copy and pickle: neither the chunk-type cache (a weak
-        # reference) nor busy (a copy made from a callback is not running
-        # anything) is state
+        # For copy and pickle: the lists, copied (a shallow copy of a
+        # running policy must not share them), and the scalars. Neither the
+        # chunk-type cache (a weak reference) nor busy (a copy made from a
+        # callback is not running anything) is state; the views are rebuilt.
         state = self.__dict__.copy()
-        state.pop("_chunk_type", None)
-        state.pop("_busy", None)
+        for attr in ("_chunk_type", "_busy", "_lists", "_views"):
+            state.pop(attr, None)
+        for attr in _LIST_ATTRS:
+            if attr in state:
+                state[attr] = OrderedDict(state[attr])
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._chunk_type = dead_ref()
+        self._lists = (self._t1, self._t2, self._b1, self._b2)
+        self._views = tuple(ListView(self, which) for which in range(4))
 
     # --- attributes -------------------------------------------------------
 
@@ -120,11 +142,12 @@ class ARCCachePolicy(CachePolicy):
 
     @target_t1_size.setter
     def target_t1_size(self, value: float | numbers.Real) -> None:
-        self._begin("target_t1_size")  # the check runs the value's code
+        call = _Call("target_t1_size")
         try:
+            self._begin(call)  # the check runs the value's code
             self._target = check_target(value)
         finally:
-            self._busy = None
+            self._end(call)
 
     @property
     def _max_entries(self) -> int:
@@ -152,40 +175,42 @@ class ARCCachePolicy(CachePolicy):
     def b2(self) -> ListView[None]:
         return self._views[3]
 
-    def _begin(self, name: str) -> None:
-        """Start call `name`: refused while another call runs, then busy
-        until the caller's `finally` clears it. Every mutator calls this
-        before any user code runs."""
-        if self._busy is not None:
-            raise RuntimeError(MSG_REENTRANT.format(name, self._busy))
-        self._busy = name
+    def _begin(self, call: _Call) -> None:
+        """Take busy for call, inside the try whose finally calls _end(call);
+        refused while another call runs, in any thread. Every mutator calls
+        this before any user code runs."""
+        running = self.__dict__.setdefault("_busy", call)  # one atomic step
+        if running is not call:
+            raise RuntimeError(MSG_REENTRANT.format(call.name, running.name))
+
+    def _end(self, call: _Call) -> None:
+        if self.__dict__.get("_busy") is call:
+            del self.__dict__["_busy"]
 
     # --- CachePolicy ------------------------------------------------------
 
     def _read(self, fn: Any, *args: Any) -> Any:
-        # Reads may nest in a running method; they lock out mutators only.
-        if self._busy is not None:
-            return fn(*args)
-        self._busy = "get"
+        # Reads nest in a running call and lock out mutators only; the
+        # OrderedDicts re-check themselves after every __eq__.
+        call = _Call("get")
         try:
+            self.__dict__.setdefault("_busy", call)
             return fn(*args)
         finally:
-            self._busy = None
+            self._end(call)
 
     def get(self, key: Any) -> ChunkStatus | None:
-        if self._busy is not None:
-            return self._t1.get(key) or self._t2.get(key)
-        self._busy = "get"
-        try:
-            return self._t1.get(key) or self._t2.get(key)
-        finally:
-            self._busy = None
+        return self._read(self._get, key)  # type: ignore[no-any-return]
+
+    def _get(self, key: Any) -> ChunkStatus | None:
+        return self._t1.get(key) or self._t2.get(key)
 
     def insert(self, key: Any, chunk: ChunkStatus, req_context: Any = None) -> None:
-        self._begin("insert")
-        t1, t2, b1, b2 = self._lists
+        call = _Call("insert")
         released: tuple[Any, ...] = ()
         try:
+            self._begin(call)
+            t1, t2, b1, b2 = self._lists
             if type(chunk) is not self._chunk_type():  # as the core: check new types
                 chunk_ref_offset(type(chunk))
                 self._chunk_type = weakref.ref(type(chunk))
@@ -201,18 +226,19 @@ class ARCCachePolicy(CachePolicy):
                 raise MemoryError(MSG_FULL.format(self._limit))
             t1[key] = chunk
         finally:
-            self._busy = None
+            self._end(call)
 
     def remove(self, key: Any) -> None:
-        self._begin("remove")
+        call = _Call("remove")
         released: tuple[Any, ...] = ()
         try:
+            self._begin(call)
             for od in (self._t1, self._t2):
                 if key in od:
                     released = (_pop_entry(od, key), released)
                     break
         finally:
-            self._busy = None
+            self._end(call)
 
     def _adapt_to_ghost_hit(self, key: Any) -> None:
         b1, b2 = self._b1, self._b2
@@ -226,8 +252,9 @@ class ARCCachePolicy(CachePolicy):
             b2.move_to_end(key)
 
     def on_store_miss(self, keys: Iterable[Any], req_context: Any) -> None:
-        self._begin("on_store_miss")
+        call = _Call("on_store_miss")
         try:
+            self._begin(call)
             keys = _held(keys)
             b1, b2 = self._b1, self._b2
             for key in keys:  # every lookup first: a failure changes nothing
@@ -235,27 +262,32 @@ class ARCCachePolicy(CachePolicy):
             for key in reversed(keys):
                 self._adapt_to_ghost_hit(key)
         finally:
-            self._busy = None
+            self._end(call)
 
     def touch(self, keys: Iterable[Any], req_context: Any) -> None:
-        self._begin("touch")
+        call = _Call("touch")
         try:
+            self._begin(call)
             t1, t2 = self._t1, self._t2
             keys = _held(keys)
             b1, b2 = self._b1, self._b2
-            # Every lookup first, and every t1 chunk's ref_cnt read: a
-            # failure changes nothing.
-            for key in keys:
+            # Every lookup first, and every t1 chunk's ref_cnt read (kept,
+            # as the core keeps it): a failure changes nothing, and a chunk
+            # whose class changes while the call runs is moved by what was
+            # read.
+            pending = bytearray(len(keys))  # 1: a t1 chunk still being stored
+            for j, key in enumerate(keys):
                 if key in t1:
-                    read_ref_cnt(t1[key])
+                    pending[j] = read_ref_cnt(t1[key]) < 0
                 else:
                     key in t2 or key in b1 or key in b2  # noqa: B018 -- as in on_store_miss
             released: tuple[Any, ...] = ()  # the replaced key objects
-            for key in reversed(keys):
+            for j in range(len(keys) - 1, -1, -1):
+                key = keys[j]
                 if key in t1:
                     old_key, chunk = _pop_entry(t1, key)
                     released = (old_key, released)
-                    if read_ref_cnt(chunk) < 0:
+                    if pending[j]:
                         # still being stored: not a second access
                         t1[key] = chunk
                     else:
@@ -265,7 +297,7 @@ class ARCCachePolicy(CachePolicy):
                 else:
                     self._adapt_to_ghost_hit(key)
         finally:
-            self._busy = None
+            self._end(call)
 
     def on_request_access(self, keys: Iterable[Any], req_context: Any) -> None:
         return
@@ -277,8 +309,9 @@ class ARCCachePolicy(CachePolicy):
         reused_keys: Container[Any],
         req_context: Any,
     ) -> None:
-        self._begin("on_request_finished")
+        call = _Call("on_request_finished")
         try:
+            self._begin(call)
             t1, t2 = self._t1, self._t2
             keys = _held(order_request_keys(key_groups, req_context))
             tail_first = range(len(keys) - 1, -1, -1)
@@ -309,19 +342,18 @@ class ARCCachePolicy(CachePolicy):
                     elif key in t2:
                         t2.move_to_end(key)
         finally:
-            self._busy = None
+            self._end(call)
 
     def evict(
         self, n: int, protected: Container[Any]
     ) -> list[tuple[Any, ChunkStatus]] | None:
-        self._begin("evict")  # n.__index__ is user code too
+        call = _Call("evict")
         try:
+            self._begin(call)  # n.__index__ is user code too
             n = check_evict_n(n)
             if n == 0:
                 return []
             t1, t2, b1, b2 = self._lists
-            if n > len(t1) + len(t2):
-                return None
             # Select without changing anything (the scans compare keys: user
             # code). picked: cells (entry, from_t1, rest), the last victim
             # first; entry is the (key, chunk) pair the result holds.
@@ -371,11 +403,14 @@ class ARCCachePolicy(CachePolicy):
                 result.append(entry)
             return result
         finally:
-            self._busy = None
+            self._end(call)
 
     def clear(self) -> None:
-        self._begin("clear")
-        self._busy = None  # nothing but releasing runs from here
+        call = _Call("clear")
+        try:
+            self._begin(call)
+        finally:
+            self._end(call)  # nothing but releasing runs from here
         # t1, t2, b1 and b2 in turn, then the target, as vLLM: a key released
         # meanwhile sees its list and those before it empty, the others not.
         for od in self._lists:
@@ -418,12 +453,14 @@ class ARCCachePolicy(CachePolicy):
 
     def _check_invariants(self) -> None:
         """Raise AssertionError if the lists are inconsistent."""
-        assert self._busy is None, f"{self._busy}() did not finish"
-        self._busy = "_check_invariants"
+        running = self.__dict__.get("_busy")
+        assert running is None, f"{running.name}() did not finish"
+        call = _Call("_check_invariants")
         try:
+            self._begin(call)
             self._check()
         finally:
-            self._busy = None
+            self._end(call)
 
     def _check(self) -> None:
         # By identity: keys that break the hash/eq contract must pass too.

@@ -54,6 +54,10 @@ else:
 # The text of every error either implementation raises.
 MSG_NEGATIVE_N = "evict() needs n >= 0, got {!r}"
 MSG_NEGATIVE_CAPACITY = "cache_capacity must be >= 0, got {!r}"
+MSG_CAPACITY_MAX = (
+    "cache_capacity must be at most {} (2**29 entries: t1 + t2, b1 and b2 "
+    "each hold up to cache_capacity), got {!r}"
+)
 MSG_TARGET_TYPE = "target_t1_size must be a real number, got {!r}"
 MSG_TARGET_FINITE = "target_t1_size must be finite, got {!r}"
 MSG_DUPLICATE = "key {!r} is already cached (in {}); remove() it before insert()"
@@ -73,6 +77,9 @@ MSG_FULL = "ARC policy is full: it holds its limit of {} entries (t1, t2, b1 and
 MSG_MAX_ENTRIES = "_max_entries must be between 0 and {}, got {!r}"
 MSG_REENTRANT = "{}() called on the ARC policy while {}() is still running"
 MSG_MUTATED = "ARC list changed during iteration"
+# Python's own texts, which the compiled core's interface gives too.
+MSG_NO_ACCESSOR = "property {!r} of {!r} object has no {}"
+MSG_MISSING = "ARCCachePolicy.{}() missing {} required positional argument{}: {}"
 MSG_NO_COPY = (
     "{} (arc_cy's compiled core) cannot be copied or pickled; "
     "arc_cy._arc_py.ARCCachePolicy can"
@@ -84,6 +91,12 @@ LIST_NAMES = ("t1", "t2", "b1", "b2")
 # The most entries (resident and ghost, all four lists) one policy holds:
 # the compiled core's node array is indexed by int32 and grows by doubling.
 MAX_ENTRIES = 2**29
+# The largest cache_capacity: t1 + t2 and each ghost list hold up to it.
+MAX_CAPACITY = MAX_ENTRIES // 3
+
+# The default of the compiled core's required arguments: a call without
+# one raises Python's own TypeError (missing_arguments), as the twin's does.
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
 
 # Chunk types whose ref_cnt offset is known: key -> (weak reference to the
 # type, offset). Weak, so that chunk types made at run time are not kept
@@ -231,10 +244,25 @@ def check_evict_n(n: Any) -> int:
 
 
 def check_capacity(capacity: Any) -> int:
+    if capacity is MISSING:
+        raise missing_arguments("__init__", cache_capacity=capacity)
     capacity = operator.index(capacity)
     if capacity < 0:
         raise ValueError(MSG_NEGATIVE_CAPACITY.format(capacity))
+    if capacity > MAX_CAPACITY:
+        raise ValueError(MSG_CAPACITY_MAX.format(MAX_CAPACITY, capacity))
     return capacity
+
+
+def missing_arguments(method: str, **args: Any) -> TypeError:
+    """The TypeError Python raises for a call of ARCCachePolicy.<method>
+    without the arguments args gives as MISSING."""
+    names = [repr(name) for name, value in args.items() if value is MISSING]
+    if len(names) > 2:
+        listed = ", ".join(names[:-1]) + ", and " + names[-1]
+    else:
+        listed = " and ".join(names)
+    return TypeError(MSG_MISSING.format(method, len(names), "s" * (len(names) > 1), listed))
 
 
 def check_target(value: Any) -> Any:

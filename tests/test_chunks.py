@@ -15,6 +15,7 @@ import ctypes
 import gc
 import os
 import weakref
+from fractions import Fraction
 
 import pytest
 
@@ -280,3 +281,39 @@ def test_a_chunk_type_made_at_a_freed_types_address_is_checked_again(policy_cls)
     ctypes.memset(ctypes.addressof(chunk), 1, 4)  # at Old's offset: pinned
     assert chunk.ref_cnt == 0  # at New's offset: evictable
     assert policy.evict(1, ()) == [(K(1), chunk)]
+
+
+class NoRefCnt(ctypes.Structure):
+    _fields_ = [("other", ctypes.c_int32), ("chunk_id", ctypes.c_int64)]
+
+
+def test_a_chunk_whose_class_changes_during_touch(policy_cls):
+    """touch([t1 key, ghost key]) applies the ghost hit first; the target's
+    arithmetic there reassigns the t1 chunk's __class__ to one without
+    ref_cnt. Its readiness was read before the first change: the call
+    completes by what it read, in both twins alike (the core raised after
+    moving the target and the ghost; the twin dropped the chunk)."""
+
+    def run(cls):
+        policy = populated(cls)  # t1 = [2, 4, 5], t2 = [3], b1 = [0, 1]
+        chunk = policy.t1[K(4)]
+        changed = []
+
+        class Target(Fraction):
+            def __add__(self, other):
+                if not changed:
+                    changed.append(True)
+                    chunk.__class__ = NoRefCnt
+                return Fraction(Fraction.__add__(self, other))
+
+        policy.target_t1_size = Target(1, 2)
+        policy.touch([K(4), K(0)], CTX)
+        assert changed
+        chunk.__class__ = ChunkStatus  # readable again, for the checks
+        policy._check_invariants()
+        return keysnap(policy), policy.target_t1_size
+
+    state, target = run(policy_cls)
+    assert (state, target) == run(load_policy_class("python"))
+    assert state[:4] == ([K(2), K(5)], [K(3), K(4)], [K(1), K(0)], [])
+    assert target == Fraction(3, 2)

@@ -72,3 +72,42 @@ def test_a_copy_made_during_a_call_is_not_busy(policy_cls):
     assert made.evict(1, set()) is not None
     made._check_invariants()
     assert K(60) not in policy.t1
+
+
+def test_a_shallow_copy_of_a_running_policy_is_independent(policy_cls):
+    """copy.copy() from inside evict() shared the twin's OrderedDicts:
+    mutating through the copy left a victim in b1 that the running evict()
+    never returned. A copy of a running policy, shallow or deep, is now
+    independent of it (the core refuses copies)."""
+
+    def run(cls, copying):
+        made = []
+
+        class Copying(set):
+            def __contains__(self, key):
+                if copying and not made:
+                    try:
+                        made.append(copying(policy))
+                    except TypeError as exc:
+                        made.append(exc)
+                        return False
+                    other = made[0]
+                    other.insert(K(60), ready(60), CTX)
+                    other.remove(K(5))
+                    assert [k for k, _ in other.evict(1, set())] == [K(4)]
+                    other._check_invariants()
+                return False
+
+        policy = with_ghosts(cls)
+        result = policy.evict(2, Copying())
+        policy._check_invariants()
+        return [k for k, _ in result], keysnap(policy)[:4], made
+
+    clean = run(policy_cls, None)[:2]
+    for how in (copy.copy, copy.deepcopy):
+        *got, made = run(policy_cls, how)
+        assert got == list(clean)
+        if policy_cls.__module__.endswith("_arc_c"):
+            assert str(made[0]) == _common.MSG_NO_COPY.format("ARCCachePolicy")
+        else:
+            assert list(made[0].t1) == [K(60)] and K(60) not in got[1][0]

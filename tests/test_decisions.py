@@ -295,7 +295,11 @@ def _init_again(policy):
 
 
 def _huge_capacity(policy):
-    return type(policy)(2**63).cache_capacity
+    try:
+        type(policy)(2**63)
+    except ValueError as exc:
+        return str(exc)
+    raise AssertionError("a capacity above the maximum was accepted")
 
 
 class FalsyChunk(ChunkStatus):
@@ -339,3 +343,41 @@ def test_twins_agree_on_corner_cases(scenario):
         except Exception as error:  # the outcome is what is compared
             results.append((type(error), str(error)))
     assert results[0] == results[1]
+
+
+@pytest.mark.needs("vllm")
+@pytest.mark.parametrize("raises", ["none", "protected", "int"])
+def test_evict_beyond_the_resident_count_scans_as_vllm(policy_cls, raises):
+    """evict(n) with n above the resident count returned None at once; vLLM
+    scans first, asking protected about each ready entry and taking
+    int(target_t1_size) at each step, so what those raise is raised (and
+    what they see is the same), then it returns None."""
+
+    def run(cls):
+        policy = populated(cls)  # 4 resident
+        asked = []
+
+        class Target(Fraction):
+            def __int__(self):
+                asked.append("int")
+                if raises == "int" and asked.count("int") == 3:
+                    raise ArithmeticError("int() refused")
+                return Fraction.__int__(self)
+
+        class Protected:
+            def __contains__(self, key):
+                asked.append(key)
+                if raises == "protected" and len(asked) == 4:
+                    raise Boom("protected refused")
+                return False
+
+        policy.target_t1_size = Target(3, 2)
+        try:
+            result = policy.evict(9, Protected())
+        except (Boom, ArithmeticError) as exc:
+            result = (type(exc).__name__, str(exc))
+        return result, asked, keysnap(policy)[:5]
+
+    ours, oracle = run(policy_cls), run(VllmARC)
+    assert ours == oracle
+    assert len(oracle[1]) > 3

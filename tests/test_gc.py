@@ -111,3 +111,18 @@ def test_reference_cycle_through_a_key_is_collected(policy_cls):
     del policy
     gc.collect()
     assert ref() is None
+
+
+# --- what a callback finds through gc.get_referrers ----------------------------
+
+
+def test_nothing_found_through_get_referrers_can_be_re_stated(impl):
+    """During evict()'s scan, protected.__contains__ re-states every object
+    of arc_cy's types that refers to the policy (the scan's cursors were
+    such objects, with Cython's __setstate__: a raw node index). None is
+    internal state, none takes a state, and the scan ends as it would."""
+    out = run_json("surface.py", "referrers", impl, "--no-vllm")
+    assert set(out["found"]) <= {"ListView"}, out
+    assert "ok" not in out["tried"], out
+    clean = run_json("surface.py", "referrers", "python", "--no-vllm")
+    assert out["evicted"] == clean["evicted"] and len(out["evicted"]) == 30

@@ -18,17 +18,19 @@ from fractions import Fraction
 import pytest
 
 from arc_cy import _common
-from childproc import run_prog
+from childproc import run_json, run_prog
 from helpers import CTX, K, VllmARC, filled, keysnap, ready, snapshot
 from hostile import (
     DEL_ACTS,
     DEL_LOG,
     MUTATIONS,
     WHENS,
+    Boom,
     CallbackKey,
     calls_with,
     drop_callback_key,
     populated,
+    set_target,
     unchanged,
     with_ghosts,
 )
@@ -405,3 +407,96 @@ def test_no_crash_in_a_child_process():
     proc = run_prog("reentry_smoke.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().endswith("survived")
+
+
+# --- calls from another thread --------------------------------------------------
+
+
+def test_nested_reads_in_two_threads_leave_the_policy_usable(impl):
+    """Thread A's get() compares keys while thread B's get() starts (it
+    nests), returns, and clear()s while B is still comparing. B's probe
+    starts again on the emptied table (it read a freed, shrunk table), and
+    B's return does not leave the policy busy (the core restored the busy
+    it found, A's get, for ever)."""
+    out = run_json("surface.py", "nested", impl, "--no-vllm")
+    assert out == {"a": True, "b": [True], "t1": [1]}
+
+
+def test_two_threads_driving_one_policy(impl):
+    """Two reader threads and a writer, keys whose __hash__ and __eq__ are
+    Python code (one shared hash: every probe compares), switching every
+    microsecond: no crash, no error but the refusals, calls overlapped,
+    and the policy ends consistent and not busy."""
+    out = run_json("surface.py", "threads", impl, "--no-vllm", timeout=600)
+    assert out["other"] == [], out["other"][:5]
+    assert out["overlapped"] > 100, out
+    assert out["calls"] > 2000, out  # the writer alone makes about 1500
+
+
+# --- busy is set inside the try that clears it -------------------------------------
+
+
+def test_a_failed_call_on_a_policy_made_by_new_leaves_it_usable(policy_cls):
+    """The twin set busy one statement before the try that clears it: an
+    insert() on a policy made by __new__ failed there and left every
+    mutator refused, __init__ included."""
+    policy = policy_cls.__new__(policy_cls)
+    try:
+        policy.insert(K(1), ready(1), CTX)
+    except (AttributeError, MemoryError):
+        pass
+    policy.__init__(4)
+    policy.insert(K(1), ready(1), CTX)
+    assert list(policy.t1) == [K(1)]
+    policy._check_invariants()
+
+
+TRACED_CALLS = {
+    "insert": lambda p: p.insert(K(70), ready(70), CTX),
+    "remove": lambda p: p.remove(K(4)),
+    "touch": lambda p: p.touch([K(4), K(0)], CTX),
+    "on_store_miss": lambda p: p.on_store_miss([K(0)], CTX),
+    "on_request_finished": lambda p: p.on_request_finished([[K(4)]], set(), {K(4)}, CTX),
+    "evict": lambda p: p.evict(1, set()),
+    "target_t1_size": set_target(2),
+    "get": lambda p: p.get(K(4)),
+    "t1[key]": lambda p: p.t1[K(4)],
+    "__init__": lambda p: p.__init__(3),
+    "clear": lambda p: p.clear(),
+}
+
+
+@pytest.mark.parametrize("call", TRACED_CALLS)
+def test_a_trace_hook_raising_once_busy_is_set(policy_cls, call):
+    """A sys.settrace hook raises at the first line event it sees while the
+    policy is busy (the next line after busy was set, in the twin; a line
+    of arc_cy's Python code the core calls): the call fails, and the policy
+    is not left busy."""
+    import sys
+
+    policy = populated(policy_cls)
+    raised = []
+
+    def busy():
+        try:
+            policy.target_t1_size = policy.target_t1_size
+        except RuntimeError:
+            return True
+        return False
+
+    def trace(frame, event, arg):
+        if event == "line" and not raised and "arc_cy" in frame.f_code.co_filename and busy():
+            raised.append(frame.f_code.co_name)
+            raise Boom("traced")
+        return trace
+
+    sys.settrace(trace)
+    try:
+        TRACED_CALLS[call](policy)
+    except Boom:
+        pass
+    finally:
+        sys.settrace(None)
+    policy.__init__(3)  # refused if busy was left set
+    policy.insert(K(1), ready(1), CTX)
+    policy._check_invariants()

@@ -68,7 +68,7 @@ def test_stub_matches_both_implementations() -> None:
         if name == "__init__" or not name.startswith("__")
     }
     # the twin's own helpers and state
-    twin -= {"_begin", "_busy", "_read", "_adapt_to_ghost_hit", "_replace_list", "_check",
+    twin -= {"_begin", "_end", "_get", "_read", "_adapt_to_ghost_hit", "_replace_list", "_check",
              "_abc_impl"}
     stub = _stub_members() - {"_scan_visits"}  # a counter only the core keeps
     assert stub == twin

@@ -9,6 +9,7 @@ capacity, and the read-only capacity.
 from __future__ import annotations
 
 import ctypes
+import inspect
 import math
 
 import pytest
@@ -215,3 +216,75 @@ def unchanged_result(policy, call):
     assert snapshot(policy) == before
     policy._check_invariants()
     return result
+
+
+# --- the interface's own errors: the same in both twins ---------------------------
+
+
+def _interface():
+    """Every public method (that takes arguments) and attribute of the
+    twin's class, __init__ included, enumerated: (name, is a property)."""
+    twin = load_policy_class("python")
+    for name in sorted(dir(twin)):
+        if name.startswith("_") and name != "__init__":
+            continue
+        attr = getattr(twin, name)
+        if isinstance(attr, property):
+            yield name, True
+        elif callable(attr):
+            params = list(inspect.signature(attr).parameters.values())[1:]
+            if any(p.default is p.empty for p in params):
+                yield name, False
+
+
+def _interface_errors(cls):
+    policy = populated(cls)
+    out = {}
+    for name, is_property in _interface():
+        calls = {}
+        if is_property:
+            calls["set"] = lambda name=name: setattr(policy, name, getattr(policy, name))
+            calls["del"] = lambda name=name: delattr(policy, name)
+        else:
+            calls["no arguments"] = getattr(policy, name)
+        for how, call in calls.items():
+            before = snapshot(policy)
+            try:
+                call()
+            except Exception as exc:
+                out[name, how] = (type(exc).__name__, str(exc))
+            else:
+                out[name, how] = "ok"
+            assert snapshot(policy) == before
+    return out
+
+
+def test_the_interfaces_own_errors_are_the_same_in_both_twins():
+    """Missing arguments and read-only (or undeletable) attributes: the core
+    said "attribute ... of 'arc_cy._arc_c.ARCCore' objects is not writable"
+    and, for del, NotImplementedError: __del__; Cython's argument errors
+    read otherwise than Python's. Every method called with no arguments,
+    every property set and deleted: the same exception and message."""
+    names = dict(_interface())
+    assert {"insert", "evict", "target_t1_size", "cache_capacity", "t1"} <= set(names)
+    ours = _interface_errors(load_policy_class("cython"))
+    twin = _interface_errors(load_policy_class("python"))
+    assert ours == twin
+    assert twin["target_t1_size", "del"][0] == "AttributeError"
+    assert twin["insert", "no arguments"][0] == "TypeError"
+    assert "ARCCore" not in repr(ours)
+
+
+def test_a_capacity_above_the_maximum_is_refused(policy_cls):
+    """The most entries one policy holds, 2**29, make the largest capacity
+    2**29 // 3 (the two ghost lists and t1 + t2 each up to capacity). A
+    larger one was accepted and failed at the 2**29th entry."""
+    assert _common.MAX_CAPACITY == 178_956_970 == _common.MAX_ENTRIES // 3
+    assert policy_cls(_common.MAX_CAPACITY).cache_capacity == _common.MAX_CAPACITY
+    for bad in (_common.MAX_CAPACITY + 1, 2**63, 10**30):
+        with pytest.raises(ValueError) as info:
+            policy_cls(bad)
+        assert str(info.value) == _common.MSG_CAPACITY_MAX.format(_common.MAX_CAPACITY, bad)
+        assert "178956970" in str(info.value)
+    policy = populated(policy_cls)
+    unchanged(policy, lambda p: p.__init__(_common.MAX_CAPACITY + 1), ValueError)

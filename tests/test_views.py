@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from childproc import run_json
 from helpers import CTX, ChunkStatus, K, VllmARC, filled, keysnap, ready
 from hostile import MUTATIONS, populated
 
@@ -104,3 +105,19 @@ def test_iterator_survives_moves_that_change_nothing(policy_cls, case):
     assert got == _iterator_after(VllmARC, view, act)
     raises = case.startswith(("touch a pending", "touch t2's LRU"))
     assert got[0] == ("raised" if raises else "continues")
+
+
+# --- iterators cannot be built or re-stated from Python --------------------------
+
+
+def test_a_views_iterator_cannot_be_built_or_re_stated(impl):
+    """type(iter(view)).__new__ made an iterator with no core, and
+    __setstate__ (Cython's auto-pickling) set any node index or list number:
+    both crashed. Now __new__ is refused or builds a working iterator,
+    there is no __setstate__, pickling is refused, and the live iterator
+    goes on (tests/progs/surface.py, in a child process)."""
+    out = run_json("surface.py", "iterators", impl, "--no-vllm")
+    assert out["new"] == "TypeError" or out.get("new_next") in ("ok", "StopIteration"), out
+    assert out["setstate"] == "absent", out
+    assert out["pickle"] == out["reduce_ex"] == "TypeError", out
+    assert out["rest"] == [K(i).decode() for i in range(1, 6)]

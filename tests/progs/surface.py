@@ -1,0 +1,231 @@
+"""Attack the module's own surface, not the policy's arguments: objects a
+callback finds with gc.get_referrers, iterators built or re-stated from
+Python, and a second thread. Usage: surface.py MODE IMPL [--no-vllm];
+prints one JSON line of what happened (a crash fails the test instead).
+
+Modes:
+  referrers  from protected.__contains__ during evict(), re-state every
+             object of arc_cy's types that refers to the policy (its
+             __setstate__, with each int of its state made huge or small)
+  iterators  build a view's iterator with __new__, re-state and pickle a
+             live one, and step each
+  nested     two threads' get()s nest; the first returns and clear()s while
+             the second compares keys (a fixed interleaving, with events)
+  threads    two threads drive one policy, with keys whose __eq__ and
+             __hash__ are Python code, under sys.setswitchinterval(1e-6)
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import pickle
+import sys
+import threading
+
+from _child import K, policy_class, ready
+
+mode, impl = sys.argv[1:3]
+cls = policy_class(impl)
+
+
+def ours(obj) -> bool:
+    return type(obj).__module__.startswith("arc_cy") and not isinstance(obj, cls)
+
+
+def outcome(fn):
+    try:
+        fn()
+    except Exception as exc:
+        return type(exc).__name__
+    return "ok"
+
+
+def restated(state, value):
+    """state with every int (not bool) replaced by value, recursively."""
+    if type(state) is int:
+        return value
+    if type(state) is tuple:
+        return tuple(restated(s, value) for s in state)
+    return state
+
+
+def referrers():
+    policy = cls(64)
+    for i in range(40):
+        policy.insert(K(i), ready(i), None)
+    policy.touch([K(i) for i in range(20, 30)], None)
+    found, tried = [], []
+
+    class Protected:
+        def __contains__(self, key):
+            for obj in gc.get_referrers(policy):
+                if not ours(obj):
+                    continue
+                found.append(type(obj).__name__)
+                for reduce in ("__reduce_cython__", "__reduce_ex__", "__reduce__"):
+                    try:
+                        state = getattr(obj, reduce)(*((2,) if reduce == "__reduce_ex__" else ()))
+                    except Exception:
+                        continue
+                    setstate = getattr(obj, "__setstate__", None) or getattr(
+                        obj, "__setstate_cython__", None
+                    )
+                    if setstate is None:
+                        continue
+                    for value in (10**6, 3, -5):
+                        tried.append(outcome(
+                            lambda f=setstate, s=state[-1], v=value: f(restated(s, v))
+                        ))
+            return False
+
+    result = policy.evict(30, Protected())
+    policy._check_invariants()
+    return {
+        "found": sorted(set(found)),
+        "tried": sorted(set(tried)),
+        "evicted": [k.decode() for k, _ in result],
+    }
+
+
+def iterators():
+    policy = cls(64)
+    for i in range(6):
+        policy.insert(K(i), ready(i), None)
+    out = {}
+    it = iter(policy.t1.items())
+    tp = type(it)
+    made = []
+
+    def build():
+        made.append(tp.__new__(tp))
+
+    out["new"] = outcome(build)
+    if made:
+        out["new_next"] = outcome(lambda: next(made[0]))
+    next(it)
+    setstate = getattr(it, "__setstate__", None) or getattr(it, "__setstate_cython__", None)
+    if setstate is None:
+        out["setstate"] = "absent"
+    else:
+        core = policy
+        states = [(core, False, 10**6, 0, 0), (core, False, 0, 0, 200)]
+        out["setstate"] = sorted({outcome(lambda s=s: setstate(s)) for s in states})
+    out["pickle"] = outcome(lambda: pickle.dumps(it))
+    out["reduce_ex"] = outcome(lambda: it.__reduce_ex__(2))
+    out["rest"] = [k.decode() for k, _ in it]
+    policy._check_invariants()
+    return out
+
+
+class Slow:
+    """A key with Python __hash__ and __eq__; all Slow keys share a hash, so
+    every probe compares keys. hook runs inside __eq__."""
+
+    hook = None
+
+    def __init__(self, i):
+        self.i = i
+
+    def __hash__(self):
+        return 7
+
+    def __eq__(self, other):
+        if Slow.hook is not None:
+            Slow.hook(self, other)
+        return isinstance(other, Slow) and other.i == self.i
+
+    def __repr__(self):
+        return f"Slow({self.i})"
+
+
+def nested():
+    policy = cls(64)
+    for i in range(8):
+        policy.insert(Slow(i), ready(i), None)
+    a_in_eq, b_in_eq, cleared = threading.Event(), threading.Event(), threading.Event()
+    b_got = []
+
+    def hook(stored, probe):
+        name = threading.current_thread().name
+        if name == "A" and probe.i == 100 and not a_in_eq.is_set():
+            a_in_eq.set()
+            assert b_in_eq.wait(10)
+        elif name == "B" and probe.i == 200 and not b_in_eq.is_set():
+            b_in_eq.set()
+            assert cleared.wait(10)
+
+    def b():
+        assert a_in_eq.wait(10)
+        b_got.append(policy.get(Slow(200)))
+
+    Slow.hook = hook
+    threading.current_thread().name = "A"
+    tb = threading.Thread(target=b, name="B")
+    tb.start()
+    got_a = policy.get(Slow(100))  # returns once B is comparing
+    policy.clear()  # refused if B's get() left the policy busy
+    cleared.set()
+    tb.join()
+    Slow.hook = None
+    policy.insert(Slow(1), ready(1), None)
+    policy._check_invariants()
+    return {"a": got_a is None, "b": [got is None for got in b_got],
+            "t1": [k.i for k in policy.t1]}
+
+
+def threads():
+    sys.setswitchinterval(1e-6)
+    policy = cls(32)
+    stats = {"calls": 0, "overlapped": 0, "refused": 0, "duplicate": 0, "other": []}
+    inside = [0]  # calls running now, across both threads
+    stop = threading.Event()
+
+    def call(fn, *args):
+        inside[0] += 1
+        if inside[0] > 1:
+            stats["overlapped"] += 1
+        try:
+            return fn(*args)
+        except RuntimeError:
+            stats["refused"] += 1
+        except ValueError:  # insert() of a key already cached
+            stats["duplicate"] += 1
+        except Exception as exc:
+            stats["other"].append(repr(exc))
+        finally:
+            inside[0] -= 1
+            stats["calls"] += 1
+
+    def reader():
+        while not stop.is_set():
+            for i in range(12):
+                call(policy.get, Slow(i))
+                call(policy.t1.__contains__, Slow(i))
+                call(policy.t2.get, Slow(i))
+
+    def writer():
+        for round_ in range(100):
+            for i in range(12):
+                call(policy.insert, Slow(i), ready(i), None)
+            call(policy.touch, [Slow(i) for i in range(0, 12, 3)], None)
+            call(policy.evict, 4, set())
+            call(policy.remove, Slow(round_ % 12))
+            if round_ % 5 == 0:
+                call(policy.clear)
+        stop.set()
+
+    Slow.hook = None
+    readers = [threading.Thread(target=reader) for _ in range(2)]
+    for t in readers:
+        t.start()
+    writer()
+    for t in readers:
+        t.join()
+    policy._check_invariants()
+    policy.insert(Slow(99), ready(99), None)  # not left busy
+    return stats
+
+
+print(json.dumps({"referrers": referrers, "iterators": iterators, "nested": nested,
+                  "threads": threads}[mode]()))
