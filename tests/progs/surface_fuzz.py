@@ -1144,6 +1144,8 @@ def main(argv=None) -> int:
         counts = dict(sorted(COUNTS.items()))
         counts["seconds"] = round(time.monotonic() - start, 1)
         counts["seed"] = seed
+        if EXCLUDE:
+            counts["excluded"] = sorted(EXCLUDE)
         if FAILURES:
             print(f"FAILED {name}", flush=True)
         else:
