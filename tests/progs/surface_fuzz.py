@@ -605,7 +605,7 @@ def _safe_repr(obj) -> str:
 
 def run_reflect(args, rng: random.Random) -> None:
     rf = Reflector(rng)
-    rounds, randoms = {"ci": (400, 3000), "long": (20000, 100000)}[args.profile]
+    rounds, randoms = {"ci": (250, 1000), "long": (20000, 100000)}[args.profile]
     gc.callbacks.append(_gc_callback)
     if args.phase in ("top", "both"):
         rf.systematic()
