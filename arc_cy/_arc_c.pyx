@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
-# cython: auto_pickle=False
+# cython: auto_pickle=False, binding=False
 """Compiled ARC core: the decisions of _arc_py, on C-level lists.
 
 Layout: every key the policy knows (t1, t2, b1, b2) has one node in a

@@ -142,11 +142,8 @@ SURFACE_MIN = {
 }
 
 
-# Left out of the reflect run until the core refuses them: a compiled
-# method called through its class on an object of another type (e.g.
-# ARCCore.get(object(), 1)) segfaults, as Cython's methods do not check
-# self (cython/cython#1903). `--exclude ""` runs them.
-SURFACE_EXCLUDE = "wrong-self"
+# Nothing is left out of the reflect run (`--exclude` is for triage by hand).
+SURFACE_EXCLUDE = ""
 
 
 @pytest.fixture(scope="module")

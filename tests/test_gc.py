@@ -126,3 +126,21 @@ def test_nothing_found_through_get_referrers_can_be_re_stated(impl):
     assert "ok" not in out["tried"], out
     clean = run_json("surface.py", "referrers", "python", "--no-vllm")
     assert out["evicted"] == clean["evicted"] and len(out["evicted"]) == 30
+
+
+def test_methods_refuse_an_object_of_another_type(impl):
+    """Every method and property of every type the module defines, and of
+    the views and iterators it hands out, called through its class on an
+    object(), a list and the other implementation's policy, crashes
+    nothing, and the module's own policy is intact after. Cython's binding
+    methods did not check their object and read it as a core (a segfault):
+    the core's methods refuse every one with TypeError. The twin's are
+    Python functions, which take any object; most fail on its attributes."""
+    out = run_json("wrong_self.py", impl, "--no-vllm")
+    assert out["types"] >= 4, out
+    if impl == "cython":
+        assert out["own TypeError"] >= 250 and set(out) == {
+            "types", "own TypeError", "shared TypeError", "shared AttributeError",
+            "shared returned"}, out
+    else:
+        assert out["own TypeError"] + out["own AttributeError"] >= 250, out
