@@ -59,13 +59,10 @@ _REUSED = 2
 _LIST_ATTRS = ("_t1", "_t2", "_b1", "_b2")
 
 
-class _Call:
-    """One running call: what busy holds, so that only this call gives it back."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
+# A running call's token, what busy holds: a one-item list of the call's
+# name, a new object for every call (so only the call that took busy gives
+# it back) and the cheapest one Python makes (get() makes one per key).
+_Call = list[str]
 
 
 class ARCCachePolicy(CachePolicy):
@@ -82,7 +79,7 @@ class ARCCachePolicy(CachePolicy):
         # target first, then each list is replaced in turn; _max_entries
         # (arc_cy's own) is reset too.
         again = hasattr(self, "_lists")
-        call = _Call("__init__")
+        call = ["__init__"]
         try:
             self._begin(call)
             capacity = check_capacity(cache_capacity)
@@ -145,7 +142,7 @@ class ARCCachePolicy(CachePolicy):
 
     @target_t1_size.setter
     def target_t1_size(self, value: float | numbers.Real) -> None:
-        call = _Call("target_t1_size")
+        call = ["target_t1_size"]
         try:
             self._begin(call)  # the check runs the value's code
             self._target = check_target(value)
@@ -184,7 +181,7 @@ class ARCCachePolicy(CachePolicy):
         this before any user code runs."""
         running = self.__dict__.setdefault("_busy", call)  # one atomic step
         if running is not call:
-            raise RuntimeError(MSG_REENTRANT.format(call.name, running.name))
+            raise RuntimeError(MSG_REENTRANT.format(call[0], running[0]))
 
     def _end(self, call: _Call) -> None:
         if self.__dict__.get("_busy") is call:
@@ -195,7 +192,7 @@ class ARCCachePolicy(CachePolicy):
     def _read(self, fn: Any, *args: Any) -> Any:
         # Reads nest in a running call and lock out mutators only; the
         # OrderedDicts re-check themselves after every __eq__.
-        call = _Call("get")
+        call = ["get"]
         try:
             self.__dict__.setdefault("_busy", call)
             return fn(*args)
@@ -203,13 +200,19 @@ class ARCCachePolicy(CachePolicy):
             self._end(call)
 
     def get(self, key: Any) -> ChunkStatus | None:
-        return self._read(self._get, key)  # type: ignore[no-any-return]
-
-    def _get(self, key: Any) -> ChunkStatus | None:
-        return self._t1.get(key) or self._t2.get(key)
+        # _read inlined: vLLM calls get() for every key of every lookup and
+        # store, and the twin must keep within 10% of vLLM arc there.
+        call = ["get"]
+        state = self.__dict__
+        try:
+            state.setdefault("_busy", call)
+            return self._t1.get(key) or self._t2.get(key)  # type: ignore[no-any-return]
+        finally:
+            if state.get("_busy") is call:
+                del state["_busy"]
 
     def insert(self, key: Any, chunk: ChunkStatus, req_context: Any = None) -> None:
-        call = _Call("insert")
+        call = ["insert"]
         released: tuple[Any, ...] = ()
         try:
             self._begin(call)
@@ -232,7 +235,7 @@ class ARCCachePolicy(CachePolicy):
             self._end(call)
 
     def remove(self, key: Any) -> None:
-        call = _Call("remove")
+        call = ["remove"]
         released: tuple[Any, ...] = ()
         try:
             self._begin(call)
@@ -255,7 +258,7 @@ class ARCCachePolicy(CachePolicy):
             b2.move_to_end(key)
 
     def on_store_miss(self, keys: Iterable[Any], req_context: Any) -> None:
-        call = _Call("on_store_miss")
+        call = ["on_store_miss"]
         try:
             self._begin(call)
             keys = _held(keys)
@@ -268,7 +271,7 @@ class ARCCachePolicy(CachePolicy):
             self._end(call)
 
     def touch(self, keys: Iterable[Any], req_context: Any) -> None:
-        call = _Call("touch")
+        call = ["touch"]
         try:
             self._begin(call)
             t1, t2 = self._t1, self._t2
@@ -312,7 +315,7 @@ class ARCCachePolicy(CachePolicy):
         reused_keys: Container[Any],
         req_context: Any,
     ) -> None:
-        call = _Call("on_request_finished")
+        call = ["on_request_finished"]
         try:
             self._begin(call)
             t1, t2 = self._t1, self._t2
@@ -350,7 +353,7 @@ class ARCCachePolicy(CachePolicy):
     def evict(
         self, n: int, protected: Container[Any]
     ) -> list[tuple[Any, ChunkStatus]] | None:
-        call = _Call("evict")
+        call = ["evict"]
         try:
             self._begin(call)  # n.__index__ is user code too
             n = check_evict_n(n)
@@ -409,7 +412,7 @@ class ARCCachePolicy(CachePolicy):
             self._end(call)
 
     def clear(self) -> None:
-        call = _Call("clear")
+        call = ["clear"]
         try:
             self._begin(call)
         finally:
@@ -457,8 +460,8 @@ class ARCCachePolicy(CachePolicy):
     def _check_invariants(self) -> None:
         """Raise AssertionError if the lists are inconsistent."""
         running = self.__dict__.get("_busy")
-        assert running is None, f"{running.name}() did not finish"
-        call = _Call("_check_invariants")
+        assert running is None, f"{running[0]}() did not finish"
+        call = ["_check_invariants"]
         try:
             self._begin(call)
             self._check()

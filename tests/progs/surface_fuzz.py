@@ -617,10 +617,19 @@ def run_reflect(args, rng: random.Random) -> None:
             if FAILURES:
                 break
     gc.callbacks.remove(_gc_callback)
-    if args.phase != "in-call" and not FAILURES:
-        rf.systematic()  # the types found since
-    found = {(o, n) for o, n in rf.surface.found() if not excluded(n)}
-    called = {k for k, v in rf.surface.called.items() if v}
+    def found_called() -> tuple[set, set]:
+        found = {(o, n) for o, n in rf.surface.found() if not excluded(n)}
+        return found, {k for k, v in rf.surface.called.items() if v}
+
+    found, called = found_called()
+    # The types found since, until a sweep finds no new one (each sweep's
+    # calls may hand out a type not seen before: which ones depends on
+    # hash order and on when the collector runs).
+    for _ in range(8):
+        if args.phase == "in-call" or FAILURES or found <= called:
+            break
+        rf.systematic()
+        found, called = found_called()
     COUNTS["types"] = sum(isinstance(o, type) for o in rf.surface.owners)
     COUNTS["callables_found"] = len(found)
     COUNTS["callables_called"] = len(found & called)
