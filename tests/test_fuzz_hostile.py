@@ -129,7 +129,8 @@ SURFACE_MIN = {
         "half_built": 10,  # T.__new__(T)
         "in_call_found": 5000,  # objects gc.get_referrers / get_objects found
     },
-    "threads": {"calls": 30000, "overlaps": 1000, "refused": 100},
+    # refused depends on how the threads interleave: 283 to 2651 per run here
+    "threads": {"calls": 30000, "overlaps": 1000, "refused": 20},
     "hooks": {
         "trace_fired": 80,
         "profile_fired": 80,

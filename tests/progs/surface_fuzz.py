@@ -73,6 +73,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from collections import Counter
 
 import arc_cy._arc_c as core_mod
@@ -477,6 +478,8 @@ class Reflector:
     def check(self, label: str) -> None:
         """After a call from the top: every policy seen consistent, none busy."""
         for p in self.surface.all_objects():
+            if type(p) in weakref.ProxyTypes:
+                continue  # a dead proxy's isinstance() raises ReferenceError
             if isinstance(p, core_mod.ARCCore):
                 try:
                     p._check_invariants()
