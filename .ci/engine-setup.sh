@@ -25,6 +25,6 @@ if [ ! -f "$ARC_CY_ENGINE_ENV/.arc_cy-ready" ]; then
     touch "$ARC_CY_ENGINE_ENV/.arc_cy-ready"
 fi
 echo "arc_cy engine: syncing $ARC_CY_ENGINE_ENV to .ci/$(basename "$lock")" >&2
-"$ARC_CY_ENGINE_PY" -m uv pip sync -q --python "$ARC_CY_ENGINE_PY" --find-links "$wheels" "$lock"
+"$ARC_CY_ENGINE_PY" -m uv pip sync -q --compile-bytecode --python "$ARC_CY_ENGINE_PY" --find-links "$wheels" "$lock"
 echo "arc_cy engine: building and installing arc_cy from $root" >&2
 "$ARC_CY_ENGINE_PY" -m pip install -q --disable-pip-version-check --no-deps "$root"

@@ -81,10 +81,10 @@ class ARCCachePolicy(CachePolicy):
         again = hasattr(self, "_lists")
         call = ["__init__"]
         try:
-            self._begin(call)
+            _begin(self, call)
             capacity = check_capacity(cache_capacity)
         finally:
-            self._end(call)
+            _end(self, call)
         self._capacity = capacity
         self._max_entries = MAX_ENTRIES
         self._target: Any = 0.0
@@ -144,10 +144,10 @@ class ARCCachePolicy(CachePolicy):
     def target_t1_size(self, value: float | numbers.Real) -> None:
         call = ["target_t1_size"]
         try:
-            self._begin(call)  # the check runs the value's code
+            _begin(self, call)  # the check runs the value's code
             self._target = check_target(value)
         finally:
-            self._end(call)
+            _end(self, call)
 
     @property
     def _max_entries(self) -> int:
@@ -175,18 +175,6 @@ class ARCCachePolicy(CachePolicy):
     def b2(self) -> ListView[None]:
         return self._views[3]
 
-    def _begin(self, call: _Call) -> None:
-        """Take busy for call, inside the try whose finally calls _end(call);
-        refused while another call runs, in any thread. Every mutator calls
-        this before any user code runs."""
-        running = self.__dict__.setdefault("_busy", call)  # one atomic step
-        if running is not call:
-            raise RuntimeError(MSG_REENTRANT.format(call[0], running[0]))
-
-    def _end(self, call: _Call) -> None:
-        if self.__dict__.get("_busy") is call:
-            del self.__dict__["_busy"]
-
     # --- CachePolicy ------------------------------------------------------
 
     def _read(self, fn: Any, *args: Any) -> Any:
@@ -197,7 +185,7 @@ class ARCCachePolicy(CachePolicy):
             self.__dict__.setdefault("_busy", call)
             return fn(*args)
         finally:
-            self._end(call)
+            _end(self, call)
 
     def get(self, key: Any) -> ChunkStatus | None:
         # _read inlined: vLLM calls get() for every key of every lookup and
@@ -215,7 +203,7 @@ class ARCCachePolicy(CachePolicy):
         call = ["insert"]
         released: tuple[Any, ...] = ()
         try:
-            self._begin(call)
+            _begin(self, call)
             t1, t2, b1, b2 = self._lists
             if type(chunk) is not self._chunk_type():  # as the core: check new types
                 chunk_ref_offset(type(chunk))
@@ -232,19 +220,19 @@ class ARCCachePolicy(CachePolicy):
                 raise MemoryError(MSG_FULL.format(self._limit))
             t1[key] = chunk
         finally:
-            self._end(call)
+            _end(self, call)
 
     def remove(self, key: Any) -> None:
         call = ["remove"]
         released: tuple[Any, ...] = ()
         try:
-            self._begin(call)
+            _begin(self, call)
             for od in (self._t1, self._t2):
                 if key in od:
                     released = (_pop_entry(od, key), released)
                     break
         finally:
-            self._end(call)
+            _end(self, call)
 
     def _adapt_to_ghost_hit(self, key: Any) -> None:
         b1, b2 = self._b1, self._b2
@@ -260,7 +248,7 @@ class ARCCachePolicy(CachePolicy):
     def on_store_miss(self, keys: Iterable[Any], req_context: Any) -> None:
         call = ["on_store_miss"]
         try:
-            self._begin(call)
+            _begin(self, call)
             keys = _held(keys)
             b1, b2 = self._b1, self._b2
             for key in keys:  # every lookup first: a failure changes nothing
@@ -268,12 +256,12 @@ class ARCCachePolicy(CachePolicy):
             for key in reversed(keys):
                 self._adapt_to_ghost_hit(key)
         finally:
-            self._end(call)
+            _end(self, call)
 
     def touch(self, keys: Iterable[Any], req_context: Any) -> None:
         call = ["touch"]
         try:
-            self._begin(call)
+            _begin(self, call)
             t1, t2 = self._t1, self._t2
             keys = _held(keys)
             b1, b2 = self._b1, self._b2
@@ -303,7 +291,7 @@ class ARCCachePolicy(CachePolicy):
                 else:
                     self._adapt_to_ghost_hit(key)
         finally:
-            self._end(call)
+            _end(self, call)
 
     def on_request_access(self, keys: Iterable[Any], req_context: Any) -> None:
         return
@@ -317,7 +305,7 @@ class ARCCachePolicy(CachePolicy):
     ) -> None:
         call = ["on_request_finished"]
         try:
-            self._begin(call)
+            _begin(self, call)
             t1, t2 = self._t1, self._t2
             keys = _held(order_request_keys(key_groups, req_context))
             tail_first = range(len(keys) - 1, -1, -1)
@@ -348,14 +336,14 @@ class ARCCachePolicy(CachePolicy):
                     elif key in t2:
                         t2.move_to_end(key)
         finally:
-            self._end(call)
+            _end(self, call)
 
     def evict(
         self, n: int, protected: Container[Any]
     ) -> list[tuple[Any, ChunkStatus]] | None:
         call = ["evict"]
         try:
-            self._begin(call)  # n.__index__ is user code too
+            _begin(self, call)  # n.__index__ is user code too
             n = check_evict_n(n)
             if n == 0:
                 return []
@@ -409,14 +397,14 @@ class ARCCachePolicy(CachePolicy):
                 result.append(entry)
             return result
         finally:
-            self._end(call)
+            _end(self, call)
 
     def clear(self) -> None:
         call = ["clear"]
         try:
-            self._begin(call)
+            _begin(self, call)
         finally:
-            self._end(call)  # nothing but releasing runs from here
+            _end(self, call)  # nothing but releasing runs from here
         # t1, t2, b1 and b2 in turn, then the target, as vLLM: a key released
         # meanwhile sees its list and those before it empty, the others not.
         for od in self._lists:
@@ -463,10 +451,10 @@ class ARCCachePolicy(CachePolicy):
         assert running is None, f"{running[0]}() did not finish"
         call = ["_check_invariants"]
         try:
-            self._begin(call)
+            _begin(self, call)
             self._check()
         finally:
-            self._end(call)
+            _end(self, call)
 
     def _check(self) -> None:
         # By identity: keys that break the hash/eq contract must pass too.
@@ -483,6 +471,23 @@ class ARCCachePolicy(CachePolicy):
             assert len(od) <= self._capacity, (
                 f"{name} holds {len(od)} > cache_capacity {self._capacity}"
             )
+
+
+def _begin(policy: ARCCachePolicy, call: _Call) -> None:
+    """Take busy for call, inside the try whose finally calls _end(call);
+    refused while another call runs, in any thread. Every mutator calls
+    this before any user code runs. Functions, not methods: a method called
+    through the class on another object must not dispatch its release to
+    that object (which may lack it, and leave busy taken)."""
+    running = policy.__dict__.setdefault("_busy", call)  # one atomic step
+    if running is not call:
+        raise RuntimeError(MSG_REENTRANT.format(call[0], running[0]))
+
+
+def _end(policy: ARCCachePolicy, call: _Call) -> None:
+    state = policy.__dict__
+    if state.get("_busy") is call:
+        del state["_busy"]
 
 
 def _held(keys: Iterable[Any]) -> tuple[Any, ...]:

@@ -137,7 +137,9 @@ def test_methods_refuse_an_object_of_another_type(impl):
     the core's methods refuse every one with TypeError. The twin's are
     Python functions, which take any object; most fail on its attributes."""
     out = run_json("wrong_self.py", impl, "--no-vllm")
-    assert out["types"] >= 4, out
+    # The core: ARCCore, ARCCachePolicy, _ListIter, ListView and the items
+    # generator; the twin: its ARCCachePolicy, ListView and the generator.
+    assert out["types"] >= (5 if impl == "cython" else 3), out
     if impl == "cython":
         assert out["own TypeError"] >= 250 and set(out) == {
             "types", "own TypeError", "shared TypeError", "shared AttributeError",

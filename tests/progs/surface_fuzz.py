@@ -273,8 +273,12 @@ class Surface:
 
     def belongs(self, obj) -> bool:
         """Whether obj is part of the surface: of a type arc_cy defines, or an
-        iterator or view (over a policy's lists: the only ones calls return)."""
+        iterator or view (over a policy's lists: the only ones calls return).
+        Not a weak proxy: it forwards isinstance() to its object (the object
+        itself is found as well) and raises ReferenceError once that dies."""
         tp = type(obj)
+        if tp in weakref.ProxyTypes:
+            return False
         return tp in self.owners or tp.__module__.startswith("arc_cy") or isinstance(
             obj, (collections.abc.Iterator, collections.abc.MappingView))
 
@@ -478,8 +482,6 @@ class Reflector:
     def check(self, label: str) -> None:
         """After a call from the top: every policy seen consistent, none busy."""
         for p in self.surface.all_objects():
-            if type(p) in weakref.ProxyTypes:
-                continue  # a dead proxy's isinstance() raises ReferenceError
             if isinstance(p, core_mod.ARCCore):
                 try:
                     p._check_invariants()

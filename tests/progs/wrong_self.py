@@ -54,5 +54,8 @@ for cls in sorted(types, key=lambda t: t.__qualname__):
                 except (TypeError, AttributeError) as e:
                     outcomes[f"{where} {type(e).__name__}"] += 1
 policy._check_invariants()
+other._check_invariants()
 assert policy.get(K(1)) is not None
+# Nor may a call on the wrong object leave busy taken in it.
+assert "_busy" not in getattr(other, "__dict__", {}), other.__dict__["_busy"]
 print(json.dumps({"types": len(types), **outcomes}))
