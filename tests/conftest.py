@@ -14,6 +14,14 @@ from arc_cy._env import env_flag
 from helpers import GC_STRESS_MODULES
 from impls import IMPLEMENTATIONS, load_policy_class
 
+@pytest.fixture(scope="session")
+def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One mypy cache for the session's runs: the first analyses vLLM and
+    torch (about two minutes here), the next reuse that and check only
+    what changed (mypy compares each module's path and contents)."""
+    return str(tmp_path_factory.mktemp("mypy-cache"))
+
+
 # --- what a test needs: @pytest.mark.needs("vllm") ---------------------------
 
 

@@ -66,12 +66,12 @@ def test_find_python_names_what_it_accepts() -> None:
 
 
 @pytest.mark.needs("mypy")
-def test_mypy_strict_on_a_consumer_from_the_checkout_root(tmp_path: Path) -> None:
+def test_mypy_strict_on_a_consumer_from_the_checkout_root(mypy_cache: str) -> None:
     # From the root, mypy finds the source tree's arc_cy before the installed
     # one; pyproject.toml has it checked as an installed package is.
     env = {"VIRTUAL_ENV": sys.prefix,
            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
-    proc = run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path),
+    proc = run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", mypy_cache,
                 "tests/typing/consumer.py"], env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Success: no issues found in 1 source file" in proc.stdout

@@ -41,13 +41,13 @@ def test_anything_else_is_refused(value: str) -> None:
     [("false", "cython"), ("no", "cython"), ("off", "cython"), ("on", "python")],
 )
 def test_no_extensions_reads_words(value: str, expected: str) -> None:
-    proc = run_prog("implementation.py", env={"ARC_CY_NO_EXTENSIONS": value})
+    proc = run_prog("implementation.py", "--no-vllm", env={"ARC_CY_NO_EXTENSIONS": value})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[0] == expected
 
 
 def test_no_extensions_refuses_a_typo() -> None:
-    proc = run_prog("implementation.py", env={"ARC_CY_NO_EXTENSIONS": "flase"})
+    proc = run_prog("implementation.py", "--no-vllm", env={"ARC_CY_NO_EXTENSIONS": "flase"})
     assert proc.returncode != 0
     assert "ARC_CY_NO_EXTENSIONS='flase' is not a boolean" in proc.stderr
 

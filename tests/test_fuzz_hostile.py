@@ -129,8 +129,8 @@ SURFACE_MIN = {
         "half_built": 10,  # T.__new__(T)
         "in_call_found": 5000,  # objects gc.get_referrers / get_objects found
     },
-    # refused depends on how the threads interleave: 283 to 2651 per run here
-    "threads": {"calls": 30000, "overlaps": 1000, "refused": 20},
+    # a SlowKey's hash gives the GIL away: 30,000 to 43,000 refused per run here
+    "threads": {"calls": 30000, "overlaps": 1000, "refused": 3000},
     "hooks": {
         "trace_fired": 80,
         "profile_fired": 80,

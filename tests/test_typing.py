@@ -30,9 +30,9 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.needs("mypy")
-def test_mypy_strict_on_a_consumer(tmp_path: Path) -> None:
+def test_mypy_strict_on_a_consumer(tmp_path: Path, mypy_cache: str) -> None:
     proc = run(
-        ["-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"),
+        ["-m", "mypy", "--strict", "--cache-dir", mypy_cache,
          str(HERE / "typing" / "consumer.py")],
         cwd=tmp_path,
     )

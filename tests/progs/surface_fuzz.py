@@ -64,6 +64,7 @@ import ast
 import collections.abc
 import faulthandler
 import gc
+import itertools
 import json
 import os
 import random
@@ -463,8 +464,8 @@ class Reflector:
             fail(f"{label}{_safe_repr(args)} raised {exc!r}")
             return
         COUNTS["returned"] += 1
-        if name in RAW_WRITERS and isinstance(target, PyPolicy):
-            self.tainted.add(id(target))
+        if name in RAW_WRITERS:  # a method, or a module's function given the twin
+            self.tainted.update(id(o) for o in (target, *args) if isinstance(o, PyPolicy))
         if isinstance(target, PyPolicy) and name == "__init__":
             self.tainted.discard(id(target))
         s.note(result)
@@ -646,14 +647,22 @@ def run_reflect(args, rng: random.Random) -> None:
 # --- threads mode -----------------------------------------------------------
 
 
+_HASHES = itertools.count()
+
+
 class SlowKey(Key):
     """A Key whose __hash__ and __eq__ run a few bytecodes more: room for
-    the interpreter to switch threads inside them."""
+    the interpreter to switch threads inside them. Every 16th hash also
+    gives the GIL away (sleep(0)), so that another thread surely runs while
+    a call is in the key's code: its mutators are refused however the
+    switch interval happens to fall."""
 
     def __hash__(self) -> int:
         x = 0
         for _ in range(3):
             x += 1
+        if next(_HASHES) % 16 == 0:
+            time.sleep(0)
         return hash(self.kid)
 
     def __eq__(self, other: object) -> bool:
