@@ -14,6 +14,7 @@ from arc_cy._env import env_flag
 from helpers import GC_STRESS_MODULES
 from impls import IMPLEMENTATIONS, load_policy_class
 
+
 @pytest.fixture(scope="session")
 def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     """One mypy cache for the session's runs: the first analyses vLLM and
