@@ -13,7 +13,9 @@ Busy: every call sets busy before its first user code (a key's __hash__ or
 __eq__, protected.__contains__, a target's arithmetic, n.__index__, the
 caller's iterable, a collection and its gc.callbacks), with nothing between
 it and the try that clears it; while it is set, mutators are refused, in
-any thread. Reads nest, and take busy only when it is free: a read in
+any thread. clear() and __init__ keep it while they release what they drop,
+in a releasing state that lets their own thread's calls (a __del__ that
+calls back) nest. Reads nest, and take busy only when it is free: a read in
 another thread can outlive the call whose busy it found, so every probe
 checks `epoch` after each __eq__ and starts again if the storage changed,
 as CPython's dict does. Outside busy (a view's iterator) no pointer into
@@ -40,6 +42,7 @@ cimport cython
 from cpython.object cimport PyObject, PyTypeObject, Py_EQ
 from cpython.ref cimport Py_INCREF, Py_XINCREF, Py_XDECREF
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
+from cpython.pythread cimport PyThread_get_thread_ident
 from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memset
@@ -117,7 +120,7 @@ cdef enum:
 cdef tuple OP_NAMES = (
     None, "get", "insert", "remove", "touch", "on_store_miss",
     "on_request_finished", "evict", "clear", "target_t1_size",
-    "_check_invariants", "__init__",
+    "_check_invariants", "__init__", "clear", "__init__",
 )
 cdef enum:
     OP_GET = 1
@@ -131,6 +134,9 @@ cdef enum:
     OP_TARGET = 9
     OP_CHECK = 10
     OP_INIT = 11
+    # clear() and __init__ releasing what they dropped (_releasing)
+    OP_CLEAR_RELEASE = 12
+    OP_INIT_RELEASE = 13
 
 cdef enum:
     INSERTED_ONLY = 1
@@ -210,6 +216,8 @@ cdef class ARCCore:
         object target           # int() of it is taken in evict(), as vLLM does
         uint64_t stamps         # entries put in a list so far (Node.stamp_*)
         int busy                # OP_* of the running method, or 0
+        int release_busy        # busy of a clear() or __init__ releasing, or 0
+        unsigned long releaser  # and its thread, whose calls nest in it
         int32_t *scratch        # node indices of the running call
         Py_ssize_t scratch_cap
         PyObject **work         # references the running call holds (owned)
@@ -246,16 +254,21 @@ cdef class ARCCore:
         # Called again, it starts over as vLLM's __init__ does: capacity and
         # target first, then the lists are emptied in turn; _max_entries
         # (arc_cy's own) is reset too.
+        cdef int outer = self.release_busy
+        cdef unsigned long outer_thread = self.releaser
         self._enter(OP_INIT)
         try:
             capacity = check_capacity(cache_capacity)
+            self._releasing(OP_INIT_RELEASE)
+            self.capacity_obj = capacity
+            self.capacity = min(capacity, PY_SSIZE_T_MAX)
+            self.max_entries = MAX_ENTRIES
+            self.target = 0.0
+            self._empty_lists(True)
         finally:
+            self.release_busy = outer
+            self.releaser = outer_thread
             self._leave()
-        self.capacity_obj = capacity
-        self.capacity = min(capacity, PY_SSIZE_T_MAX)
-        self.max_entries = MAX_ENTRIES
-        self.target = 0.0
-        self._empty_lists(True)
 
     def __reduce__(self):
         raise TypeError(MSG_NO_COPY.format(type(self).__qualname__))
@@ -306,8 +319,8 @@ cdef class ARCCore:
     cdef void _empty_lists(self, bint replaced) noexcept:
         """Empty t1, t2, b1 and b2 in turn, as vLLM's clear() does (or, if
         replaced, as its __init__ replacing each list does): a list's
-        entries are released (busy is clear) once it is empty, before the
-        next list is touched. Then the memory goes back, unless entries were
+        entries are released (busy in its releasing state) once it is
+        empty, before the next list is touched. Then the memory goes back, unless entries were
         added meanwhile."""
         cdef uint8_t w
         for w in range(4):
@@ -613,8 +626,9 @@ cdef class ARCCore:
         return n
 
     cdef inline void _leave(self) noexcept:
-        """End of a call: not busy, then what it held is released."""
-        self.busy = 0
+        """End of a call: not busy (or back to the releasing call it nested
+        in), then what it held is released."""
+        self.busy = self.release_busy
         if self.work_used:
             self._release_work()
 
@@ -639,13 +653,25 @@ cdef class ARCCore:
     # --- helpers ---------------------------------------------------------
 
     cdef inline int _enter(self, int op) except -1:
-        """Take busy for mutator op (refused while any call runs). C code:
-        nothing runs between it and the caller's try that clears it."""
-        if self.busy:
+        """Take busy for mutator op: refused while any call runs, unless
+        that is a clear() or __init__ releasing in this thread (a __del__
+        calls back), in which op nests. C code: nothing runs between it and
+        the caller's try that clears it."""
+        if self.busy and (self.busy != self.release_busy
+                          or self.releaser != PyThread_get_thread_ident()):
             raise RuntimeError(
                 MSG_REENTRANT.format(OP_NAMES[op], OP_NAMES[self.busy]))
         self.busy = op
         return 0
+
+    cdef inline void _releasing(self, int op) noexcept:
+        """From here the running clear() or __init__ only releases what it
+        drops: this thread's calls nest in it and find a consistent policy
+        (list by list, as vLLM's), other threads' stay refused. The caller
+        saved the releasing state it nests in, to give it back."""
+        self.release_busy = op
+        self.releaser = PyThread_get_thread_ident()
+        self.busy = op
 
     cdef inline bint _read_begin(self) noexcept:
         """A read takes busy only if it is free (reads nest); it clears
@@ -1144,10 +1170,17 @@ cdef class ARCCore:
 
     def clear(self):
         # As vLLM: the lists in turn, then the target.
+        cdef int outer = self.release_busy
+        cdef unsigned long outer_thread = self.releaser
         self._enter(OP_CLEAR)
-        self.busy = 0  # nothing but releasing runs from here
-        self._empty_lists(False)
-        self.target = 0.0
+        try:
+            self._releasing(OP_CLEAR_RELEASE)  # nothing but releasing runs from here
+            self._empty_lists(False)
+            self.target = 0.0
+        finally:
+            self.release_busy = outer
+            self.releaser = outer_thread
+            self._leave()
 
     def mark_evictable(self, key=NO_ARG):
         if key is NO_ARG:

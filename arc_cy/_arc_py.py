@@ -18,12 +18,16 @@ Busy (the same rule as the core's): a call takes it with one atomic step
 back only if it holds it, so an exception at any line (a trace hook, a
 signal handler, a policy made by __new__) cannot leave it set, and a call
 refused cannot clear another's. Reads take it only when it is free.
+clear() and __init__ called again keep it while they release what they
+drop, marked with their thread: that thread's calls (a __del__ that calls
+back) nest, other threads' stay refused.
 """
 
 from __future__ import annotations
 
 import numbers
 import weakref
+from _thread import get_ident
 from collections import OrderedDict
 from collections.abc import Container, Iterable, Iterator, Sequence
 from ctypes import sizeof
@@ -59,10 +63,13 @@ _REUSED = 2
 _LIST_ATTRS = ("_t1", "_t2", "_b1", "_b2")
 
 
-# A running call's token, what busy holds: a one-item list of the call's
-# name, a new object for every call (so only the call that took busy gives
-# it back) and the cheapest one Python makes (get() makes one per key).
-_Call = list[str]
+# A running call's token, what busy holds: a list of the call's name, a new
+# object for every call (so only the call that took busy gives it back) and
+# the cheapest one Python makes (get() makes one per key). Two marks may
+# follow the name: the token of the releasing call a nested call took busy
+# from (a list, given back by _end), then, while clear() or __init__
+# releases, its thread's ident (an int).
+_Call = list[Any]
 
 
 class ARCCachePolicy(CachePolicy):
@@ -78,29 +85,29 @@ class ARCCachePolicy(CachePolicy):
         # Called again, it starts over as vLLM's __init__ does: capacity and
         # target first, then each list is replaced in turn; _max_entries
         # (arc_cy's own) is reset too.
-        again = hasattr(self, "_lists")
-        call = ["__init__"]
+        call: _Call = ["__init__"]
         try:
             _begin(self, call)
             capacity = check_capacity(cache_capacity)
+            call.append(get_ident())  # from here it only releases
+            self._capacity = capacity
+            self._max_entries = MAX_ENTRIES
+            self._target: Any = 0.0
+            self._chunk_type: weakref.ref[type] = dead_ref()  # the last chunk type checked
+            if "_lists" not in self.__dict__:
+                self._t1: OrderedDict[Any, ChunkStatus] = OrderedDict()
+                self._t2: OrderedDict[Any, ChunkStatus] = OrderedDict()
+                self._b1: OrderedDict[Any, None] = OrderedDict()
+                self._b2: OrderedDict[Any, None] = OrderedDict()
+                self._lists = (self._t1, self._t2, self._b1, self._b2)
+                self._views = (
+                    ListView(self, 0), ListView(self, 1), ListView(self, 2), ListView(self, 3)
+                )
+                return
+            for which in range(4):
+                self._replace_list(which)
         finally:
             _end(self, call)
-        self._capacity = capacity
-        self._max_entries = MAX_ENTRIES
-        self._target: Any = 0.0
-        self._chunk_type: weakref.ref[type] = dead_ref()  # the last chunk type checked
-        if not again:
-            self._t1: OrderedDict[Any, ChunkStatus] = OrderedDict()
-            self._t2: OrderedDict[Any, ChunkStatus] = OrderedDict()
-            self._b1: OrderedDict[Any, None] = OrderedDict()
-            self._b2: OrderedDict[Any, None] = OrderedDict()
-            self._lists = (self._t1, self._t2, self._b1, self._b2)
-            self._views = (
-                ListView(self, 0), ListView(self, 1), ListView(self, 2), ListView(self, 3)
-            )
-            return
-        for which in range(4):
-            self._replace_list(which)
 
     def _replace_list(self, which: int) -> None:
         # As vLLM's `self.t1 = OrderedDict()`: the old list is released now,
@@ -400,16 +407,18 @@ class ARCCachePolicy(CachePolicy):
             _end(self, call)
 
     def clear(self) -> None:
-        call = ["clear"]
+        call: _Call = ["clear"]
         try:
             _begin(self, call)
+            call.append(get_ident())  # nothing but releasing runs from here
+            # t1, t2, b1 and b2 in turn, then the target, as vLLM: a key
+            # released meanwhile sees its list and those before it empty,
+            # the others not.
+            for od in self._lists:
+                od.clear()
+            self._target = 0.0
         finally:
-            _end(self, call)  # nothing but releasing runs from here
-        # t1, t2, b1 and b2 in turn, then the target, as vLLM: a key released
-        # meanwhile sees its list and those before it empty, the others not.
-        for od in self._lists:
-            od.clear()
-        self._target = 0.0
+            _end(self, call)
 
     def mark_evictable(self, key: Any) -> None:
         return
@@ -475,19 +484,28 @@ class ARCCachePolicy(CachePolicy):
 
 def _begin(policy: ARCCachePolicy, call: _Call) -> None:
     """Take busy for call, inside the try whose finally calls _end(call);
-    refused while another call runs, in any thread. Every mutator calls
+    refused while another call runs, in any thread, unless that call is a
+    clear() or __init__ releasing in this thread (a __del__ calls back):
+    then call nests, and _end gives busy back to it. Every mutator calls
     this before any user code runs. Functions, not methods: a method called
     through the class on another object must not dispatch its release to
     that object (which may lack it, and leave busy taken)."""
-    running = policy.__dict__.setdefault("_busy", call)  # one atomic step
+    state = policy.__dict__
+    running = state.setdefault("_busy", call)  # one atomic step
     if running is not call:
-        raise RuntimeError(MSG_REENTRANT.format(call[0], running[0]))
+        if running[-1] != get_ident():
+            raise RuntimeError(MSG_REENTRANT.format(call[0], running[0]))
+        call.append(running)
+        state["_busy"] = call
 
 
 def _end(policy: ARCCachePolicy, call: _Call) -> None:
     state = policy.__dict__
     if state.get("_busy") is call:
-        del state["_busy"]
+        if len(call) > 1 and type(call[1]) is list:
+            state["_busy"] = call[1]
+        else:
+            del state["_busy"]
 
 
 def _held(keys: Iterable[Any]) -> tuple[Any, ...]:

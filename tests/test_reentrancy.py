@@ -433,6 +433,17 @@ def test_two_threads_driving_one_policy(impl):
     assert out["calls"] > 2000, out  # the writer alone makes about 1500
 
 
+def test_clear_keeps_other_threads_out_while_it_releases(impl):
+    """clear() released each list with busy clear: a thread that a
+    released key's __del__ started could begin evict() between t1 and t2,
+    and clear() then emptied t2 under its scan (the twin's evict raised
+    KeyError; the core's read a freed node). Now that thread is refused
+    until clear() returns, while clear()'s own thread may still call in."""
+    out = run_json("surface.py", "overtaken", impl, "--no-vllm")
+    assert out["other"] == [_common.MSG_REENTRANT.format("evict", "clear")], out
+    assert not out["scanned"] and out["lists"] == [0, 0, 0, 0], out
+
+
 # --- busy is set inside the try that clears it -------------------------------------
 
 

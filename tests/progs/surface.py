@@ -13,6 +13,9 @@ Modes:
              the second compares keys (a fixed interleaving, with events)
   threads    two threads drive one policy, with keys whose __eq__ and
              __hash__ are Python code, under sys.setswitchinterval(1e-6)
+  overtaken  while clear() releases t1, a key's __del__ starts a thread
+             whose evict() waits inside protected.__contains__ on a t2
+             entry; clear() then goes on to t2 (a fixed interleaving)
 """
 
 from __future__ import annotations
@@ -227,5 +230,51 @@ def threads():
     return stats
 
 
+class Gate:
+    """protected for the other thread's evict(): its first question waits
+    until clear() has returned (or 10 s)."""
+
+    def __init__(self):
+        self.asked = threading.Event()
+        self.go = threading.Event()
+
+    def __contains__(self, key):
+        self.asked.set()
+        self.go.wait(10)
+        return False
+
+
+def overtaken():
+    policy = cls(8)
+    gate = Gate()
+    other = []
+
+    def evict():
+        try:
+            other.append(repr(policy.evict(1, gate)))
+        except RuntimeError as exc:
+            other.append(str(exc))
+
+    thread = threading.Thread(target=evict)
+
+    class Starter:
+        def __del__(self):
+            # here t1 is empty and t2 not yet: the other thread's evict()
+            # starts, and scans t2 while this one is held up
+            thread.start()
+            while thread.is_alive() and not gate.asked.is_set():
+                thread.join(0.001)
+
+    policy.insert(Starter(), ready(0), None)
+    policy.insert(K(1), ready(1), None)
+    policy.touch([K(1)], None)  # t1 = [Starter], t2 = [K(1)]
+    policy.clear()
+    gate.go.set()
+    thread.join()
+    policy._check_invariants()
+    return {"scanned": gate.asked.is_set(), "other": other,
+            "lists": [len(v) for v in (policy.t1, policy.t2, policy.b1, policy.b2)]}
+
+
 print(json.dumps({"referrers": referrers, "iterators": iterators, "nested": nested,
-                  "threads": threads}[mode]()))
+                  "threads": threads, "overtaken": overtaken}[mode]()))

@@ -695,16 +695,6 @@ THREAD_OPS = (
     + ["iter"] * 2 + ["evict"] * 2 + ["remove"] * 2 + ["store_miss"] + ["clear"] * 2
     + ["finished"] + ["target"]
 )
-# An open defect, left out of the twin's ops until fixed: the twin's
-# clear() empties the lists one by one with busy clear (rule 6), so another
-# thread's call that starts between two lists can find its victim gone
-# (evict: KeyError). The core empties each list in C; between two lists
-# only a released entry's __del__ runs Python code, which these keys and
-# chunks lack (the same window, open there too, not reached here). So the
-# core keeps clear: its storage freed under another thread's read was
-# issue 25's item 3.
-THREAD_OPS_TWIN = tuple(op for op in THREAD_OPS if op != "clear")
-
 
 def thread_op(p, op: str, rng: random.Random, universe: int):
     k = SlowKey(rng.randrange(universe))
@@ -755,14 +745,13 @@ def run_threads(args, rng: random.Random) -> None:
     # storage moves when the lists fill again after clear()
     universe = 120
     p = cls(40)
-    ops = THREAD_OPS_TWIN if args.impl == "python" else THREAD_OPS
     ov = Overlaps()
     errors: list[str] = []
 
     def worker(tid: int, seed: int) -> None:
         r = random.Random(seed)
         for _ in range(steps):
-            op = r.choice(ops)
+            op = r.choice(THREAD_OPS)
             ov.enter(tid)
             try:
                 thread_op(p, op, r, universe)
