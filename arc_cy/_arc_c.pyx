@@ -674,9 +674,11 @@ cdef class ARCCore:
         self.busy = op
 
     cdef inline bint _read_begin(self) noexcept:
-        """A read takes busy only if it is free (reads nest); it clears
-        busy only if it took it."""
-        if self.busy:
+        """A read takes busy where a mutator would (free, or a release of
+        this thread's), else it nests; it gives busy back only if it took
+        it."""
+        if self.busy and (self.busy != self.release_busy
+                          or self.releaser != PyThread_get_thread_ident()):
             return False
         self.busy = OP_GET
         return True
@@ -837,7 +839,7 @@ cdef class ARCCore:
             i = self._find(key, PyObject_Hash(key), IN_T)
         finally:
             if took:
-                self.busy = 0
+                self.busy = self.release_busy
         if i == EMPTY:
             return None
         chunk = <object>self.nodes[i].chunk
@@ -1207,7 +1209,7 @@ cdef class ARCCore:
             i = self._find(key, PyObject_Hash(key), 1 << which)
         finally:
             if took:
-                self.busy = 0
+                self.busy = self.release_busy
         return i
 
     def _list_contains(self, int which, key):

@@ -187,24 +187,29 @@ class ARCCachePolicy(CachePolicy):
     def _read(self, fn: Any, *args: Any) -> Any:
         # Reads nest in a running call and lock out mutators only; the
         # OrderedDicts re-check themselves after every __eq__.
-        call = ["get"]
+        call: _Call = ["get"]
         try:
-            self.__dict__.setdefault("_busy", call)
+            _begin(self, call, read=True)
             return fn(*args)
         finally:
             _end(self, call)
 
     def get(self, key: Any) -> ChunkStatus | None:
-        # _read inlined: vLLM calls get() for every key of every lookup and
-        # store, and the twin must keep within 10% of vLLM arc there.
+        # _read inlined where busy is free: vLLM calls get() for every key
+        # of every lookup and store, and the twin must keep within 10% of
+        # vLLM arc there.
         call = ["get"]
         state = self.__dict__
         try:
-            state.setdefault("_busy", call)
+            if state.setdefault("_busy", call) is not call:
+                return self._read(self._get, key)  # type: ignore[no-any-return]
             return self._t1.get(key) or self._t2.get(key)  # type: ignore[no-any-return]
         finally:
             if state.get("_busy") is call:
                 del state["_busy"]
+
+    def _get(self, key: Any) -> ChunkStatus | None:
+        return self._t1.get(key) or self._t2.get(key)  # type: ignore[no-any-return]
 
     def insert(self, key: Any, chunk: ChunkStatus, req_context: Any = None) -> None:
         call = ["insert"]
@@ -482,21 +487,23 @@ class ARCCachePolicy(CachePolicy):
             )
 
 
-def _begin(policy: ARCCachePolicy, call: _Call) -> None:
+def _begin(policy: ARCCachePolicy, call: _Call, read: bool = False) -> None:
     """Take busy for call, inside the try whose finally calls _end(call);
-    refused while another call runs, in any thread, unless that call is a
-    clear() or __init__ releasing in this thread (a __del__ calls back):
-    then call nests, and _end gives busy back to it. Every mutator calls
-    this before any user code runs. Functions, not methods: a method called
-    through the class on another object must not dispatch its release to
-    that object (which may lack it, and leave busy taken)."""
+    while another call runs, in any thread, a mutator is refused and a read
+    nests without it, unless that call is a clear() or __init__ releasing
+    in this thread (a __del__ calls back): then call takes busy from it,
+    and _end gives it back. Every call does this before any user code runs.
+    Functions, not methods: a method called through the class on another
+    object must not dispatch its release to that object (which may lack
+    it, and leave busy taken)."""
     state = policy.__dict__
     running = state.setdefault("_busy", call)  # one atomic step
     if running is not call:
-        if running[-1] != get_ident():
+        if running[-1] == get_ident():
+            call.append(running)
+            state["_busy"] = call
+        elif not read:
             raise RuntimeError(MSG_REENTRANT.format(call[0], running[0]))
-        call.append(running)
-        state["_busy"] = call
 
 
 def _end(policy: ARCCachePolicy, call: _Call) -> None:

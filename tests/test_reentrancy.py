@@ -149,6 +149,49 @@ def test_every_call_is_busy_before_its_first_user_code(policy_cls, how):
     policy._check_invariants()
 
 
+class RunsWhenReleased:
+    """A key whose __del__ runs `run`, once."""
+
+    run = None
+
+    def __del__(self):
+        run, RunsWhenReleased.run = RunsWhenReleased.run, None
+        if run is not None:
+            run()
+
+
+@pytest.mark.parametrize("outer", ["clear", "__init__"])
+@pytest.mark.parametrize("how", BUSY_CALLS)
+def test_a_call_nested_in_a_release_is_busy_before_its_first_user_code(
+    policy_cls, how, outer
+):
+    """Every method, run by a key's __del__ while clear() or __init__ again
+    releases t1 (t2 and the ghosts still full): it nests in the release
+    (rule 6), and its own first user code already finds it busy, so a
+    mutator there is refused naming it, not the release."""
+    running, call = BUSY_CALLS[how]
+    REFUSALS.clear()
+    policy = with_ghosts(policy_cls)
+    policy.insert(RunsWhenReleased(), ready(60), CTX)
+
+    def nested():
+        Arm.policy = policy
+        try:
+            call(policy)
+        except Exception as exc:  # a __del__'s error would go unseen
+            REFUSALS.append(f"raised {exc!r}")
+        finally:
+            Arm.policy = None
+
+    RunsWhenReleased.run = nested
+    try:
+        policy.clear() if outer == "clear" else policy.__init__(4)
+    finally:
+        RunsWhenReleased.run = None
+    assert REFUSALS == [_common.MSG_REENTRANT.format("insert", running)], REFUSALS
+    policy._check_invariants()
+
+
 # --- protected containers and keys that mutate or read --------------------------
 
 
