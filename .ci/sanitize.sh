@@ -63,8 +63,7 @@ run() {
 run -c "import arc_cy._arc_c as m, sys; p = m.__file__; print('sanitize: testing', p, file=sys.stderr); sys.exit(not p.startswith('$work'))"
 
 cd "$work"
-run -m pytest -p no:cacheprovider -q \
-    tests/test_chunks.py tests/test_copy.py tests/test_decisions.py tests/test_gc.py \
-    tests/test_keys.py tests/test_reentrancy.py tests/test_release.py \
-    tests/test_validation.py tests/test_views.py \
-    tests/test_fuzz_hostile.py tests/test_fuzz_stateful.py tests/test_refcounts.py "$@"
+# The hostile-input modules and the fuzzers and refcounts (the hostile and
+# sanitize marks), one pytest-xdist worker per CPU, as tests/run.sh.
+run -m pytest -p no:cacheprovider -q -n logical --dist loadfile \
+    -m "hostile or sanitize" tests "$@"

@@ -12,7 +12,6 @@ import pytest
 import needs
 from arc_cy._compat import vllm_guard
 from arc_cy._env import env_flag
-from helpers import GC_STRESS_MODULES
 from impls import IMPLEMENTATIONS, load_policy_class
 
 
@@ -134,7 +133,7 @@ def _gc_stress_hook(phase: str, info: dict) -> None:
 
 @pytest.fixture(autouse=True)
 def _gc_stress(request: pytest.FixtureRequest):
-    if not GC_STRESS or request.module.__name__ not in GC_STRESS_MODULES:
+    if not GC_STRESS or request.node.get_closest_marker("hostile") is None:
         yield
         return
     if vllm_guard.pending:
@@ -154,24 +153,43 @@ def _gc_stress(request: pytest.FixtureRequest):
     # The hook did run, and saw objects.
     assert GC_STRESS_RUNS["collections"] > before["collections"]
     assert GC_STRESS_RUNS["objects"] > before["objects"]
+    request.node.user_properties.append(
+        ("gc stress", {k: GC_STRESS_RUNS[k] - before[k] for k in GC_STRESS_RUNS})
+    )
 
 
-# What each hostile-fuzzer run reached (test_fuzz_hostile.py), printed at
-# the end of the session, so CI's log shows it.
+# What each hostile-fuzzer run reached (test_fuzz_hostile.py) and what GC
+# stress did, printed at the end of the session so CI's log shows it. They
+# travel as the tests' user_properties, which pytest-xdist's workers send
+# to the process that reports.
 FUZZ_COVERAGE: dict[str, dict] = {}
+GC_STRESS_SEEN = dict.fromkeys(GC_STRESS_RUNS, 0)
 
 
 @pytest.fixture
-def fuzz_coverage() -> dict[str, dict]:
+def fuzz_coverage(request: pytest.FixtureRequest):
     """Where test_fuzz_hostile.py puts each run's COVERAGE counts."""
-    return FUZZ_COVERAGE
+    counts: dict[str, dict] = {}
+    yield counts
+    request.node.user_properties.extend(("hostile fuzz " + run, c) for run, c in counts.items())
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "teardown":
+        return
+    for name, value in report.user_properties:
+        if name == "gc stress":
+            for k, v in value.items():
+                GC_STRESS_SEEN[k] += v
+        elif name.startswith("hostile fuzz "):
+            FUZZ_COVERAGE[name] = value
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
     if GC_STRESS:
-        terminalreporter.write_line(f"GC stress: {GC_STRESS_RUNS}")
+        terminalreporter.write_line(f"GC stress: {GC_STRESS_SEEN}")
     for run, counts in FUZZ_COVERAGE.items():
-        terminalreporter.write_line(f"hostile fuzz {run}: {counts}")
+        terminalreporter.write_line(f"{run}: {counts}")
 
 
 # For the tests that run vLLM's real scheduler (test_scheduler_e2e, test_tiering).

@@ -58,7 +58,6 @@ __all__ = [
     "VllmARC",
     "assert_same_state",
     "filled",
-    "GC_STRESS_MODULES",
     "insert",
     "ORACLE_HOOKS",
     "KEY_POSITIONS",
@@ -139,21 +138,6 @@ def manager_state(manager: Any) -> tuple:
         policy.target_t1_size,
     )
 
-
-# The hostile-input modules: GC stress mode (ARC_CY_GC_STRESS=1, conftest)
-# applies to these; .ci/run runs these files under it, and .ci/sanitize.sh
-# under ASan/UBSan (test_suite.py checks that the lists agree).
-GC_STRESS_MODULES = (
-    "test_chunks",
-    "test_copy",
-    "test_decisions",
-    "test_gc",
-    "test_keys",
-    "test_reentrancy",
-    "test_release",
-    "test_validation",
-    "test_views",
-)
 
 REPO = Path(__file__).resolve().parents[1]
 """The source tree (a checkout or an unpacked sdist) the tests came from."""

@@ -10,4 +10,7 @@ source .ci/env.sh
 # environment cannot pass by skipping.
 export ARC_CY_TESTS_REQUIRE_ALL=1
 # -P: import arc_cy from the installed build, never from the source tree.
-exec "$ARC_CY_PY" -P -m pytest "$@"
+# -n logical: one pytest-xdist worker per CPU, each taking whole test files
+# (--dist loadfile: a module's tests share one process, as they would
+# alone). Later arguments win: -n 0 runs everything in this process.
+exec "$ARC_CY_PY" -P -m pytest -n logical --dist loadfile "$@"

@@ -25,6 +25,8 @@ from helpers import CTX, ChunkStatus, K, VllmARC, keysnap, ready, snapshot
 from hostile import populated, unchanged
 from impls import IMPLEMENTATIONS, load_policy_class
 
+pytestmark = pytest.mark.hostile
+
 # --- what is a chunk ------------------------------------------------------------
 
 

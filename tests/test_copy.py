@@ -13,6 +13,8 @@ from arc_cy import _common
 from helpers import CTX, K, VllmARC, keysnap, ready
 from hostile import populated, with_ghosts
 
+pytestmark = pytest.mark.hostile
+
 
 @pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
 def test_copy_and_pickle(policy_cls, how):

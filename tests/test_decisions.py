@@ -21,6 +21,8 @@ from helpers import CTX, ChunkStatus, K, VllmARC, keysnap, ready
 from hostile import Boom, EqRaises, populated, with_ghosts
 from impls import IMPLEMENTATIONS, load_policy_class
 
+pytestmark = pytest.mark.hostile
+
 # --- against vLLM's ARC ---------------------------------------------------------
 
 

@@ -41,6 +41,8 @@ import pytest
 
 from childproc import child_env
 
+pytestmark = pytest.mark.sanitize
+
 TESTS = os.path.dirname(os.path.abspath(__file__))
 PROG = os.path.join(TESTS, "progs", "hostile_fuzz.py")
 SURFACE_PROG = os.path.join(TESTS, "progs", "surface_fuzz.py")

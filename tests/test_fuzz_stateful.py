@@ -57,6 +57,8 @@ from arc_cy._env import env_flag
 from helpers import ChunkStatus, ReqContext, VllmARC, assert_same_state, snapshot
 from traffic import Lockstep, PolicyTraffic
 
+pytestmark = pytest.mark.sanitize
+
 settings.register_profile(
     "arc_cy-fuzz-ci",
     max_examples=600,
@@ -394,20 +396,21 @@ class ARCMachine(RuleBasedStateMachine):
         assert self.t.chunks == dict(self.resident_items())
 
 
-# Each run must reach every counted state at least this often (the CI
-# profile reaches several times more; the long profile far more).
-# CI-profile runs reached (3 runs, lowest-highest): evict_ok 810-960,
-# evict_none 1100-1260, evict_full 640-670, evict_pinned_run 130-270,
-# evict_t1_and_t2 84-92, ghost_hit 640-890, ghost_reinsert 900-970,
-# ghost_trim 26-97 (the rarest: b1 or b2 must outgrow the capacity).
+# Each run must reach every counted state at least this often: about half
+# the lowest of ten CI-profile runs (2026-12, hypothesis 6.x, unseeded, so
+# each run draws anew), lowest-highest: evict_ok 701-1068, evict_none
+# 770-1006, evict_full 461-782, evict_pinned_run 86-234, evict_t1_and_t2
+# 61-164, ghost_hit 220-811 (the widest spread), ghost_reinsert 692-1245,
+# ghost_trim 41-91 (the rarest: b1 or b2 must outgrow the capacity). A floor
+# of 250 ghost hits failed one run in ten.
 COVERAGE_MIN = {
-    "evict_ok": 400,
-    "evict_none": 400,
-    "evict_full": 250,
-    "evict_pinned_run": 50,
+    "evict_ok": 350,
+    "evict_none": 380,
+    "evict_full": 230,
+    "evict_pinned_run": 40,
     "evict_t1_and_t2": 30,
-    "ghost_hit": 250,
-    "ghost_reinsert": 350,
+    "ghost_hit": 100,
+    "ghost_reinsert": 340,
     "ghost_trim": 10,
 }
 

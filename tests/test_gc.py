@@ -23,6 +23,8 @@ from childproc import run_json, run_prog
 from helpers import CTX, ready
 from hostile import CallbackKey
 
+pytestmark = pytest.mark.hostile
+
 # --- a collection while a call holds its working storage ------------------------
 
 

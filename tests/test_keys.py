@@ -25,6 +25,8 @@ from hostile import (
 )
 from impls import IMPLEMENTATIONS, load_policy_class
 
+pytestmark = pytest.mark.hostile
+
 # --- keys whose __hash__ or __eq__ raise ----------------------------------------
 
 

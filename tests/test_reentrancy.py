@@ -36,6 +36,8 @@ from hostile import (
 )
 from impls import IMPLEMENTATIONS, load_policy_class
 
+pytestmark = pytest.mark.hostile
+
 # --- every call is busy before its first user code ------------------------------
 
 

@@ -18,6 +18,8 @@ import pytest
 
 from helpers import ChunkStatus, ReqContext
 
+pytestmark = pytest.mark.sanitize
+
 
 def make_keys(n: int) -> list[bytes]:
     salt = os.urandom(4)

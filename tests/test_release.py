@@ -15,6 +15,8 @@ from arc_cy import _common
 from helpers import CTX, ChunkStatus, VllmARC, keysnap, ready
 from hostile import populated
 
+pytestmark = pytest.mark.hostile
+
 DELS: list[str] = []
 
 

@@ -1,8 +1,6 @@
 """The test suite's own machinery: what a test needs (tests/needs.py:
 without vLLM, mypy or pyright it skips, "needs vLLM"; under
-ARC_CY_TESTS_REQUIRE_ALL, which tests/run.sh sets, it fails), and the
-lists of hostile-input modules that .ci/run (GC stress) and
-.ci/sanitize.sh run, which must be conftest's GC_STRESS_MODULES."""
+ARC_CY_TESTS_REQUIRE_ALL, which tests/run.sh sets, it fails)."""
 
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import needs
-from helpers import GC_STRESS_MODULES, REPO
+from helpers import REPO
 
 # --- the decision ---------------------------------------------------------------
 
@@ -143,32 +141,3 @@ def test_under_require_all_a_module_importing_vllm_is_an_error(tmp_path):
     assert proc.returncode == 2, out[-3000:]  # interrupted: a collection error
     assert "ERROR tests/test_manager.py" in out, out[-3000:]
     assert FAILS in out, out[-3000:]
-
-
-# --- the lists of hostile-input modules ------------------------------------------
-
-
-def _listed(script: str, start: str) -> list[str]:
-    """The test modules named in script's command that begins with start."""
-    text = (REPO / script).read_text().replace("\\\n", " ")
-    (line,) = [ln for ln in text.splitlines() if ln.lstrip().startswith(start)]
-    return re.findall(r"tests/(test_\w+)\.py", line)
-
-
-def test_gc_stress_runs_the_hostile_input_modules():
-    assert sorted(_listed(".ci/run", "ARC_CY_BASE_PYTHON=$first ARC_CY_GC_STRESS=1")) == sorted(
-        GC_STRESS_MODULES
-    )
-    for name in GC_STRESS_MODULES:
-        assert (REPO / "tests" / f"{name}.py").is_file(), name
-
-
-def test_the_sanitizer_runs_the_hostile_input_modules():
-    listed = set(_listed(".ci/sanitize.sh", "run -m pytest"))
-    assert listed >= set(GC_STRESS_MODULES) | {
-        "test_fuzz_hostile",
-        "test_fuzz_stateful",
-        "test_refcounts",
-    }
-    for name in listed:
-        assert (REPO / "tests" / f"{name}.py").is_file(), name

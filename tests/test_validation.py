@@ -19,6 +19,8 @@ from helpers import CTX, ChunkStatus, K, VllmARC, filled, ready, snapshot
 from hostile import Boom, populated, set_target, unchanged
 from impls import IMPLEMENTATIONS, load_policy_class
 
+pytestmark = pytest.mark.hostile
+
 # --- bad arguments: same exception, same message, nothing changed ---------------
 
 

@@ -13,6 +13,8 @@ from childproc import run_json
 from helpers import CTX, ChunkStatus, K, VllmARC, filled, keysnap, ready
 from hostile import MUTATIONS, populated
 
+pytestmark = pytest.mark.hostile
+
 
 def test_views_are_read_only_ordered_mappings(policy_cls):
     policy, chunks = filled(policy_cls, 10, t1=[b"a", b"b"], t2=[b"c"])
