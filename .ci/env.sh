@@ -12,9 +12,6 @@
 # Every source syncs it to the lock, removing whatever is not pinned there, so
 # a package installed by hand cannot hide a missing dependency.
 #
-# ARC_CY_SKIP_INSTALL=1: sync the environment only, without building and
-# installing arc_cy (.ci/lint.sh needs only the tools).
-#
 # It leaves the caller's shell options alone; on failure it returns non-zero.
 _arc_cy_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || return
 ARC_CY_BASE_PYTHON=$("$_arc_cy_root/.ci/find-python" "${ARC_CY_BASE_PYTHON:-python3}") || return

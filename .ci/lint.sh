@@ -5,20 +5,34 @@
 # (ruff's RUF100 reports the unused ones). Extra arguments go to
 # `ruff check` (e.g. --fix, --statistics). CI runs it first (.ci/run).
 #
-# The tools are the [lint] extra, pinned in the locks: .ci/env.sh syncs the
-# environment of ARC_CY_BASE_PYTHON (python3 if unset) to its lock, without
-# building arc_cy (ARC_CY_SKIP_INSTALL). pre-commit runs the same two
-# linters (.pre-commit-config.yaml).
+# The tools are the [lint] extra, at the releases that the lock of
+# ARC_CY_BASE_PYTHON (python3 if unset) pins, with the pins they need from
+# it. They live in a small environment of their own, without vLLM (seconds
+# to make): ${XDG_CACHE_HOME:-~/.cache}/arc_cy/lint-py<X.Y>, or
+# ARC_CY_LINT_ENV, made again whenever those pins move. pre-commit runs the
+# same two linters (.pre-commit-config.yaml).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-ARC_CY_SKIP_INSTALL=1 source .ci/env.sh
+base=$(.ci/find-python "${ARC_CY_BASE_PYTHON:-python3}")
+pyver=$("$base" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+pins=$("$base" .ci/lock_pins.py ".ci/requirements-py$pyver.lock" ruff cython-lint)
+env=${ARC_CY_LINT_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/arc_cy/lint-py$pyver}
+if [ "$(cat "$env/.arc_cy-pins" 2>/dev/null)" != "$pins" ]; then
+    echo "lint: making $env: $pins" >&2
+    rm -rf "$env"
+    "$base" -m venv "$env"
+    # One word per pin; --no-deps: the pins are the whole closure.
+    # shellcheck disable=SC2086
+    "$env/bin/python" -m pip install -q --disable-pip-version-check --no-deps $pins
+    echo "$pins" > "$env/.arc_cy-pins"
+fi
 # cython-lint runs pycodestyle by name.
-export PATH=$ARC_CY_ENV/bin:$PATH
+export PATH=$env/bin:$PATH
 status=0
 echo "lint: $(ruff --version): ruff check $*" >&2
 ruff check "$@" . || status=1
-echo "lint: cython-lint $("$ARC_CY_PY" -c 'from importlib.metadata import version; print(version("cython-lint"))')" >&2
+echo "lint: cython-lint $("$env/bin/python" -c 'from importlib.metadata import version; print(version("cython-lint"))')" >&2
 git ls-files -z '*.pyx' '*.pxd' '*.pxi' | xargs -0 -r cython-lint || status=1
 # A noqa without its codes, or without a reason after ` -- `.
 if git ls-files -z '*.py' '*.pyi' '*.pyx' | xargs -0 -r grep -nE '#[[:space:]]*noqa' |

@@ -42,10 +42,5 @@ fi
 echo "arc_cy: syncing $ARC_CY_ENV to .ci/$(basename "$ARC_CY_LOCK")" >&2
 "$ARC_CY_PY" -m uv pip sync -q --compile-bytecode --python "$ARC_CY_PY" "$ARC_CY_LOCK"
 
-if [ -n "${ARC_CY_SKIP_INSTALL:-}" ]; then
-    # .ci/lint.sh: the tools only, no build (a later source installs arc_cy).
-    echo "arc_cy: ARC_CY_SKIP_INSTALL: arc_cy not built nor installed" >&2
-    exit 0
-fi
 echo "arc_cy: building and installing arc_cy from $root" >&2
 "$ARC_CY_PY" -m pip install -q --disable-pip-version-check --no-deps "$root"
