@@ -33,10 +33,11 @@ if [ -z "${ARC_CY_KEEP_SANITIZED:-}" ]; then
 else
     echo "sanitize: keeping $work" >&2
 fi
-# Only what the build and the tests need: sources, not build outputs.
+# Only what the build and the tests need (collecting every test module
+# reads .ci): sources, not build outputs.
 tar -C "$root" --exclude='*.so' --exclude='*.c' --exclude=build \
     --exclude='*.egg-info' --exclude=__pycache__ --exclude=.hypothesis \
-    -cf - setup.py pyproject.toml README.md LICENSE arc_cy tests harness \
+    -cf - setup.py pyproject.toml README.md LICENSE arc_cy tests harness .ci \
     | tar -C "$work" -xf -
 
 echo "sanitize: building with -fsanitize=$sanitizers in $work" >&2
