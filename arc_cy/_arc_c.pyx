@@ -48,7 +48,6 @@ from libc.stdlib cimport qsort
 from libc.string cimport memset
 
 from arc_cy._common import (
-    ARC_DOC,
     LIST_NAMES,
     MAX_ENTRIES,
     MISSING,
@@ -71,6 +70,7 @@ from arc_cy._common import (
     order_request_keys,
 )
 from arc_cy._compat import vllm_guard
+from arc_cy import _arc_py as _twin
 
 # A required argument's default: its absence raises Python's own TypeError.
 cdef object NO_ARG = MISSING
@@ -1414,7 +1414,7 @@ cdef class _ListIter:
 
 
 class ARCCachePolicy(ARCCore, CachePolicy):
-    __doc__ = ARC_DOC
+    __doc__ = _twin.ARCCachePolicy.__doc__  # one text, the twin's
 
 
 cdef extern from *:

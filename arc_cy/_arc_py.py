@@ -34,7 +34,6 @@ from ctypes import sizeof
 from typing import Any
 
 from ._common import (
-    ARC_DOC,
     LIST_NAMES,
     MAX_ENTRIES,
     MSG_DUPLICATE,
@@ -73,7 +72,33 @@ _Call = list[Any]
 
 
 class ARCCachePolicy(CachePolicy):
-    __doc__ = ARC_DOC
+    """ARC (Adaptive Replacement Cache) policy for vLLM's CPU KV offloading,
+    making exactly the decisions of vLLM 0.33.0's ``ARCCachePolicy``.
+
+    Lists, each ordered from LRU to MRU:
+        t1: resident chunks seen once (or not yet ready).
+        t2: resident chunks a request reused (or touched when ready).
+        b1, b2: ghost keys recently evicted from t1 and t2.
+        target_t1_size: the adaptive target for t1's size.
+
+    Algorithm:
+        1. insert() puts a new chunk at t1's MRU end and forgets its ghost.
+        2. touch() moves a ready t1 chunk to t2 (a pending one to t1's MRU
+           end) and a t2 chunk to t2's MRU end; on_request_finished() does
+           the same for the chunks a request reused, and only refreshes
+           the recency of those it inserted.
+        3. A key found in b1 raises target_t1_size by max(1, len(b2) /
+           len(b1)), capped at cache_capacity; one found in b2 lowers it by
+           max(1, len(b1) / len(b2)), floored at 0 (touch(), on_store_miss()).
+        4. evict(n, protected) picks n victims, chunks with ref_cnt == 0 not
+           in ``protected``: for each it prefers t1 while t1's virtual size
+           (its size less the victims taken from it so far) is at least
+           int(target_t1_size), else t2, and falls back to t1 when t2 has
+           none left. One walk of t1 and of t2, from their LRU ends. Either
+           all n are found, moved to b1/b2 and returned as (key, chunk)
+           pairs, and both ghost lists are trimmed to cache_capacity; or it
+           returns None and nothing changes.
+    """
 
     # The call now running while it may run user code (hashing,
     # protected.__contains__, req_context, a collection): a _Call in the
@@ -213,13 +238,15 @@ class ARCCachePolicy(CachePolicy):
 
     def insert(self, key: Any, chunk: ChunkStatus, req_context: Any = None) -> None:
         call = ["insert"]
-        released: tuple[Any, ...] = ()
+        released: _Chain = ()
         try:
             _begin(self, call)
             t1, t2, b1, b2 = self._lists
             if type(chunk) is not self._chunk_type():  # as the core: check new types
                 chunk_ref_offset(type(chunk))
                 self._chunk_type = weakref.ref(type(chunk))
+            # vLLM: `t1[key] = chunk` replaces a resident entry (or holds the
+            # key in both lists); arc_cy refuses it, and a full policy.
             if key in t1:
                 raise ValueError(MSG_DUPLICATE.format(key, "t1"))
             if key in t2:
@@ -236,7 +263,7 @@ class ARCCachePolicy(CachePolicy):
 
     def remove(self, key: Any) -> None:
         call = ["remove"]
-        released: tuple[Any, ...] = ()
+        released: _Chain = ()
         try:
             _begin(self, call)
             for od in (self._t1, self._t2):
@@ -277,17 +304,18 @@ class ARCCachePolicy(CachePolicy):
             t1, t2 = self._t1, self._t2
             keys = _held(keys)
             b1, b2 = self._b1, self._b2
-            # Every lookup first, and every t1 chunk's ref_cnt read (kept,
-            # as the core keeps it): a failure changes nothing, and a chunk
-            # whose class changes while the call runs is moved by what was
-            # read.
+            # vLLM: looks each key up as it applies it, and asks is_ready.
+            # Here every lookup first, and every t1 chunk's ref_cnt read
+            # (kept, as the core keeps it): a failure changes nothing, and a
+            # chunk whose class changes while the call runs is moved by what
+            # was read.
             pending = bytearray(len(keys))  # 1: a t1 chunk still being stored
             for j, key in enumerate(keys):
                 if key in t1:
                     pending[j] = read_ref_cnt(t1[key]) < 0
                 else:
                     key in t2 or key in b1 or key in b2  # noqa: B018 -- as in on_store_miss
-            released: tuple[Any, ...] = ()  # the replaced key objects
+            released: _Chain = ()  # the replaced key objects
             for j in range(len(keys) - 1, -1, -1):
                 key = keys[j]
                 if key in t1:
@@ -321,7 +349,9 @@ class ARCCachePolicy(CachePolicy):
             t1, t2 = self._t1, self._t2
             keys = _held(order_request_keys(key_groups, req_context))
             tail_first = range(len(keys) - 1, -1, -1)
-            # Classify (tail first), then look up: a failure changes nothing.
+            # vLLM: asks both containers about each key as it applies it.
+            # Here every key is classified (tail first), then looked up,
+            # before the first change: a failure changes nothing.
             kinds = bytearray(len(keys))
             for j in tail_first:
                 if keys[j] in insertion_only_keys:
@@ -331,7 +361,7 @@ class ARCCachePolicy(CachePolicy):
             for j in tail_first:
                 if kinds[j]:
                     keys[j] in t1 or keys[j] in t2
-            released: tuple[Any, ...] = ()  # the replaced key objects
+            released: _Chain = ()  # the replaced key objects
             for j in tail_first:
                 key, kind = keys[j], kinds[j]
                 if kind == _INSERTED_ONLY:
@@ -361,9 +391,10 @@ class ARCCachePolicy(CachePolicy):
                 return []
             t1, t2, b1, b2 = self._lists
             # Select without changing anything (the scans compare keys: user
-            # code). picked: cells (entry, from_t1, rest), the last victim
-            # first; entry is the (key, chunk) pair the result holds.
-            picked: tuple[Any, ...] = ()
+            # code). vLLM: candidates in a list; here picked, a chain of
+            # (entry, from_t1), the last victim first (rule 4); entry is the
+            # (key, chunk) pair the result holds.
+            picked: _Chain = ()
             virtual_t1_size = len(t1)
             t1_victims = _victims(t1, protected)
             t2_victims = _victims(t2, protected)
@@ -371,43 +402,33 @@ class ARCCachePolicy(CachePolicy):
                 if virtual_t1_size >= int(self._target):
                     entry = next(t1_victims, None)
                     if entry is not None:
-                        picked = (entry, True, picked)
+                        picked = ((entry, True), picked)
                         virtual_t1_size -= 1
                         continue
                 entry = next(t2_victims, None)
                 if entry is not None:
-                    picked = (entry, False, picked)
+                    picked = ((entry, False), picked)
                     continue
                 # t2 has no victim left: fall back to t1 (vLLM PR 55461).
                 entry = next(t1_victims, None)
                 if entry is None:
                     return None
-                picked = (entry, True, picked)
+                picked = ((entry, True), picked)
                 virtual_t1_size -= 1
-            victims: tuple[Any, ...] = ()  # the same cells, first victim first
-            while picked:
-                entry, from_t1, picked = picked
-                victims = (entry, from_t1, victims)
-
-            cell = victims
-            while cell:
-                (key, _), from_t1, cell = cell
+            victims = _reversed(picked)  # first victim first
+            for (key, _), from_t1 in _items(victims):
                 if from_t1:
                     del t1[key]
                     b1[key] = None
                 else:
                     del t2[key]
                     b2[key] = None
-            released: tuple[Any, ...] = ()  # the forgotten ghosts
+            released: _Chain = ()  # the forgotten ghosts
             for ghost in (b1, b2):
                 for _ in range(len(ghost) - self._capacity):
                     released = (ghost.popitem(last=False), released)
-            result = []
-            cell = victims
-            while cell:  # the list never holds a NULL item, unlike a tuple being filled
-                entry, _, cell = cell
-                result.append(entry)
-            return result
+            # a list, not a tuple: it never holds a NULL item while it fills
+            return [entry for entry, _ in _items(victims)]
         finally:
             _end(self, call)
 
@@ -513,6 +534,31 @@ def _end(policy: ARCCachePolicy, call: _Call) -> None:
             state["_busy"] = call[1]
         else:
             del state["_busy"]
+
+
+# A chain: () or (item, rest), one tuple cell per item, each made whole in
+# one step (rule 4), so nothing that runs meanwhile (a key's __eq__, a
+# collection) can see it half made or change it. A call pushes with
+# `chain = (item, chain)`: the victims evict() picks, and `released`, what
+# a call drops (a forgotten ghost's key, a removed entry, a replaced key
+# object), released when the call returns, after busy is given back.
+_Chain = tuple[Any, ...]
+
+
+def _items(chain: _Chain) -> Iterator[Any]:
+    """The items of chain, the last pushed first."""
+    while chain:
+        item, chain = chain
+        yield item
+
+
+def _reversed(chain: _Chain) -> _Chain:
+    """chain, the first pushed first."""
+    out: _Chain = ()
+    while chain:
+        item, chain = chain
+        out = (item, out)
+    return out
 
 
 def _held(keys: Iterable[Any]) -> tuple[Any, ...]:

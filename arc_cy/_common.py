@@ -328,32 +328,3 @@ class _Items(ItemsView[Any, _V]):
     def __iter__(self) -> Iterator[tuple[Any, _V]]:
         view: ListView[_V] = self._mapping  # type: ignore[assignment]
         return view._policy._list_iter(view._which)
-
-
-ARC_DOC = """ARC (Adaptive Replacement Cache) policy for vLLM's CPU KV offloading.
-
-Makes exactly the decisions of vLLM 0.33.0's ``ARCCachePolicy``.
-
-Lists, each ordered from LRU to MRU:
-    t1: resident chunks seen once (or not yet ready).
-    t2: resident chunks reused by a request (or touched when ready).
-    b1, b2: ghost keys recently evicted from t1 and t2.
-    target_t1_size: the adaptive target for t1's size.
-
-insert() puts a new chunk at the MRU end of t1 and forgets its ghost.
-touch() moves a ready t1 chunk to t2 (a pending one to t1's MRU end) and a
-t2 chunk to t2's MRU end; on_request_finished() does the same for the
-chunks a request reused, and only refreshes recency for those it inserted.
-A key found in b1 raises target_t1_size by max(1, len(b2) / len(b1)),
-capped at cache_capacity; one found in b2 lowers it by
-max(1, len(b1) / len(b2)), floored at 0 (touch() and on_store_miss()).
-
-evict(n, protected) picks n victims: chunks with ref_cnt == 0 that are not
-in ``protected``. For each victim it prefers t1 while t1's virtual size (its
-size less the victims already taken from it) is at least
-int(target_t1_size), else t2; when t2 has no victim left it falls back to
-t1. Each call walks t1 and t2 once, from their LRU ends. Either all n are
-found, moved to b1/b2 and returned as (key, chunk) pairs, after which both
-ghost lists are trimmed to cache_capacity, or None is returned and nothing
-changes.
-"""
