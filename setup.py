@@ -90,7 +90,7 @@ if not PURE:
         Extension(
             "arc_cy._arc_c",
             ["arc_cy/_arc_c.pyx"],
-            depends=["arc_cy/_arc_layout.h"],
+            depends=["arc_cy/_arc_layout.h", "arc_cy/_capi.pxd"],
             extra_compile_args=compile_args,
             extra_link_args=link_args,
         )

@@ -36,6 +36,16 @@ are released when the call returns, after busy is cleared, so a __del__
 that calls back finds a consistent policy (and an empty `work`). A list is
 handed to Python only when nothing can run between its allocation and its
 last item (arc_list_from).
+
+Release order: clear() and __init__ called again let go of each list's
+entries in the order vLLM's OrderedDicts do, since a key's or a chunk's
+__del__ can see it. A dict keeps its entries in insertion order, not list
+order (move_to_end moves an entry in the list, not in the dict), so every
+entry is stamped when it is put in a list (Node.stamp_*, from `stamps`).
+_detach sorts the list's nodes by stamp (Order, by_stamp) where vLLM's
+release follows insertion order: clear() drops the chunks in insertion
+order, then the keys in list order (OrderedDict.clear); __init__ drops key
+and chunk entry by entry in insertion order (a replaced OrderedDict).
 """
 
 cimport cython
@@ -46,6 +56,34 @@ from cpython.pythread cimport PyThread_get_thread_ident
 from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memset
+
+from arc_cy._capi cimport (
+    PY_SSIZE_T_MAX,
+    ARC_CY_CYTHON_VERSION,
+    PyAnySet_CheckExact,
+    PyList_CheckExact,
+    PyObject_GenericSetAttr,
+    PyObject_Hash,
+    PyObject_RichCompareBool,
+    PySequence_Contains,
+    PySequence_Fast_GET_SIZE,
+    PySequence_Fast_ITEMS,
+    PySet_Contains,
+    PyTuple_CheckExact,
+    PyWeakref_NewRef,
+    arc_cdata_size,
+    arc_check_layout,
+    arc_copy_refs,
+    arc_list_from,
+    arc_pair,
+    arc_prefetch,
+    arc_ref_cnt,
+    arc_set_gc_slots,
+    arc_weak_target,
+    gc_inquiry,
+    gc_traverseproc,
+    gc_visitproc,
+)
 
 from arc_cy._common import (
     LIST_NAMES,
@@ -75,32 +113,6 @@ from arc_cy import _arc_py as _twin
 # A required argument's default: its absence raises Python's own TypeError.
 cdef object NO_ARG = MISSING
 
-cdef extern from "Python.h":
-    Py_hash_t PyObject_Hash(object) except -1
-    int PyObject_RichCompareBool(PyObject*, PyObject*, int)
-    int PyObject_GenericSetAttr(object, object, PyObject*) except -1
-    int PySet_Contains(PyObject*, PyObject*) except -1
-    int PySequence_Contains(PyObject*, PyObject*) except -1
-    bint PyAnySet_CheckExact(object)
-    bint PyList_CheckExact(object)
-    bint PyTuple_CheckExact(object)
-    Py_ssize_t PySequence_Fast_GET_SIZE(object)
-    PyObject **PySequence_Fast_ITEMS(object)
-    object PyWeakref_NewRef(object, object)
-    Py_ssize_t PY_SSIZE_T_MAX
-
-# CPython-layout access lives in this header, with its invariants.
-cdef extern from "_arc_layout.h":
-    int arc_ref_cnt(PyObject *chunk, PyObject *type_ref, Py_ssize_t off,
-                    int32_t *out) nogil
-    PyObject *arc_weak_target(PyObject *ref) nogil
-    Py_ssize_t arc_cdata_size(PyObject *chunk) nogil
-    bint arc_check_layout(object inst, size_t address, Py_ssize_t size)
-    void arc_copy_refs(PyObject **dst, PyObject **src, Py_ssize_t n) nogil
-    PyObject *arc_pair(PyObject *a, PyObject *b) except NULL
-    list arc_list_from(PyObject **items, Py_ssize_t n)
-    void arc_prefetch(const void *p) nogil
-
 
 cdef enum:
     T1 = 0
@@ -116,27 +128,26 @@ cdef enum:
     # (an evict(1024) with as many ghosts forgotten needs 2048).
     WORK_KEPT = 4096
 
-# Names of the methods that can be running when user code calls back in.
+# The methods that can be running when user code calls back in: busy holds
+# the running one's index here, 0 when none runs, and minus it while a
+# clear() or __init__ releases what it dropped (_releasing). The OP_* are
+# derived from this one table.
 cdef tuple OP_NAMES = (
     None, "get", "insert", "remove", "touch", "on_store_miss",
     "on_request_finished", "evict", "clear", "target_t1_size",
-    "_check_invariants", "__init__", "clear", "__init__",
+    "_check_invariants", "__init__",
 )
-cdef enum:
-    OP_GET = 1
-    OP_INSERT = 2
-    OP_REMOVE = 3
-    OP_TOUCH = 4
-    OP_STORE_MISS = 5
-    OP_FINISHED = 6
-    OP_EVICT = 7
-    OP_CLEAR = 8
-    OP_TARGET = 9
-    OP_CHECK = 10
-    OP_INIT = 11
-    # clear() and __init__ releasing what they dropped (_releasing)
-    OP_CLEAR_RELEASE = 12
-    OP_INIT_RELEASE = 13
+cdef int OP_GET = OP_NAMES.index("get")
+cdef int OP_INSERT = OP_NAMES.index("insert")
+cdef int OP_REMOVE = OP_NAMES.index("remove")
+cdef int OP_TOUCH = OP_NAMES.index("touch")
+cdef int OP_STORE_MISS = OP_NAMES.index("on_store_miss")
+cdef int OP_FINISHED = OP_NAMES.index("on_request_finished")
+cdef int OP_EVICT = OP_NAMES.index("evict")
+cdef int OP_CLEAR = OP_NAMES.index("clear")
+cdef int OP_TARGET = OP_NAMES.index("target_t1_size")
+cdef int OP_CHECK = OP_NAMES.index("_check_invariants")
+cdef int OP_INIT = OP_NAMES.index("__init__")
 
 cdef enum:
     INSERTED_ONLY = 1
@@ -181,6 +192,30 @@ cdef inline uint32_t fold(Py_hash_t h) noexcept nogil:
     return <uint32_t>(<uint64_t>h ^ (<uint64_t>h >> 32))
 
 
+# The table: open addressing, linear probing. Every walk starts at
+# probe_start and moves by probe_next; walks that look for a slot by its
+# node index (EMPTY: the first free one) are first_slot.
+
+cdef inline size_t probe_start(uint32_t h32, uint32_t bits) noexcept nogil:
+    # Fibonacci hashing spreads sequential hashes (small ints) out.
+    return (<uint32_t>(h32 * 2654435769U)) >> (32 - bits)
+
+
+cdef inline size_t probe_next(size_t s, size_t mask) noexcept nogil:
+    return (s + 1) & mask
+
+
+cdef inline size_t first_slot(const Slot *table, uint32_t bits, uint32_t h32,
+                              int32_t idx) noexcept nogil:
+    """The first slot from h32's home on that holds node idx (EMPTY: the
+    first free slot). There is one: the load stays below 1."""
+    cdef size_t mask = (<size_t>1 << bits) - 1
+    cdef size_t s = probe_start(h32, bits)
+    while table[s].idx != idx:
+        s = probe_next(s, mask)
+    return s
+
+
 cdef inline uint64_t stamp_of(const Node *node) noexcept nogil:
     return ((<uint64_t>node.stamp_hi << 48) | (<uint64_t>node.stamp_mid << 32)
             | node.stamp_lo)
@@ -199,22 +234,32 @@ cdef int by_stamp(const void *a, const void *b) noexcept nogil:
 
 cdef class ARCCore:
     cdef:
+        # The nodes: one per key the policy knows, and a free list.
         Node *nodes
         int32_t nodes_cap
         int32_t nodes_used      # high-water mark; below it, live or free
         int32_t free_head
+        uint64_t stamps         # entries put in a list so far (Node.stamp_*)
+        uint64_t epoch          # bumped on every change to nodes or table
+
+        # The table: a key's hash to its node.
         Slot *table
         uint32_t table_bits
         Py_ssize_t table_used
+
+        # The lists t1, t2, b1, b2, linked through the nodes.
         int32_t head[4]
         int32_t tail[4]
         Py_ssize_t size[4]
         uint64_t version[4]     # bumped on every change to a list
-        uint64_t epoch          # bumped on every change to nodes or table
+
+        # The policy's values.
         Py_ssize_t capacity     # cache_capacity, clamped to Py_ssize_t
         object capacity_obj     # cache_capacity as given (a Python int)
         object target           # int() of it is taken in evict(), as vLLM does
-        uint64_t stamps         # entries put in a list so far (Node.stamp_*)
+        Py_ssize_t max_entries  # t1 + t2 + b1 + b2 never exceed this
+
+        # The running call: busy, and its working storage.
         int busy                # OP_* of the running method, or 0
         int release_busy        # busy of a clear() or __init__ releasing, or 0
         unsigned long releaser  # and its thread, whose calls nest in it
@@ -223,10 +268,11 @@ cdef class ARCCore:
         PyObject **work         # references the running call holds (owned)
         Py_ssize_t work_used
         Py_ssize_t work_cap
-        Py_ssize_t visits       # entries examined by evict() scans
+
+        # Caches and counters.
         object last_type_ref    # a weak reference to the chunk type last
         Py_ssize_t last_off     # seen, and its ref_cnt offset
-        Py_ssize_t max_entries  # t1 + t2 + b1 + b2 never exceed this
+        Py_ssize_t visits       # entries examined by evict() scans
 
     def __cinit__(self, *args, **kwargs):
         self.nodes = NULL
@@ -259,7 +305,7 @@ cdef class ARCCore:
         self._enter(OP_INIT)
         try:
             capacity = check_capacity(cache_capacity)
-            self._releasing(OP_INIT_RELEASE)
+            self._releasing(OP_INIT)
             self.capacity_obj = capacity
             self.capacity = min(capacity, PY_SSIZE_T_MAX)
             self.max_entries = MAX_ENTRIES
@@ -343,17 +389,13 @@ cdef class ARCCore:
         cdef PyObject **out
         cdef Node *node
         cdef bint values = w <= T2
-        cdef int _j
         if n == 0:
             return True
         order = <Order *>PyMem_Malloc(n * sizeof(Order))
         if order is NULL or self._work_grow((2 if values else 1) * n) < 0:
             PyMem_Free(order)
             return False
-        for _j in range(PREFETCH_AHEAD):  # as _trim: random accesses
-            if ahead == EMPTY:
-                break
-            ahead = self._prefetch_ghost(ahead)
+        ahead = self._prefetch_ghosts(ahead, PREFETCH_AHEAD)  # as _trim
         for k in range(n):  # list order
             if ahead != EMPTY:
                 ahead = self._prefetch_ghost(ahead)
@@ -425,10 +467,6 @@ cdef class ARCCore:
         self.free_head = i
         self.epoch += 1
 
-    cdef inline size_t _home(self, uint32_t h) noexcept nogil:
-        # Fibonacci hashing spreads sequential hashes (small ints) out.
-        return (<uint32_t>(h * 2654435769U)) >> (32 - self.table_bits)
-
     cdef int32_t _find(self, object key, Py_hash_t hash, int lists) except -2:
         """Node index of key if one of lists (a mask) holds it, else EMPTY:
         the probe walk from the hash's home slot. Keys are unique across the
@@ -447,7 +485,7 @@ cdef class ARCCore:
         cdef int same
         while True:
             mask = (<size_t>1 << self.table_bits) - 1
-            s = self._home(h)
+            s = probe_start(h, self.table_bits)
             epoch = self.epoch
             while True:
                 i = self.table[s].idx
@@ -467,28 +505,19 @@ cdef class ARCCore:
                         break  # the storage changed: walk again
                     if same:
                         return i
-                s = (s + 1) & mask
-
-    cdef size_t _slot_of(self, int32_t i) noexcept:
-        """The table slot of node i (which is in the table)."""
-        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
-        cdef size_t s = self._home(fold(self.nodes[i].hash))
-        while self.table[s].idx != i:
-            s = (s + 1) & mask
-        return s
+                s = probe_next(s, mask)
 
     cdef int _reserve_slot(self) except -1:
         """Grow the table so that one more entry keeps the load <= 0.7."""
         cdef uint32_t bits = self.table_bits
         cdef size_t old_size = <size_t>1 << bits
-        cdef size_t size, s, mask, j
+        cdef size_t size, s, j
         cdef Slot *old = self.table
         cdef Slot *table
         if (self.table_used + 1) * 10 <= <Py_ssize_t>old_size * 7:
             return 0
         bits += 1
         size = <size_t>1 << bits
-        mask = size - 1
         table = <Slot *>PyMem_Malloc(size * sizeof(Slot))
         if table is NULL:
             raise MemoryError()
@@ -499,19 +528,13 @@ cdef class ARCCore:
         self.epoch += 1
         for j in range(old_size):
             if old[j].idx != EMPTY:
-                s = self._home(old[j].h32)
-                while table[s].idx != EMPTY:
-                    s = (s + 1) & mask
-                table[s] = old[j]
+                table[first_slot(table, bits, old[j].h32, EMPTY)] = old[j]
         PyMem_Free(old)
         return 0
 
     cdef inline void _table_add(self, int32_t i, Py_hash_t hash) noexcept:
-        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
         cdef uint32_t h = fold(hash)
-        cdef size_t s = self._home(h)
-        while self.table[s].idx != EMPTY:
-            s = (s + 1) & mask
+        cdef size_t s = first_slot(self.table, self.table_bits, h, EMPTY)
         self.table[s].idx = i
         self.table[s].h32 = h
         self.table_used += 1
@@ -520,14 +543,14 @@ cdef class ARCCore:
     cdef void _table_del(self, int32_t i) noexcept:
         """Drop node i's slot, shifting its probe run back (no tombstones)."""
         cdef size_t mask = (<size_t>1 << self.table_bits) - 1
-        cdef size_t s = self._slot_of(i)
+        cdef size_t s = first_slot(self.table, self.table_bits, fold(self.nodes[i].hash), i)
         cdef size_t j, home
         j = s
         while True:
-            j = (j + 1) & mask
+            j = probe_next(j, mask)
             if self.table[j].idx == EMPTY:
                 break
-            home = self._home(self.table[j].h32)
+            home = probe_start(self.table[j].h32, self.table_bits)
             # Move slot j into the hole at s unless its home lies in (s, j].
             if ((j - home) & mask) >= ((j - s) & mask):
                 self.table[s] = self.table[j]
@@ -660,7 +683,7 @@ cdef class ARCCore:
         if self.busy and (self.busy != self.release_busy
                           or self.releaser != PyThread_get_thread_ident()):
             raise RuntimeError(
-                MSG_REENTRANT.format(OP_NAMES[op], OP_NAMES[self.busy]))
+                MSG_REENTRANT.format(OP_NAMES[op], OP_NAMES[abs(self.busy)]))
         self.busy = op
         return 0
 
@@ -669,9 +692,9 @@ cdef class ARCCore:
         drops: this thread's calls nest in it and find a consistent policy
         (list by list, as vLLM's), other threads' stay refused. The caller
         saved the releasing state it nests in, to give it back."""
-        self.release_busy = op
+        self.release_busy = -op
         self.releaser = PyThread_get_thread_ident()
-        self.busy = op
+        self.busy = -op
 
     cdef inline bint _read_begin(self) noexcept:
         """A read takes busy where a mutator would (free, or a release of
@@ -1100,13 +1123,12 @@ cdef class ARCCore:
     # --- the scan's cursors: forward-only walks, C state on evict()'s stack
 
     cdef inline void _cursor_start(self, Cursor *c, uint8_t w) noexcept:
-        cdef int _j
+        cdef int count = PREFETCH_AHEAD
         c.pos = self.head[w]
         c.ahead = c.pos
-        for _j in range(PREFETCH_AHEAD):
-            if c.ahead == EMPTY:
-                break
+        while count > 0 and c.ahead != EMPTY:  # the warm-up, as _prefetch_ghosts
             self._prefetch_ahead(c)
+            count -= 1
 
     cdef inline void _prefetch_ahead(self, Cursor *c) noexcept:
         # What the scan reads of an entry: the ChunkStatus object (its
@@ -1144,22 +1166,30 @@ cdef class ARCCore:
         return EMPTY
 
     cdef inline int32_t _prefetch_ghost(self, int32_t i) noexcept:
+        """Ask for node i's table slot and key; the next node of its list."""
         cdef Node *node = &self.nodes[i]
-        arc_prefetch(&self.table[self._home(fold(node.hash))])
+        arc_prefetch(&self.table[probe_start(fold(node.hash), self.table_bits)])
         arc_prefetch(node.key)
         return node.next
+
+    cdef inline int32_t _prefetch_ghosts(self, int32_t i, int count) noexcept:
+        """_prefetch_ghost for count nodes from i on (fewer where the list
+        ends): the warm-up of a walk that then asks one node ahead per
+        step. The node after them."""
+        while count > 0 and i != EMPTY:
+            i = self._prefetch_ghost(i)
+            count -= 1
+        return i
 
     cdef void _trim(self, uint8_t w, Py_ssize_t drop) noexcept:
         """Forget the drop oldest ghosts of w; their keys go to work (room
         was reserved)."""
         cdef int32_t i
         cdef int32_t ahead = self.head[w]
-        cdef Py_ssize_t _j
         # A ghost's table slot and its key (released right after) are
         # random accesses into memory far larger than the cache at 10^6
         # entries: ask for them early.
-        for _j in range(min(drop, <Py_ssize_t>PREFETCH_AHEAD)):
-            ahead = self._prefetch_ghost(ahead)
+        ahead = self._prefetch_ghosts(ahead, PREFETCH_AHEAD)
         while drop > 0:
             if ahead != EMPTY:
                 ahead = self._prefetch_ghost(ahead)
@@ -1176,7 +1206,7 @@ cdef class ARCCore:
         cdef unsigned long outer_thread = self.releaser
         self._enter(OP_CLEAR)
         try:
-            self._releasing(OP_CLEAR_RELEASE)  # nothing but releasing runs from here
+            self._releasing(OP_CLEAR)  # nothing but releasing runs from here
             self._empty_lists(False)
             self.target = 0.0
         finally:
@@ -1228,7 +1258,7 @@ cdef class ARCCore:
 
     def _check_invariants(self):
         """Raise AssertionError if the lists or the table are inconsistent."""
-        assert self.busy == 0, f"{OP_NAMES[self.busy]}() did not finish"
+        assert self.busy == 0, f"{OP_NAMES[abs(self.busy)]}() did not finish"
         assert self.work_used == 0, "a finished call still holds references"
         # The check hashes and compares keys: user code, locked out of changes.
         self.busy = OP_CHECK
@@ -1289,10 +1319,10 @@ cdef class ARCCore:
         for w in range(4):
             i = self.head[w]
             while i != EMPTY:
-                s = self._home(fold(self.nodes[i].hash))
+                s = probe_start(fold(self.nodes[i].hash), self.table_bits)
                 while self.table[s].idx != i:
                     assert self.table[s].idx != EMPTY, f"node {i} is not in its probe run"
-                    s = (s + 1) & (size - 1)
+                    s = probe_next(s, size - 1)
                 i = self.nodes[i].next
         return 0
 
@@ -1300,17 +1330,6 @@ cdef class ARCCore:
 # The keys and chunks live in C arrays, out of the garbage collector's
 # sight; these slots show them to it, so a cycle through a key or a chunk
 # (one that refers back to its policy) can be collected.
-cdef extern from "Python.h":
-    ctypedef int (*gc_visitproc "visitproc")(PyObject *, void *) noexcept
-    ctypedef int (*gc_traverseproc "traverseproc")(
-        PyObject *, gc_visitproc, void *) noexcept
-    ctypedef int (*gc_inquiry "inquiry")(PyObject *) noexcept
-
-cdef extern from "_arc_layout.h":
-    void arc_set_gc_slots(PyTypeObject *tp, gc_traverseproc traverse,
-                          gc_inquiry clear, gc_traverseproc *base_traverse,
-                          gc_inquiry *base_clear)
-
 cdef gc_traverseproc _base_traverse
 cdef gc_inquiry _base_clear
 
@@ -1416,14 +1435,6 @@ cdef class _ListIter:
 class ARCCachePolicy(ARCCore, CachePolicy):
     __doc__ = _twin.ARCCachePolicy.__doc__  # one text, the twin's
 
-
-cdef extern from *:
-    """
-    #ifndef ARC_CY_CYTHON_VERSION
-    #define ARC_CY_CYTHON_VERSION "unknown (not built by arc_cy's setup.py)"
-    #endif
-    """
-    const char *ARC_CY_CYTHON_VERSION
 
 # The Cython that generated this module (recorded by setup.py at build time).
 CYTHON_VERSION = ARC_CY_CYTHON_VERSION.decode("ascii")

@@ -25,6 +25,7 @@ import json
 import pickle
 import sys
 import threading
+import time
 
 from _child import K, policy_class, ready
 
@@ -177,6 +178,20 @@ def nested():
             "t1": [k.i for k in policy.t1]}
 
 
+class Yielding(Slow):
+    """A Slow key whose every 32nd hash gives the GIL away (sleep(0)): the
+    other threads surely run while a call is in its code, however busy the
+    machine (a switch interval alone needs the waiting thread on a CPU)."""
+
+    hashes = 0
+
+    def __hash__(self):
+        Yielding.hashes += 1
+        if Yielding.hashes % 32 == 0:
+            time.sleep(0)
+        return 7
+
+
 def threads():
     sys.setswitchinterval(1e-6)
     policy = cls(32)
@@ -203,17 +218,17 @@ def threads():
     def reader():
         while not stop.is_set():
             for i in range(12):
-                call(policy.get, Slow(i))
-                call(policy.t1.__contains__, Slow(i))
-                call(policy.t2.get, Slow(i))
+                call(policy.get, Yielding(i))
+                call(policy.t1.__contains__, Yielding(i))
+                call(policy.t2.get, Yielding(i))
 
     def writer():
         for round_ in range(100):
             for i in range(12):
-                call(policy.insert, Slow(i), ready(i), None)
-            call(policy.touch, [Slow(i) for i in range(0, 12, 3)], None)
+                call(policy.insert, Yielding(i), ready(i), None)
+            call(policy.touch, [Yielding(i) for i in range(0, 12, 3)], None)
             call(policy.evict, 4, set())
-            call(policy.remove, Slow(round_ % 12))
+            call(policy.remove, Yielding(round_ % 12))
             if round_ % 5 == 0:
                 call(policy.clear)
         stop.set()
@@ -226,7 +241,7 @@ def threads():
     for t in readers:
         t.join()
     policy._check_invariants()
-    policy.insert(Slow(99), ready(99), None)  # not left busy
+    policy.insert(Yielding(99), ready(99), None)  # not left busy
     return stats
 
 
