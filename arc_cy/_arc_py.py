@@ -391,9 +391,9 @@ class ARCCachePolicy(CachePolicy):
                 return []
             t1, t2, b1, b2 = self._lists
             # Select without changing anything (the scans compare keys: user
-            # code). vLLM: candidates in a list; here picked, a chain of
-            # (entry, from_t1), the last victim first (rule 4); entry is the
-            # (key, chunk) pair the result holds.
+            # code). vLLM: candidates in a list; here picked, a chain (rule
+            # 4) of cells (entry, from_t1, rest), flat for speed, the last
+            # victim first; entry is the (key, chunk) pair the result holds.
             picked: _Chain = ()
             virtual_t1_size = len(t1)
             t1_victims = _victims(t1, protected)
@@ -402,21 +402,26 @@ class ARCCachePolicy(CachePolicy):
                 if virtual_t1_size >= int(self._target):
                     entry = next(t1_victims, None)
                     if entry is not None:
-                        picked = ((entry, True), picked)
+                        picked = (entry, True, picked)
                         virtual_t1_size -= 1
                         continue
                 entry = next(t2_victims, None)
                 if entry is not None:
-                    picked = ((entry, False), picked)
+                    picked = (entry, False, picked)
                     continue
                 # t2 has no victim left: fall back to t1 (vLLM PR 55461).
                 entry = next(t1_victims, None)
                 if entry is None:
                     return None
-                picked = ((entry, True), picked)
+                picked = (entry, True, picked)
                 virtual_t1_size -= 1
-            victims = _reversed(picked)  # first victim first
-            for (key, _), from_t1 in _items(victims):
+            victims: _Chain = ()  # the same cells, first victim first
+            while picked:
+                entry, from_t1, picked = picked
+                victims = (entry, from_t1, victims)
+            cell = victims
+            while cell:
+                (key, _), from_t1, cell = cell
                 if from_t1:
                     del t1[key]
                     b1[key] = None
@@ -427,8 +432,12 @@ class ARCCachePolicy(CachePolicy):
             for ghost in (b1, b2):
                 for _ in range(len(ghost) - self._capacity):
                     released = (ghost.popitem(last=False), released)
-            # a list, not a tuple: it never holds a NULL item while it fills
-            return [entry for entry, _ in _items(victims)]
+            result = []
+            cell = victims
+            while cell:  # the list never holds a NULL item, unlike a tuple being filled
+                entry, _, cell = cell
+                result.append(entry)
+            return result
         finally:
             _end(self, call)
 
@@ -530,35 +539,22 @@ def _begin(policy: ARCCachePolicy, call: _Call, read: bool = False) -> None:
 def _end(policy: ARCCachePolicy, call: _Call) -> None:
     state = policy.__dict__
     if state.get("_busy") is call:
-        if len(call) > 1 and type(call[1]) is list:
-            state["_busy"] = call[1]
-        else:
+        if len(call) == 1 or type(call[1]) is not list:
             del state["_busy"]
+        else:  # nested in a release: back to it
+            state["_busy"] = call[1]
 
 
 # A chain: () or (item, rest), one tuple cell per item, each made whole in
 # one step (rule 4), so nothing that runs meanwhile (a key's __eq__, a
 # collection) can see it half made or change it. A call pushes with
-# `chain = (item, chain)`: the victims evict() picks, and `released`, what
-# a call drops (a forgotten ghost's key, a removed entry, a replaced key
-# object), released when the call returns, after busy is given back.
+# `chain = (item, chain)`, and walks it with `item, chain = chain` written
+# out, not through a generator, which cost evict() a quarter more: the
+# victims evict() picks (its cells flat, (entry, from_t1, rest)), and
+# `released`, what a call drops (a forgotten ghost's key, a removed entry, a
+# replaced key object), released when the call returns, after busy is
+# given back.
 _Chain = tuple[Any, ...]
-
-
-def _items(chain: _Chain) -> Iterator[Any]:
-    """The items of chain, the last pushed first."""
-    while chain:
-        item, chain = chain
-        yield item
-
-
-def _reversed(chain: _Chain) -> _Chain:
-    """chain, the first pushed first."""
-    out: _Chain = ()
-    while chain:
-        item, chain = chain
-        out = (item, out)
-    return out
 
 
 def _held(keys: Iterable[Any]) -> tuple[Any, ...]:
