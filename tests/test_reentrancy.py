@@ -475,7 +475,7 @@ def test_two_threads_driving_one_policy(impl):
     out = run_json("surface.py", "threads", impl, "--no-vllm", timeout=600)
     assert out["other"] == [], out["other"][:5]
     assert out["overlapped"] > 100, out
-    assert out["calls"] > 2000, out  # the writer alone makes about 1500
+    assert out["reader_calls"] >= 2000, out
 
 
 def test_clear_keeps_other_threads_out_while_it_releases(impl):

@@ -195,7 +195,8 @@ class Yielding(Slow):
 def threads():
     sys.setswitchinterval(1e-6)
     policy = cls(32)
-    stats = {"calls": 0, "overlapped": 0, "refused": 0, "duplicate": 0, "other": []}
+    stats = {"calls": 0, "reader_calls": 0, "overlapped": 0, "refused": 0, "duplicate": 0,
+             "other": []}
     inside = [0]  # calls running now, across both threads
     stop = threading.Event()
 
@@ -221,9 +222,15 @@ def threads():
                 call(policy.get, Yielding(i))
                 call(policy.t1.__contains__, Yielding(i))
                 call(policy.t2.get, Yielding(i))
+                stats["reader_calls"] += 3
 
     def writer():
-        for round_ in range(100):
+        # 100 rounds, and on until the readers made 2000 calls meanwhile
+        # (on a busy machine they may get little time), or 60 s
+        deadline = time.monotonic() + 60
+        round_ = 0
+        while round_ < 100 or (stats["reader_calls"] < 2000 and time.monotonic() < deadline):
+            round_ += 1
             for i in range(12):
                 call(policy.insert, Yielding(i), ready(i), None)
             call(policy.touch, [Yielding(i) for i in range(0, 12, 3)], None)
