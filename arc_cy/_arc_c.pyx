@@ -260,7 +260,7 @@ cdef class ARCCore:
         Py_ssize_t max_entries  # t1 + t2 + b1 + b2 never exceed this
 
         # The running call: busy, and its working storage.
-        int busy                # OP_* of the running method, or 0
+        int busy                # OP_* of the running method (minus it: releasing), or 0
         int release_busy        # busy of a clear() or __init__ releasing, or 0
         unsigned long releaser  # and its thread, whose calls nest in it
         int32_t *scratch        # node indices of the running call

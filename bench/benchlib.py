@@ -108,11 +108,9 @@ class KeyStream:
 
     def __init__(self, seed: int) -> None:
         self._rng = random.Random(seed)
-        self._n = 0
 
     def take(self, n: int) -> list[bytes]:
         raw = self._rng.randbytes(32 * n)
-        self._n += n
         return [raw[i : i + 32] + GROUP_SUFFIX for i in range(0, 32 * n, 32)]
 
 

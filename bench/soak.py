@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _mib(n: int) -> str:
-    return f"{n / 2**20:+.1f} MiB" if n < 0 or n > 0 else "+0.0 MiB"
+    return f"{n / 2**20:+.1f} MiB"
 
 
 def markdown(res: dict[str, Any]) -> str:

@@ -1,6 +1,6 @@
 """What a new user runs in a checkout's root: the scripts' answers, and a
 type check of a consumer from there (python -m arc_cy from the root:
-tests/test_main.py)."""
+tests/test_self_check.py)."""
 
 from __future__ import annotations
 

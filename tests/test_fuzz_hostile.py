@@ -51,7 +51,7 @@ PROFILE = os.environ.get("ARC_CY_FUZZ_PROFILE", "ci")
 TIMEOUT = {"ci": 1200, "long": 8 * 3600}[PROFILE]
 
 # Counts every run must reach (a quarter or less of what ci-profile runs
-# reached; see the report in issue 19). Keys are the program's counters.
+# reached). Keys are the program's counters.
 COMMON_MIN = {
     "cb_hash": 1000,  # each callback kind fired
     "cb_eq": 100,

@@ -3,7 +3,7 @@ version string, whichever route builds its policy.
 
 The fake vLLMs here are the installed vLLM (0.33.0) with some of its policy
 modules replaced by files in a temporary tree: those modules, as
-``sys.modules`` holds them, are the temporary files (tests/test_main.py does
+``sys.modules`` holds them, are the temporary files (tests/test_self_check.py does
 the same through an overlay on PYTHONPATH, in subprocesses).
 """
 

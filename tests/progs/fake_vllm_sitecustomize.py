@@ -1,4 +1,4 @@
-"""tests/test_main.py copies this file into a temporary directory as
+"""tests/test_self_check.py copies this file into a temporary directory as
 sitecustomize.py, imported before anything else (PYTHONPATH beats
 site-packages): it sets vllm.__version__ to $FAKE_VLLM_VERSION, as another
 vLLM release would, and with $FAKE_VLLM_OVERLAY set, imports vllm's

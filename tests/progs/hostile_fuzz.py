@@ -420,7 +420,7 @@ class HChunk(ChunkStatus):
 
 
 class LiarChunk(ChunkStatus):
-    """Overrides is_ready (issue 19 item 8): ready only when pinned."""
+    """Overrides is_ready: ready only when pinned."""
 
     @property
     def is_ready(self):
