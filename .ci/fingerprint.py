@@ -61,6 +61,7 @@ def _readers(target: str | None) -> tuple[str, Callable[[str], bytes | None], st
 
         return str(vllm.__version__), read, os.path.dirname(vllm.__file__)
     if os.path.isdir(target):
+
         def read(module: str) -> bytes | None:
             path = os.path.join(target, _file_name(module))
             if not os.path.exists(path):
@@ -111,11 +112,15 @@ def report(target: str | None) -> bool:
         uses = fp.caller_uses(compile(sources[module], name, "exec", dont_inherit=True), beyond)
         if uses:
             ok = False
-            print(f"    {name} uses what base.py's CachePolicy does not define: "
-                  + ", ".join(f"{n!r} (line {line})" for n, line in uses))
+            print(
+                f"    {name} uses what base.py's CachePolicy does not define: "
+                + ", ".join(f"{n!r} (line {line})" for n, line in uses)
+            )
         else:
-            print(f"    {name} uses nothing that vLLM's ARC policy has beyond "
-                  "base.py's CachePolicy, and no computed attribute name")
+            print(
+                f"    {name} uses nothing that vLLM's ARC policy has beyond "
+                "base.py's CachePolicy, and no computed attribute name"
+            )
     return ok
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Lint the checkout: ruff (Python) and cython-lint (the .pyx), configured in
-# pyproject.toml ([tool.ruff], [tool.cython-lint]); then every `# noqa` must
+# Lint the checkout: ruff (Python: its checks, and its formatter's check)
+# and cython-lint (the .pyx), configured in pyproject.toml ([tool.ruff],
+# [tool.cython-lint]); then every `# noqa` must
 # name its codes and say why: `# noqa: E402 -- after the sys.path check`
 # (ruff's RUF100 reports the unused ones). Extra arguments go to
 # `ruff check` (e.g. --fix, --statistics). CI runs it first (.ci/run).
@@ -32,6 +33,8 @@ export PATH=$env/bin:$PATH
 status=0
 echo "lint: $(ruff --version): ruff check $*" >&2
 ruff check "$@" . || status=1
+echo "lint: ruff format --check (ruff format . rewrites)" >&2
+ruff format --check . || status=1
 echo "lint: cython-lint $("$env/bin/python" -c 'from importlib.metadata import version; print(version("cython-lint"))')" >&2
 git ls-files -z '*.pyx' '*.pxd' '*.pxi' | xargs -0 -r cython-lint || status=1
 # A noqa without its codes, or without a reason after ` -- `.

@@ -77,8 +77,11 @@ else:
         from . import _common
 
         names = globals()
-        names.update(HAVE_VLLM=_common.HAVE_VLLM, CachePolicy=_common.CachePolicy,
-                     ChunkStatus=_common.ChunkStatus)
+        names.update(
+            HAVE_VLLM=_common.HAVE_VLLM,
+            CachePolicy=_common.CachePolicy,
+            ChunkStatus=_common.ChunkStatus,
+        )
         if env_flag("ARC_CY_NO_EXTENSIONS"):
             from ._arc_py import ARCCachePolicy
 

@@ -87,9 +87,7 @@ def _vllm_report() -> tuple[bool, list[str]]:
                 f"vLLM {oldest} to {newest}); it has no {err.name}. Install a vLLM in "
                 "that range (pip install 'arc_cy[vllm]')"
             ]
-        return False, [
-            f"vLLM: installed but failed to import: {type(err).__name__}: {err}"
-        ]
+        return False, [f"vLLM: installed but failed to import: {type(err).__name__}: {err}"]
     if not HAVE_VLLM:
         return True, ["vLLM: not installed"]
     code = vllm_guard.result()
@@ -186,7 +184,7 @@ def _check_manager() -> str:
     assert list(policy.b1) == [_key(1)], list(policy.b1)
     policy._check_invariants()
     return (
-        'ok: stored 2 chunks, a third evicted the oldest, through vLLM\'s '
+        "ok: stored 2 chunks, a third evicted the oldest, through vLLM's "
         'CPUOffloadingManager(cache_policy="arc_cy"); same as vLLM\'s arc'
     )
 
@@ -257,10 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                 "entry point? is it excluded by VLLM_PLUGINS?)"
             )
         else:
-            print(
-                'plugin: "arc_cy" registered -> '
-                f"{cls.__module__}.{cls.__qualname__}"
-            )
+            print(f'plugin: "arc_cy" registered -> {cls.__module__}.{cls.__qualname__}')
         for message in messages:
             print(f"plugin log: {message}")
     else:

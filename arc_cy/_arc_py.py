@@ -126,7 +126,10 @@ class ARCCachePolicy(CachePolicy):
                 self._b2: OrderedDict[Any, None] = OrderedDict()
                 self._lists = (self._t1, self._t2, self._b1, self._b2)
                 self._views = (
-                    ListView(self, 0), ListView(self, 1), ListView(self, 2), ListView(self, 3)
+                    ListView(self, 0),
+                    ListView(self, 1),
+                    ListView(self, 2),
+                    ListView(self, 3),
                 )
                 return
             for which in range(4):
@@ -380,9 +383,7 @@ class ARCCachePolicy(CachePolicy):
         finally:
             _end(self, call)
 
-    def evict(
-        self, n: int, protected: Container[Any]
-    ) -> list[tuple[Any, ChunkStatus]] | None:
+    def evict(self, n: int, protected: Container[Any]) -> list[tuple[Any, ChunkStatus]] | None:
         call = ["evict"]
         try:
             _begin(self, call)  # n.__index__ is user code too

@@ -70,8 +70,7 @@ MSG_CHUNK_READY = (
     "ChunkStatus does (ref_cnt >= 0)"
 )
 MSG_CHUNK_SIZE = (
-    "chunk of type {} has a {}-byte buffer, too small for its ref_cnt field "
-    "at offset {}"
+    "chunk of type {} has a {}-byte buffer, too small for its ref_cnt field at offset {}"
 )
 MSG_FULL = "ARC policy is full: it holds its limit of {} entries (t1, t2, b1 and b2)"
 MSG_MAX_ENTRIES = "_max_entries must be between 0 and {}, got {!r}"
@@ -81,8 +80,7 @@ MSG_MUTATED = "ARC list changed during iteration"
 MSG_NO_ACCESSOR = "property {!r} of {!r} object has no {}"
 MSG_MISSING = "ARCCachePolicy.{}() missing {} required positional argument{}: {}"
 MSG_NO_COPY = (
-    "{} (arc_cy's compiled core) cannot be copied or pickled; "
-    "arc_cy._arc_py.ARCCachePolicy can"
+    "{} (arc_cy's compiled core) cannot be copied or pickled; arc_cy._arc_py.ARCCachePolicy can"
 )
 
 # Names of the four lists, in the order the compiled core numbers them.
@@ -107,6 +105,7 @@ MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
 # as filelock, imported with vLLM, does). A hit is confirmed by identity.
 _ref_offsets: dict[int, tuple[weakref.ref[type], int]] = {}
 _type_key = object.__hash__
+
 
 def dead_ref() -> weakref.ref[Any]:
     """A weak reference whose object is gone: it refers to nothing (None in

@@ -98,8 +98,9 @@ class VllmGuard:
                 names |= set(dir(_arc_c.ARCCachePolicy))
             except ImportError:
                 pass
-            self._result = check_vllm_code(str(getattr(vllm, "__version__", "unknown")),
-                                           policy_names=names)
+            self._result = check_vllm_code(
+                str(getattr(vllm, "__version__", "unknown")), policy_names=names
+            )
         return self._result
 
     def allowed(self) -> bool:

@@ -48,10 +48,23 @@ CALLER_MODULES = (
 FINGERPRINTED = {"arc.py": ARC_MODULE, "base.py": BASE_MODULE}
 """The files whose fingerprints must be a verified release's, by file name."""
 
-DYNAMIC = frozenset({
-    "getattr", "hasattr", "setattr", "delattr", "vars", "__dict__", "__getattribute__",
-    "attrgetter", "methodcaller", "getattr_static", "eval", "exec", "compile",
-})
+DYNAMIC = frozenset(
+    {
+        "getattr",
+        "hasattr",
+        "setattr",
+        "delattr",
+        "vars",
+        "__dict__",
+        "__getattribute__",
+        "attrgetter",
+        "methodcaller",
+        "getattr_static",
+        "eval",
+        "exec",
+        "compile",
+    }
+)
 """What reaches an attribute by a computed name: a caller may use none."""
 _WORD = re.compile(r"[A-Za-z_]\w*")
 
@@ -107,9 +120,12 @@ def class_attributes(tree: ast.Module, name: str) -> frozenset[str] | None:
     if cls is None:
         return None
     names = {
-        n.attr for n in ast.walk(cls)
-        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
-        and isinstance(n.value, ast.Name) and n.value.id == "self"
+        n.attr
+        for n in ast.walk(cls)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.ctx, ast.Store)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
     }
     for stmt in cls.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -150,22 +166,23 @@ def _line(code: CodeType, name: str) -> int:
     return code.co_firstlineno
 
 
-def beyond_base(arc: ast.Module, base: ast.Module, policy_names: Iterable[str] = ()
-                ) -> frozenset[str]:
+def beyond_base(
+    arc: ast.Module, base: ast.Module, policy_names: Iterable[str] = ()
+) -> frozenset[str]:
     """The names a caller may not use: DYNAMIC, and what vLLM arc's
     ARCCachePolicy (or one with policy_names) has beyond base.py's
     CachePolicy, dunders aside."""
     ours = (class_attributes(arc, "ARCCachePolicy") or frozenset()) | set(policy_names)
     base_names = (class_attributes(base, "CachePolicy") or frozenset()) | set(dir(object))
-    return DYNAMIC | {
-        n for n in ours - base_names if not (n.startswith("__") and n.endswith("__"))
-    }
+    return DYNAMIC | {n for n in ours - base_names if not (n.startswith("__") and n.endswith("__"))}
 
 
 def caller_uses(code: CodeType, beyond: frozenset[str]) -> list[tuple[str, int]]:
     """(name, line) of each name in beyond that a caller's code uses."""
-    return sorted(((n, _line(obj, n)) for n, obj in mentions(code).items() if n in beyond),
-                  key=lambda use: (use[1], use[0]))
+    return sorted(
+        ((n, _line(obj, n)) for n, obj in mentions(code).items() if n in beyond),
+        key=lambda use: (use[1], use[0]),
+    )
 
 
 def module_spec(module: str) -> ModuleSpec | None:
@@ -231,8 +248,9 @@ def _release_key(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _nearest(found: Mapping[str, str], verified: Mapping[str, Mapping[str, str]],
-             version: str) -> str:
+def _nearest(
+    found: Mapping[str, str], verified: Mapping[str, Mapping[str, str]], version: str
+) -> str:
     # The verified release sharing the most fingerprinted files with the
     # installed code; among those, the newest not newer than the installed
     # version, else the oldest.
@@ -279,19 +297,25 @@ def check_vllm_code(
         return CodeCheck(version, (), unreadable=tuple(unreadable))
     paths = {n: str(module_spec(m).origin) for n, m in FINGERPRINTED.items()}  # type: ignore[union-attr]
     found = {n: fingerprint(trees[m]) for n, m in FINGERPRINTED.items()}
-    matches = tuple(sorted(
-        (r for r, fps in verified.items() if all(fps.get(n) == fp for n, fp in found.items())),
-        key=_release_key,
-    ))
+    matches = tuple(
+        sorted(
+            (r for r, fps in verified.items() if all(fps.get(n) == fp for n, fp in found.items())),
+            key=_release_key,
+        )
+    )
     nearest = None if matches else _nearest(found, verified, version)
     differing = tuple(
         (n, paths[n]) for n in FINGERPRINTED if nearest and verified[nearest].get(n) != found[n]
     )
     beyond = beyond_base(trees[ARC_MODULE], trees[BASE_MODULE], policy_names)
-    unknown = [(name, path, line) for path, code in callers
-               for name, line in caller_uses(code, beyond)]
+    unknown = [
+        (name, path, line) for path, code in callers for name, line in caller_uses(code, beyond)
+    ]
     return CodeCheck(
-        version, matches, differing, nearest,
+        version,
+        matches,
+        differing,
+        nearest,
         tuple(sorted(unknown, key=lambda u: (u[1], u[2], u[0]))),
         stale=tuple(stale),
     )
@@ -322,8 +346,11 @@ def _reasons(result: CodeCheck) -> str:
     ]
     reasons += [
         f"{path}:{line} uses {name!r}, "
-        + ("which reaches attributes by a computed name" if name in DYNAMIC
-           else "which an ARC policy has beyond base.py's CachePolicy")
+        + (
+            "which reaches attributes by a computed name"
+            if name in DYNAMIC
+            else "which an ARC policy has beyond base.py's CachePolicy"
+        )
         for name, path, line in result.unknown_uses
     ]
     return "; ".join(reasons)

@@ -29,13 +29,12 @@ def register() -> None:
 
     code = vllm_guard.result()
     if not vllm_guard.allowed():
-        logger.error("%s The 'arc_cy' cache policy is NOT registered.",
-                     refused_message(code, OVERRIDE_ENV))
+        logger.error(
+            "%s The 'arc_cy' cache policy is NOT registered.", refused_message(code, OVERRIDE_ENV)
+        )
         return
     try:
-        CachePolicyFactory.register_cache_policy(
-            POLICY_NAME, "arc_cy", "ARCCachePolicy"
-        )
+        CachePolicyFactory.register_cache_policy(POLICY_NAME, "arc_cy", "ARCCachePolicy")
     except ValueError:
         # Registered already: by an earlier call in this process, or by
         # someone else under our name, which we refuse to shadow silently.
@@ -47,8 +46,7 @@ def register() -> None:
             ) from None
         return
     logger.info(
-        "arc_cy: registered CPU offloading cache policy %r (%s implementation) "
-        "on vLLM %s: %s",
+        "arc_cy: registered CPU offloading cache policy %r (%s implementation) on vLLM %s: %s",
         POLICY_NAME,
         arc_cy.IMPLEMENTATION,
         code.version,

@@ -52,7 +52,8 @@ LABELS = {
 def _import_base(directory: str, name: str) -> None:
     package = os.path.join(directory, name)
     spec = importlib.util.spec_from_file_location(
-        name, os.path.join(package, "__init__.py"), submodule_search_locations=[package])
+        name, os.path.join(package, "__init__.py"), submodule_search_locations=[package]
+    )
     if spec is None or spec.loader is None:
         raise ImportError(f"ARC_CY_BENCH_BASE: no package {name} in {directory}")
     module = importlib.util.module_from_spec(spec)
@@ -158,8 +159,7 @@ def add_ratios(per_contender: dict[str, dict[str, Any]], field: str) -> None:
         if not s:
             continue
         d.setdefault("speedup_vs_vllm_arc", {})[field] = {
-            q: round(base[q] / s[q], 3) if s[q] > 0 else None
-            for q in ("p50", "p90", "p99", "max")
+            q: round(base[q] / s[q], 3) if s[q] > 0 else None for q in ("p50", "p90", "p99", "max")
         }
 
 
@@ -200,11 +200,15 @@ def portable_argv(argv: list[str]) -> list[str]:
 def git_commit() -> str | None:
     """The checkout's commit, with "+dirty" when tracked files changed."""
     try:
-        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"],
-                                capture_output=True, text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
         dirty = subprocess.run(
             ["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, check=True).stdout.strip()
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except Exception:
         return None
     return commit + ("+dirty" if dirty else "")
@@ -247,12 +251,18 @@ def machine_info() -> dict[str, Any]:
     try:
         info["git_commit"] = subprocess.run(
             ["git", "-C", root, "rev-parse", "HEAD"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
-        info["git_dirty"] = bool(subprocess.run(
-            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip())
+        info["git_dirty"] = bool(
+            subprocess.run(
+                ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
     except Exception:
         info["git_commit"] = None
     try:
@@ -269,8 +279,9 @@ def cli(module: Any, argv: list[str] | None = None) -> dict[str, Any]:
     writes its result, with the benchmark's name, the options and its wall
     time, as JSON (to ``--json``, or to stdout)."""
     ap = argparse.ArgumentParser(description=(module.__doc__ or "").splitlines()[0])
-    ap.add_argument("--full", action="store_true",
-                    help="the whole grid (what bench/run.sh --full runs)")
+    ap.add_argument(
+        "--full", action="store_true", help="the whole grid (what bench/run.sh --full runs)"
+    )
     ap.add_argument("--json", help="write results here (default: stdout)")
     if hasattr(module, "add_arguments"):
         module.add_arguments(ap)
@@ -279,8 +290,13 @@ def cli(module: Any, argv: list[str] | None = None) -> dict[str, Any]:
     result = module.run(args)
     if result is None:  # a helper mode (memory.py's --child) printed its own
         return {}
-    out = {"benchmark": module.NAME, "full": args.full, "argv": portable_argv(sys.argv),
-           "wall_s": round(time.perf_counter() - t0, 1), **result}
+    out = {
+        "benchmark": module.NAME,
+        "full": args.full,
+        "argv": portable_argv(sys.argv),
+        "wall_s": round(time.perf_counter() - t0, 1),
+        **result,
+    }
     write_json(args.json, out)
     progress(module.NAME, f"done in {out['wall_s']}s")
     return out
@@ -303,13 +319,21 @@ def write_json(path: str | None, data: dict[str, Any]) -> None:
 # (reported without a goal, with what they say) and notes (a line of text).
 
 
-def target(what: str, value: float | None, goal: str, ok: Callable[[float], bool],
-           source: str, miss: str) -> dict[str, Any]:
+def target(
+    what: str, value: float | None, goal: str, ok: Callable[[float], bool], source: str, miss: str
+) -> dict[str, Any]:
     """A target: ``value`` measured in this run against ``goal`` (``ok``
     tells whether it is met); ``miss`` says what a miss means."""
     status = "n/a" if value is None else ("PASS" if ok(value) else "MISS")
-    return {"kind": "target", "target": what, "measured": value, "goal": goal,
-            "status": status, "source": source, "a_miss_means": miss}
+    return {
+        "kind": "target",
+        "target": what,
+        "measured": value,
+        "goal": goal,
+        "status": status,
+        "source": source,
+        "a_miss_means": miss,
+    }
 
 
 def decisions_target(units: str, differ: int, source: str) -> dict[str, Any]:
@@ -318,8 +342,12 @@ def decisions_target(units: str, differ: int, source: str) -> dict[str, Any]:
     decided otherwise than vLLM arc; the goal is none."""
     return target(
         f"decisions: {units} where arc_cy (compiled or pure) decided otherwise than vLLM arc",
-        differ, "0", lambda v: v == 0, source,
-        "a bug: arc_cy is no longer a drop-in for vLLM arc; run the differential tests")
+        differ,
+        "0",
+        lambda v: v == 0,
+        source,
+        "a bug: arc_cy is no longer a drop-in for vLLM arc; run the differential tests",
+    )
 
 
 def figure(what: str, value: Any, about: str) -> dict[str, Any]:
@@ -376,7 +404,8 @@ def latency_table(r: dict[str, Any], field: str) -> list[str]:
             f"| {LABELS[n]} | {fmt(s['p50'])} | {fmt(s['p90'])} | {fmt(s['p99'])} | "
             f"{fmt(s['max'])} | "
             f"{fmt(pk.get('p50'), 3)} | {fmt(pk.get('p99'), 3)} | "
-            f"{fmt(sp.get('p50'), 2)}x / {fmt(sp.get('p99'), 2)}x |")
+            f"{fmt(sp.get('p50'), 2)}x / {fmt(sp.get('p99'), 2)}x |"
+        )
     return lines
 
 
@@ -388,13 +417,20 @@ def save_plot(plt: Any, fig: Any, out_dir: str, file: str, title: str) -> tuple[
     return file, title
 
 
-COLORS = {"vllm_arc": "tab:blue", "vllm_lru": "tab:green", "arc_cy": "tab:red",
-          "arc_cy_pure": "tab:orange"}
-TWIN_MISS = ("the pure twin, for debugging in vLLM arc's place, costs over 10% more than "
-             "vLLM arc: its checks or bookkeeping grew")
+COLORS = {
+    "vllm_arc": "tab:blue",
+    "vllm_lru": "tab:green",
+    "arc_cy": "tab:red",
+    "arc_cy_pure": "tab:orange",
+}
+TWIN_MISS = (
+    "the pure twin, for debugging in vLLM arc's place, costs over 10% more than "
+    "vLLM arc: its checks or bookkeeping grew"
+)
 
 
 # --- traces shared by store_latency.py (chat latency) and hit_ratio.py -----
+
 
 def chat_trace(
     n_requests: int,
@@ -412,9 +448,7 @@ def chat_trace(
     earlier turns (user and assistant blocks) and the new user blocks.
     ``active`` conversations are interleaved; a finished one is replaced."""
     rng = random.Random(seed)
-    systems = [
-        [label_key(f"sys{p}:{j}") for j in range(system_blocks)] for p in range(n_system)
-    ]
+    systems = [[label_key(f"sys{p}:{j}") for j in range(system_blocks)] for p in range(n_system)]
     next_id = 0
 
     def new_conv() -> dict[str, Any]:

@@ -46,7 +46,7 @@ def _pin(p: Any, keys: list[bytes]) -> None:
     for k in keys:
         c = p.get(k)
         assert c is not None and c.ref_cnt == 0
-        c.ref_cnt = 1            # what prepare_load does
+        c.ref_cnt = 1  # what prepare_load does
         p.mark_non_evictable(k)
 
 
@@ -123,7 +123,7 @@ def run_evict(
                 if r >= warmup:
                     samples[name].append(t1 - t0)
                 got[name] = [k for k, _ in ev]
-                for k, (_, c) in zip(batch, ev):   # restore T1's size
+                for k, (_, c) in zip(batch, ev):  # restore T1's size
                     p.insert(k, c, ctx)
                 del ev
             arc = [got[k] for k in bl.ARC_LIKE if k in got]
@@ -135,26 +135,44 @@ def run_evict(
                 t1 = pc()
                 if r >= warmup:
                     floor_samples.append(t1 - t0)
-    res: dict[str, Any] = {"n": n, "reps": reps, "warmup": warmup,
-                           "arc_decisions_mismatched_reps": mismatches, "contenders": {}}
+    res: dict[str, Any] = {
+        "n": n,
+        "reps": reps,
+        "warmup": warmup,
+        "arc_decisions_mismatched_reps": mismatches,
+        "contenders": {},
+    }
     if floor_entries:
-        res["floor"] = {"entries": floor_entries, "bytes_per_entry": scan_bytes_per_entry(),
-                        "node_bytes": node_bytes(), "bytes": int(floor_arr.nbytes),
-                        "sequential_read": bl.stats(floor_samples)}
+        res["floor"] = {
+            "entries": floor_entries,
+            "bytes_per_entry": scan_bytes_per_entry(),
+            "node_bytes": node_bytes(),
+            "bytes": int(floor_arr.nbytes),
+            "sequential_read": bl.stats(floor_samples),
+        }
     for name in names:
-        res["contenders"][name] = {"evict": bl.stats(samples[name]),
-                                   "evict_per_key": bl.stats(samples[name], per=n)}
+        res["contenders"][name] = {
+            "evict": bl.stats(samples[name]),
+            "evict_per_key": bl.stats(samples[name], per=n),
+        }
         if name == "arc_cy":
             res["contenders"][name]["scan_visits_total"] = policies[name]._scan_visits
     bl.add_ratios(res["contenders"], "evict")
     c = res["contenders"]
-    bl.progress(TAG, f"{label}: evict({n}) p50 " + ", ".join(
-        f"{k} {c[k]['evict']['p50']:.1f}us" for k in c))
+    bl.progress(
+        TAG, f"{label}: evict({n}) p50 " + ", ".join(f"{k} {c[k]['evict']['p50']:.1f}us" for k in c)
+    )
     return res
 
 
-def capacity_case(capacity: int, ns: list[int], reps: int, seed: int,
-                  pinned: list[int] = (), protected: list[int] = ()) -> list[dict[str, Any]]:
+def capacity_case(
+    capacity: int,
+    ns: list[int],
+    reps: int,
+    seed: int,
+    pinned: list[int] = (),
+    protected: list[int] = (),
+) -> list[dict[str, Any]]:
     t = time.perf_counter()
     stream = bl.KeyStream(seed)
     keys_a = stream.take(capacity)
@@ -163,13 +181,15 @@ def capacity_case(capacity: int, ns: list[int], reps: int, seed: int,
     for name in bl.NAMES:
         policies[name] = build_steady(name, capacity, keys_a, keys_b)
     del keys_a
-    bl.progress(TAG, f"capacity {capacity}: 4 steady-state policies built in "
-                f"{time.perf_counter() - t:.1f}s")
+    bl.progress(
+        TAG, f"capacity {capacity}: 4 steady-state policies built in {time.perf_counter() - t:.1f}s"
+    )
     out = []
     for n in ns:
         fresh = stream.take((reps + 10) * n)
-        res = run_evict(policies, n=n, reps=reps, warmup=10, fresh=fresh,
-                        label=f"cap {capacity} nothing pinned")
+        res = run_evict(
+            policies, n=n, reps=reps, warmup=10, fresh=fresh, label=f"cap {capacity} nothing pinned"
+        )
         res.update(scenario="evict", capacity=capacity, pinned=0, protected=0)
         out.append(res)
     n = max(ns)
@@ -177,8 +197,15 @@ def capacity_case(capacity: int, ns: list[int], reps: int, seed: int,
         # The k oldest T1 keys (T1 order is insertion order here).
         lru_end = [key for key, _ in zip(policies["vllm_arc"].t1, range(k))]
         fresh = stream.take((reps + 10) * n)
-        res = run_evict(policies, n=n, reps=reps, warmup=10, fresh=fresh,
-                        protected_extra=set(lru_end), label=f"cap {capacity} {k} protected")
+        res = run_evict(
+            policies,
+            n=n,
+            reps=reps,
+            warmup=10,
+            fresh=fresh,
+            protected_extra=set(lru_end),
+            label=f"cap {capacity} {k} protected",
+        )
         res.update(scenario="protected", capacity=capacity, pinned=0, protected=k)
         out.append(res)
     for k in sorted(pinned):
@@ -189,10 +216,22 @@ def capacity_case(capacity: int, ns: list[int], reps: int, seed: int,
             already = [key for key in lru_end if p.get(key).ref_cnt == 0]
             _pin(p, already)
         fresh = stream.take((reps + 10) * n)
-        res = run_evict(policies, n=n, reps=reps, warmup=10, fresh=fresh,
-                        label=f"cap {capacity} {k} pinned at LRU end", floor_entries=k)
-        res.update(scenario="pinned", capacity=capacity, pinned=k, protected=0,
-                   pinned_fraction_of_t1=round(k / capacity, 3))
+        res = run_evict(
+            policies,
+            n=n,
+            reps=reps,
+            warmup=10,
+            fresh=fresh,
+            label=f"cap {capacity} {k} pinned at LRU end",
+            floor_entries=k,
+        )
+        res.update(
+            scenario="pinned",
+            capacity=capacity,
+            pinned=k,
+            protected=0,
+            pinned_fraction_of_t1=round(k / capacity, 3),
+        )
         out.append(res)
     return out
 
@@ -210,14 +249,17 @@ def growth_case(caps: tuple[int, ...], n: int, reps: int, seed: int) -> dict[str
             policies[f"{name}@{cap}"] = build_steady(name, cap, keys_a, keys_b)
     bl.progress(TAG, f"growth: {len(policies)} policies built in {time.perf_counter() - t:.1f}s")
     fresh = stream.take((reps + 10) * n)
-    res = run_evict(policies, n=n, reps=reps, warmup=10, fresh=fresh,
-                    label="growth (capacities interleaved)")
+    res = run_evict(
+        policies, n=n, reps=reps, warmup=10, fresh=fresh, label="growth (capacities interleaved)"
+    )
     res.update(scenario="growth", capacities=list(caps))
     c = res["contenders"]
     res["growth_p50"] = {
-        name: round(c[f"{name}@{caps[-1]}"]["evict"]["p50"]
-                    / c[f"{name}@{caps[0]}"]["evict"]["p50"], 3)
-        for name in ("vllm_arc", "arc_cy")}
+        name: round(
+            c[f"{name}@{caps[-1]}"]["evict"]["p50"] / c[f"{name}@{caps[0]}"]["evict"]["p50"], 3
+        )
+        for name in ("vllm_arc", "arc_cy")
+    }
     bl.progress(TAG, f"growth {caps[0]} -> {caps[-1]} (p50 ratio): {res['growth_p50']}")
     return res
 
@@ -237,14 +279,14 @@ def fallback_case(capacity: int, n: int, reps: int, seed: int) -> dict[str, Any]
         chunks = bl.ready_chunks(capacity)
         for k, c in zip(a_keys, chunks):
             p.insert(k, c, ctx)
-        p.touch(a_keys, ctx)                 # reused: A moves to T2
+        p.touch(a_keys, ctx)  # reused: A moves to T2
         for k, c in zip(b_keys, chunks[half:]):
-            p.insert(k, c, ctx)              # B in T1
-        ev = p.evict(n, set())               # T1's oldest become B1 ghosts
+            p.insert(k, c, ctx)  # B in T1
+        ev = p.evict(n, set())  # T1's oldest become B1 ghosts
         ghosts = [k for k, _ in ev]
         for k, (_, c) in zip(g_keys, ev):
             p.insert(k, c, ctx)
-        for _ in range(n_touch):             # B1 hits raise target_t1_size
+        for _ in range(n_touch):  # B1 hits raise target_t1_size
             p.touch(ghosts, ctx)
         _pin(p, [k for k in a_keys if p.get(k) is not None])  # all of T2 pinned
         policies[name] = p
@@ -253,8 +295,11 @@ def fallback_case(capacity: int, n: int, reps: int, seed: int) -> dict[str, Any]
         assert len(p.t2) == half and all(c.ref_cnt > 0 for c in p.t2.values()), name
         assert len(p.t1) < int(p.target_t1_size), name
     state = (len(policies["vllm_arc"].t1), policies["vllm_arc"].target_t1_size)
-    bl.progress(TAG, f"fallback {capacity}: built in {time.perf_counter() - t:.1f}s, "
-                f"(len(t1), target) = {state}, t2 = {half} all pinned")
+    bl.progress(
+        TAG,
+        f"fallback {capacity}: built in {time.perf_counter() - t:.1f}s, "
+        f"(len(t1), target) = {state}, t2 = {half} all pinned",
+    )
     checked = [0]
 
     def check(name: str, p: Any) -> None:
@@ -263,12 +308,26 @@ def fallback_case(capacity: int, n: int, reps: int, seed: int) -> dict[str, Any]
             checked[0] += 1
 
     fresh = stream.take((reps + 10) * n)
-    res = run_evict(policies, n=n, reps=reps, warmup=10, fresh=fresh, check=check,
-                    label=f"fallback cap {capacity}", floor_entries=half)
+    res = run_evict(
+        policies,
+        n=n,
+        reps=reps,
+        warmup=10,
+        fresh=fresh,
+        check=check,
+        label=f"fallback cap {capacity}",
+        floor_entries=half,
+    )
     for name in bl.ARC_LIKE:
         assert len(policies[name].t2) == half and len(policies[name].b2) == 0, name
-    res.update(scenario="fallback", capacity=capacity, pinned=half, protected=0,
-               state_t1_target=state, fallback_checked_reps=checked[0])
+    res.update(
+        scenario="fallback",
+        capacity=capacity,
+        pinned=half,
+        protected=0,
+        state_t1_target=state,
+        fallback_checked_reps=checked[0],
+    )
     return res
 
 
@@ -290,8 +349,8 @@ def ops_case(capacity: int, batch: int, reps: int, seed: int) -> dict[str, Any]:
         ctx = _ctx()
         for k, c in zip(keys, bl.ready_chunks(capacity)):
             p.insert(k, c, ctx)
-        p.touch(keys[:half], ctx)            # first half reused: T2
-        ev = p.evict(n_ghost, set())         # oldest of T1 -> B1
+        p.touch(keys[:half], ctx)  # first half reused: T2
+        ev = p.evict(n_ghost, set())  # oldest of T1 -> B1
         if name == "vllm_arc":
             ghosts = [k for k, _ in ev]
         for k, (_, c) in zip(refill, ev):
@@ -376,8 +435,13 @@ def ops_case(capacity: int, batch: int, reps: int, seed: int) -> dict[str, Any]:
                 t1 = pc()
                 if rec:
                     record("on_request_finished", name, t1 - t0)
-    res: dict[str, Any] = {"scenario": "ops", "capacity": capacity, "batch": batch,
-                           "reps": reps, "contenders": {}}
+    res: dict[str, Any] = {
+        "scenario": "ops",
+        "capacity": capacity,
+        "batch": batch,
+        "reps": reps,
+        "contenders": {},
+    }
     for name in names:
         d = {}
         for op, s in samples[name].items():
@@ -387,9 +451,14 @@ def ops_case(capacity: int, batch: int, reps: int, seed: int) -> dict[str, Any]:
     for op in ("get", "insert", "touch", "on_store_miss", "on_request_finished"):
         bl.add_ratios(res["contenders"], op)
     c = res["contenders"]
-    bl.progress(TAG, "ops per key p50 (ns): " + "; ".join(
-        f"{op}: " + ", ".join(f"{n} {1000 * c[n][op + '_per_key']['p50']:.0f}" for n in c)
-        for op in ("get", "insert", "touch", "on_store_miss", "on_request_finished")))
+    bl.progress(
+        TAG,
+        "ops per key p50 (ns): "
+        + "; ".join(
+            f"{op}: " + ", ".join(f"{n} {1000 * c[n][op + '_per_key']['p50']:.0f}" for n in c)
+            for op in ("get", "insert", "touch", "on_store_miss", "on_request_finished")
+        ),
+    )
     return res
 
 
@@ -397,12 +466,16 @@ def run(args: Any) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     if args.full:
         for cap in (10_000, 30_000, 100_000, 300_000, 1_000_000):
-            extra = dict(pinned=[1_000, 10_000, 50_000], protected=[1_000, 10_000, 50_000]) \
-                if cap == 100_000 else {}
+            extra = (
+                dict(pinned=[1_000, 10_000, 50_000], protected=[1_000, 10_000, 50_000])
+                if cap == 100_000
+                else {}
+            )
             if cap == 1_000_000:
                 extra = dict(pinned=[500_000])
-            results += capacity_case(cap, [16, 256, 1024], 300 if cap < 1_000_000 else 150,
-                                     seed=cap, **extra)
+            results += capacity_case(
+                cap, [16, 256, 1024], 300 if cap < 1_000_000 else 150, seed=cap, **extra
+            )
         results.append(fallback_case(100_000, 1024, 300, seed=5))
         results.append(fallback_case(1_000_000, 1024, 60, seed=6))
         results.append(ops_case(100_000, 256, 500, seed=9))
@@ -419,6 +492,7 @@ def run(args: Any) -> dict[str, Any]:
 
 
 # --- the report -----------------------------------------------------------------
+
 
 def floor_ratio(r: dict[str, Any] | None, unpinned_p50: float | None) -> float | None:
     """Effective read bandwidth of the compiled pinned scan over the sequential
@@ -437,35 +511,62 @@ def floor_ratio(r: dict[str, Any] | None, unpinned_p50: float | None) -> float |
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     ev = result["results"]
     e100 = bl.find(ev, scenario="evict", capacity=100_000, n=1024)
-    rows = [bl.target(
-        "evict(1024) at 100K chunks, nothing pinned: vLLM arc p50 / arc_cy p50",
-        bl.ratio(bl.p50(e100, "vllm_arc", "evict"), bl.p50(e100, "arc_cy", "evict")), ">= 6x",
-        lambda v: v >= 6, "evict.py",
-        "the compiled eviction path got slower: compare evict.py's tables with the "
-        "reference run's")]
+    rows = [
+        bl.target(
+            "evict(1024) at 100K chunks, nothing pinned: vLLM arc p50 / arc_cy p50",
+            bl.ratio(bl.p50(e100, "vllm_arc", "evict"), bl.p50(e100, "arc_cy", "evict")),
+            ">= 6x",
+            lambda v: v >= 6,
+            "evict.py",
+            "the compiled eviction path got slower: compare evict.py's tables with the "
+            "reference run's",
+        )
+    ]
     base = bl.p50(e100, "arc_cy", "evict")
-    for sc, what in (("pinned", "50K pinned at T1's LRU end"),
-                     ("fallback", "T2 (50K) all pinned, fallback to T1")):
-        rr = bl.find(ev, scenario=sc, capacity=100_000,
-                     **({"pinned": 50_000} if sc == "pinned" else {}))
-        rows.append(bl.target(
-            f"compiled scan past pinned entries at 100K, {what}: its read speed (node + "
-            "ChunkStatus bytes per pinned entry) / a sequential read of as many bytes",
-            floor_ratio(rr, base), ">= 0.5", lambda v: v >= 0.5, "evict.py, same loop",
-            "the scan does more per pinned entry than read its node and its ChunkStatus "
-            "once (it is memory-bound when it does only that)"))
+    for sc, what in (
+        ("pinned", "50K pinned at T1's LRU end"),
+        ("fallback", "T2 (50K) all pinned, fallback to T1"),
+    ):
+        rr = bl.find(
+            ev, scenario=sc, capacity=100_000, **({"pinned": 50_000} if sc == "pinned" else {})
+        )
+        rows.append(
+            bl.target(
+                f"compiled scan past pinned entries at 100K, {what}: its read speed (node + "
+                "ChunkStatus bytes per pinned entry) / a sequential read of as many bytes",
+                floor_ratio(rr, base),
+                ">= 0.5",
+                lambda v: v >= 0.5,
+                "evict.py, same loop",
+                "the scan does more per pinned entry than read its node and its ChunkStatus "
+                "once (it is memory-bound when it does only that)",
+            )
+        )
     eg = bl.find(ev, scenario="growth")
-    rows.append(bl.target(
-        "compiled evict(1024), nothing pinned: p50 at 1M chunks / p50 at 10K "
-        "(interleaved in one loop)", eg["growth_p50"]["arc_cy"] if eg else None, "<= 1.5x",
-        lambda v: v <= 1.5, "evict.py",
-        "eviction cost grows with the cache's size, not only with the chunks evicted"))
-    rows.append(bl.target(
-        "pure twin evict(1024) at 100K: twin p50 / vLLM arc p50",
-        bl.ratio(bl.p50(e100, "arc_cy_pure", "evict"), bl.p50(e100, "vllm_arc", "evict")),
-        "<= 1.1x", lambda v: v <= 1.1, "evict.py", bl.TWIN_MISS))
-    differ = sum(r["arc_decisions_mismatched_reps"] for r in ev
-                 if "arc_decisions_mismatched_reps" in r)
+    rows.append(
+        bl.target(
+            "compiled evict(1024), nothing pinned: p50 at 1M chunks / p50 at 10K "
+            "(interleaved in one loop)",
+            eg["growth_p50"]["arc_cy"] if eg else None,
+            "<= 1.5x",
+            lambda v: v <= 1.5,
+            "evict.py",
+            "eviction cost grows with the cache's size, not only with the chunks evicted",
+        )
+    )
+    rows.append(
+        bl.target(
+            "pure twin evict(1024) at 100K: twin p50 / vLLM arc p50",
+            bl.ratio(bl.p50(e100, "arc_cy_pure", "evict"), bl.p50(e100, "vllm_arc", "evict")),
+            "<= 1.1x",
+            lambda v: v <= 1.1,
+            "evict.py",
+            bl.TWIN_MISS,
+        )
+    )
+    differ = sum(
+        r["arc_decisions_mismatched_reps"] for r in ev if "arc_decisions_mismatched_reps" in r
+    )
     rows.append(bl.decisions_target("repetitions (evicted keys)", differ, "evict.py"))
     return rows
 
@@ -473,24 +574,32 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
 def markdown(result: dict[str, Any]) -> str:
     fmt, L, N = bl.fmt, bl.LABELS, bl.NAMES
     out = ["## policy.evict(n) and other policy calls (evict.py)", ""]
-    out.append("Policies driven directly; steady state (T1 full, B1 full) restored after each "
-               "call by re-inserting the evicted chunks under fresh keys.")
+    out.append(
+        "Policies driven directly; steady state (T1 full, B1 full) restored after each "
+        "call by re-inserting the evicted chunks under fresh keys."
+    )
     for r in result["results"]:
         if r["scenario"] != "growth":
             continue
         out.append("")
-        out.append(f"### Growth: evict({r['n']}), nothing pinned, capacities {r['capacities']} "
-                   f"interleaved in one loop, {r['reps']} reps")
+        out.append(
+            f"### Growth: evict({r['n']}), nothing pinned, capacities {r['capacities']} "
+            f"interleaved in one loop, {r['reps']} reps"
+        )
         out.append("")
         out.append("| policy@capacity | p50 | p90 | p99 | max |")
         out.append("|---|---:|---:|---:|---:|")
         for name, c in r["contenders"].items():
             s = c["evict"]
-            out.append(f"| {name} | {fmt(s['p50'])} | {fmt(s['p90'])} | {fmt(s['p99'])} | "
-                       f"{fmt(s['max'])} |")
+            out.append(
+                f"| {name} | {fmt(s['p50'])} | {fmt(s['p90'])} | {fmt(s['p99'])} | "
+                f"{fmt(s['max'])} |"
+            )
         out.append("")
-        out.append("p50 growth from the smallest to the largest capacity: " + ", ".join(
-            f"{L[k]} {v:.2f}x" for k, v in r["growth_p50"].items()))
+        out.append(
+            "p50 growth from the smallest to the largest capacity: "
+            + ", ".join(f"{L[k]} {v:.2f}x" for k, v in r["growth_p50"].items())
+        )
     for r in result["results"]:
         if r["scenario"] in ("ops", "growth"):
             continue
@@ -498,24 +607,35 @@ def markdown(result: dict[str, Any]) -> str:
         if r["scenario"] == "evict":
             title = f"### evict({r['n']}) at {r['capacity']:,} chunks, nothing pinned"
         elif r["scenario"] == "pinned":
-            title = (f"### evict({r['n']}) at {r['capacity']:,}, {r['pinned']:,} chunks pinned "
-                     f"at T1's LRU end")
+            title = (
+                f"### evict({r['n']}) at {r['capacity']:,}, {r['pinned']:,} chunks pinned "
+                f"at T1's LRU end"
+            )
         elif r["scenario"] == "protected":
-            title = (f"### evict({r['n']}) at {r['capacity']:,}, {r['protected']:,} keys at T1's "
-                     f"LRU end protected")
+            title = (
+                f"### evict({r['n']}) at {r['capacity']:,}, {r['protected']:,} keys at T1's "
+                f"LRU end protected"
+            )
         else:
-            title = (f"### evict({r['n']}) at {r['capacity']:,}, fallback: T2 ({r['pinned']:,}) "
-                     f"all pinned, (len(T1), target) = {r['state_t1_target']}")
+            title = (
+                f"### evict({r['n']}) at {r['capacity']:,}, fallback: T2 ({r['pinned']:,}) "
+                f"all pinned, (len(T1), target) = {r['state_t1_target']}"
+            )
         out.append(title + f", {r['reps']} reps")
         out.append("")
         out.extend(bl.latency_table(r, "evict"))
         out.append("")
-        out.append(f"arc_cy's victims identical to vLLM arc's: "
-                   f"{'yes' if r['arc_decisions_mismatched_reps'] == 0 else 'NO'}")
+        out.append(
+            f"arc_cy's victims identical to vLLM arc's: "
+            f"{'yes' if r['arc_decisions_mismatched_reps'] == 0 else 'NO'}"
+        )
         if "floor" in r:
             fl = r["floor"]
-            base = bl.p50(bl.find(result["results"], scenario="evict", capacity=r["capacity"],
-                                  n=r["n"]), "arc_cy", "evict")
+            base = bl.p50(
+                bl.find(result["results"], scenario="evict", capacity=r["capacity"], n=r["n"]),
+                "arc_cy",
+                "evict",
+            )
             scan = r["contenders"]["arc_cy"]["evict"]["p50"] - (base or 0)
             out.append("")
             out.append(
@@ -529,27 +649,38 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{scan:.1f} us over the unpinned evict(1024) p50 = "
                 f"{fl['bytes'] / scan / 1e3 if scan > 0 else float('nan'):.1f} GB/s effective, "
                 f"{fl['sequential_read']['p50'] / scan if scan > 0 else float('nan'):.2f} of the "
-                "sequential read.")
+                "sequential read."
+            )
     for r in result["results"]:
         if r["scenario"] != "ops":
             continue
         out.append("")
-        out.append(f"### Per-key cost of policy calls at {r['capacity']:,} entries, "
-                   f"batch {r['batch']} (ns per key, p50 / p99)")
+        out.append(
+            f"### Per-key cost of policy calls at {r['capacity']:,} entries, "
+            f"batch {r['batch']} (ns per key, p50 / p99)"
+        )
         out.append("")
         ops = ("get", "insert", "touch", "on_store_miss", "on_request_finished")
         out.append("| contender | " + " | ".join(ops) + " |")
         out.append("|---|" + "---:|" * len(ops))
         for n in N:
             c = r["contenders"][n]
-            out.append(f"| {L[n]} | " + " | ".join(
-                f"{1000 * c[op + '_per_key']['p50']:.0f} / {1000 * c[op + '_per_key']['p99']:.0f}"
-                for op in ops) + " |")
+            out.append(
+                f"| {L[n]} | "
+                + " | ".join(
+                    f"{1000 * c[op + '_per_key']['p50']:.0f} / "
+                    f"{1000 * c[op + '_per_key']['p99']:.0f}"
+                    for op in ops
+                )
+                + " |"
+            )
         out.append("")
-        out.append("get and insert are timed as a loop of single calls (per key = per call); "
-                   "touch, on_store_miss and on_request_finished as one call on the batch. "
-                   "touch: T2 keys; on_store_miss: B1 ghosts (target restored after); "
-                   "on_request_finished: half inserted-only T1 keys, half reused T2 keys.")
+        out.append(
+            "get and insert are timed as a loop of single calls (per key = per call); "
+            "touch, on_store_miss and on_request_finished as one call on the batch. "
+            "touch: T2 keys; on_store_miss: B1 ghosts (target restored after); "
+            "on_request_finished: half inserted-only T1 keys, half reused T2 keys."
+        )
     return "\n".join(out) + "\n"
 
 
@@ -559,11 +690,18 @@ def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     ax = axes[0]
     n = 1024
-    pts = sorted(((r["capacity"], r) for r in ev if r["scenario"] == "evict" and r.get("n") == n),
-                 key=lambda t: t[0])
+    pts = sorted(
+        ((r["capacity"], r) for r in ev if r["scenario"] == "evict" and r.get("n") == n),
+        key=lambda t: t[0],
+    )
     for name in N:
-        ax.plot([c for c, _ in pts], [r["contenders"][name]["evict"]["p50"] for _, r in pts],
-                "o-", color=C.get(name), label=L[name])
+        ax.plot(
+            [c for c, _ in pts],
+            [r["contenders"][name]["evict"]["p50"] for _, r in pts],
+            "o-",
+            color=C.get(name),
+            label=L[name],
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("capacity (chunks)")
@@ -573,15 +711,33 @@ def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]
     ax.legend(fontsize=8)
     ax = axes[1]
     cap = 100_000
-    pts3 = sorted(((r["pinned"], r) for r in ev if r.get("capacity") == cap and r.get("n") == 1024
-                   and r["scenario"] in ("evict", "pinned")), key=lambda t: t[0])
+    pts3 = sorted(
+        (
+            (r["pinned"], r)
+            for r in ev
+            if r.get("capacity") == cap
+            and r.get("n") == 1024
+            and r["scenario"] in ("evict", "pinned")
+        ),
+        key=lambda t: t[0],
+    )
     fb = bl.find(ev, scenario="fallback", capacity=cap)
     for name in N:
-        ax.plot([p for p, _ in pts3], [r["contenders"][name]["evict"]["p50"] for _, r in pts3],
-                "o-", color=C.get(name), label=L[name])
+        ax.plot(
+            [p for p, _ in pts3],
+            [r["contenders"][name]["evict"]["p50"] for _, r in pts3],
+            "o-",
+            color=C.get(name),
+            label=L[name],
+        )
         if fb:
-            ax.plot([fb["pinned"]], [fb["contenders"][name]["evict"]["p50"]], "x",
-                    color=C.get(name), markersize=10)
+            ax.plot(
+                [fb["pinned"]],
+                [fb["contenders"][name]["evict"]["p50"]],
+                "x",
+                color=C.get(name),
+                markersize=10,
+            )
     ax.set_yscale("log")
     ax.set_xlabel("chunks pinned at T1's LRU end (x: T2 all pinned, fallback)")
     ax.set_ylabel("p50 us per call")

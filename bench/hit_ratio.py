@@ -37,14 +37,20 @@ def run_trace(trace_name: str, trace: list[list[bytes]], capacity: int) -> dict[
         d.drain()
     ref = drivers["vllm_arc"].per_request
     res: dict[str, Any] = {
-        "trace": trace_name, "capacity": capacity, "requests": len(trace),
-        "keys": drivers["vllm_arc"].keys, "distinct_keys": len({k for r in trace for k in r}),
+        "trace": trace_name,
+        "capacity": capacity,
+        "requests": len(trace),
+        "keys": drivers["vllm_arc"].keys,
+        "distinct_keys": len({k for r in trace for k in r}),
         "contenders": {},
     }
     for n, d in drivers.items():
         res["contenders"][n] = {
-            "hit_ratio": round(d.hit_ratio(), 5), "hits": d.hits, "stored": d.stored,
-            "evicted": d.evicted, "store_failures": d.store_failures,
+            "hit_ratio": round(d.hit_ratio(), 5),
+            "hits": d.hits,
+            "stored": d.stored,
+            "evicted": d.evicted,
+            "store_failures": d.store_failures,
         }
     same = {}
     for n in ("arc_cy", "arc_cy_pure"):
@@ -59,11 +65,14 @@ def run_trace(trace_name: str, trace: list[list[bytes]], capacity: int) -> dict[
         }
     res["matches_vllm_arc"] = same
     c = res["contenders"]
-    bl.progress(TAG, f"{trace_name} cap {capacity} ({len(trace)} req, "
-                f"{time.perf_counter() - t:.1f}s): " + ", ".join(
-                    f"{n} {c[n]['hit_ratio']:.3f}" for n in c)
-                + "; identical to vLLM arc: " + ", ".join(
-                    f"{n} {same[n]['identical']}" for n in same))
+    bl.progress(
+        TAG,
+        f"{trace_name} cap {capacity} ({len(trace)} req, "
+        f"{time.perf_counter() - t:.1f}s): "
+        + ", ".join(f"{n} {c[n]['hit_ratio']:.3f}" for n in c)
+        + "; identical to vLLM arc: "
+        + ", ".join(f"{n} {same[n]['identical']}" for n in same),
+    )
     return res
 
 
@@ -87,9 +96,12 @@ def run(args: Any) -> dict[str, Any]:
 
 # --- the report -----------------------------------------------------------------
 
+
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
-    differ = sum(0 if all(v["identical"] for v in r["matches_vllm_arc"].values()) else 1
-                 for r in result["results"])
+    differ = sum(
+        0 if all(v["identical"] for v in r["matches_vllm_arc"].values()) else 1
+        for r in result["results"]
+    )
     return [bl.decisions_target("traces (hits and evicted keys)", differ, "hit_ratio.py")]
 
 
@@ -97,18 +109,25 @@ def markdown(result: dict[str, Any]) -> str:
     L, N = bl.LABELS, bl.NAMES
     out = ["## Hit ratio through the real manager (hit_ratio.py)", ""]
     identical = "yes" if result["all_identical_to_vllm_arc"] else "NO"
-    out.append(f"arc_cy (compiled and pure) identical to vLLM arc, hit for hit and eviction for "
-               f"eviction, on every trace: **{identical}**")
+    out.append(
+        f"arc_cy (compiled and pure) identical to vLLM arc, hit for hit and eviction for "
+        f"eviction, on every trace: **{identical}**"
+    )
     out.append("")
-    out.append("| trace | capacity | requests | " + " | ".join(L[n] for n in N)
-               + " | identical to vLLM arc |")
+    out.append(
+        "| trace | capacity | requests | "
+        + " | ".join(L[n] for n in N)
+        + " | identical to vLLM arc |"
+    )
     out.append("|---|---:|---:|" + "---:|" * len(N) + "---|")
     for r in result["results"]:
         ident = all(v["identical"] for v in r["matches_vllm_arc"].values())
         ev = r["matches_vllm_arc"]["arc_cy"]["evictions_compared"]
-        out.append(f"| {r['trace']} | {r['capacity']:,} | {r['requests']} | " + " | ".join(
-            f"{r['contenders'][n]['hit_ratio']:.3f}" for n in N)
-            + f" | {'yes' if ident else 'NO'} ({ev:,} evictions compared) |")
+        out.append(
+            f"| {r['trace']} | {r['capacity']:,} | {r['requests']} | "
+            + " | ".join(f"{r['contenders'][n]['hit_ratio']:.3f}" for n in N)
+            + f" | {'yes' if ident else 'NO'} ({ev:,} evictions compared) |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -118,10 +137,19 @@ def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]
     fig, axes = plt.subplots(1, len(traces), figsize=(4 * len(traces), 3.6), squeeze=False)
     for ax, tr in zip(axes[0], traces):
         rs = sorted(((r["capacity"], r) for r in hr if r["trace"] == tr), key=lambda t: t[0])
-        for name, style in (("vllm_lru", "s-"), ("vllm_arc", "o-"), ("arc_cy", "x--"),
-                            ("arc_cy_pure", "+:")):
-            ax.plot([c for c, _ in rs], [r["contenders"][name]["hit_ratio"] for _, r in rs],
-                    style, color=bl.COLORS[name], label=bl.LABELS[name])
+        for name, style in (
+            ("vllm_lru", "s-"),
+            ("vllm_arc", "o-"),
+            ("arc_cy", "x--"),
+            ("arc_cy_pure", "+:"),
+        ):
+            ax.plot(
+                [c for c, _ in rs],
+                [r["contenders"][name]["hit_ratio"] for _, r in rs],
+                style,
+                color=bl.COLORS[name],
+                label=bl.LABELS[name],
+            )
         ax.set_title(f"{tr} trace")
         ax.set_xlabel("capacity (chunks)")
         ax.set_ylabel("hit ratio")

@@ -93,7 +93,10 @@ def child(name: str, capacity: int) -> dict[str, Any]:
     ent = entries_of(p)
     n = sum(ent.values())
     res: dict[str, Any] = {
-        "contender": name, "capacity": capacity, "entries": ent, "n_entries": n,
+        "contender": name,
+        "capacity": capacity,
+        "entries": ent,
+        "n_entries": n,
         "rss_delta_bytes": rss1 - rss0,
         "rss_bytes_per_entry": round((rss1 - rss0) / n, 1),
         "rss_bytes_per_resident_chunk": round((rss1 - rss0) / capacity, 1),
@@ -132,53 +135,72 @@ def run(args: Any) -> dict[str, Any] | None:
             t = time.perf_counter()
             proc = subprocess.run(
                 [sys.executable, "-P", os.path.abspath(__file__), "--child", name, str(cap)],
-                capture_output=True, text=True, check=False,
+                capture_output=True,
+                text=True,
+                check=False,
             )
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             if proc.returncode != 0 or not lines:
                 sys.stderr.write(proc.stderr[-3000:])
                 raise SystemExit(f"memory child {name} {cap} failed ({proc.returncode})")
-            per[name] = json.loads(lines[-1][len("RESULT "):])
-            bl.progress(TAG, f"cap {cap} {name}: {per[name]['rss_bytes_per_entry']} B/entry RSS, "
-                        f"{per[name]['tracemalloc_bytes_per_entry']} B/entry tracemalloc "
-                        f"({time.perf_counter() - t:.1f}s)")
+            per[name] = json.loads(lines[-1][len("RESULT ") :])
+            bl.progress(
+                TAG,
+                f"cap {cap} {name}: {per[name]['rss_bytes_per_entry']} B/entry RSS, "
+                f"{per[name]['tracemalloc_bytes_per_entry']} B/entry tracemalloc "
+                f"({time.perf_counter() - t:.1f}s)",
+            )
         base = per["vllm_arc"]
         for d in per.values():
             d["rss_vs_vllm_arc"] = round(d["rss_bytes_per_entry"] / base["rss_bytes_per_entry"], 3)
             d["tracemalloc_vs_vllm_arc"] = round(
-                d["tracemalloc_bytes_per_entry"] / base["tracemalloc_bytes_per_entry"], 3)
+                d["tracemalloc_bytes_per_entry"] / base["tracemalloc_bytes_per_entry"], 3
+            )
         results.append({"capacity": cap, "contenders": per})
     return {"results": results}
 
 
 # --- the report -----------------------------------------------------------------
 
+
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     mr = result["results"][0]
     mem = mr["contenders"]
-    return [bl.target(
-        f"policy memory per entry (RSS, {mr['capacity']:,} chunks, T1/T2/B1/B2 populated): "
-        "arc_cy / vLLM arc",
-        bl.ratio(mem["arc_cy"]["rss_bytes_per_entry"], mem["vllm_arc"]["rss_bytes_per_entry"]),
-        "<= 0.5", lambda v: v <= 0.5, "memory.py", "an entry's node or the key index grew")]
+    return [
+        bl.target(
+            f"policy memory per entry (RSS, {mr['capacity']:,} chunks, T1/T2/B1/B2 populated): "
+            "arc_cy / vLLM arc",
+            bl.ratio(mem["arc_cy"]["rss_bytes_per_entry"], mem["vllm_arc"]["rss_bytes_per_entry"]),
+            "<= 0.5",
+            lambda v: v <= 0.5,
+            "memory.py",
+            "an entry's node or the key index grew",
+        )
+    ]
 
 
 def markdown(result: dict[str, Any]) -> str:
     out = ["## Memory (memory.py)"]
     for mr in result["results"]:
         out.append("")
-        out.append(f"Capacity {mr['capacity']:,}: each policy built in a fresh process; keys and "
-                   "ChunkStatus objects exist before the baseline. Entries = T1+T2+B1+B2 "
-                   "(vLLM lru: resident chunks; it keeps no ghosts).")
+        out.append(
+            f"Capacity {mr['capacity']:,}: each policy built in a fresh process; keys and "
+            "ChunkStatus objects exist before the baseline. Entries = T1+T2+B1+B2 "
+            "(vLLM lru: resident chunks; it keeps no ghosts)."
+        )
         out.append("")
-        out.append("| contender | entries | RSS bytes/entry | vs vLLM arc "
-                   "| tracemalloc bytes/entry | vs vLLM arc |")
+        out.append(
+            "| contender | entries | RSS bytes/entry | vs vLLM arc "
+            "| tracemalloc bytes/entry | vs vLLM arc |"
+        )
         out.append("|---|---:|---:|---:|---:|---:|")
         for n in bl.NAMES:
             d = mr["contenders"][n]
-            out.append(f"| {bl.LABELS[n]} | {d['n_entries']:,} | {d['rss_bytes_per_entry']:.1f} | "
-                       f"{d['rss_vs_vllm_arc']:.2f} | {d['tracemalloc_bytes_per_entry']:.1f} | "
-                       f"{d['tracemalloc_vs_vllm_arc']:.2f} |")
+            out.append(
+                f"| {bl.LABELS[n]} | {d['n_entries']:,} | {d['rss_bytes_per_entry']:.1f} | "
+                f"{d['rss_vs_vllm_arc']:.2f} | {d['tracemalloc_bytes_per_entry']:.1f} | "
+                f"{d['tracemalloc_vs_vllm_arc']:.2f} |"
+            )
     return "\n".join(out) + "\n"
 
 

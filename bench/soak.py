@@ -80,8 +80,14 @@ def make_driver(capacity: int, seed: int) -> PolicyTraffic:
     """harness/traffic.py's manager-shaped traffic on one compiled policy;
     its Lockstep counts the policy calls."""
     return PolicyTraffic(
-        Lockstep([ARCCachePolicy(capacity)]), capacity, seed=seed, universe=4 * capacity,
-        request_keys=(1, 16), load_delay=2, store_delay=2, store_fail=0.05,
+        Lockstep([ARCCachePolicy(capacity)]),
+        capacity,
+        seed=seed,
+        universe=4 * capacity,
+        request_keys=(1, 16),
+        load_delay=2,
+        store_delay=2,
+        store_fail=0.05,
     )
 
 
@@ -158,9 +164,7 @@ def run_phase(args: argparse.Namespace, traced: bool) -> dict:
                 "rss_after_warmup": rss_warm,
                 "rss_mid": rss_mid,
                 "rss_end": rss_end,
-                "rss_max_after_warmup": max(
-                    r for o, r in samples if o >= rss_warm[0]
-                ),
+                "rss_max_after_warmup": max(r for o, r in samples if o >= rss_warm[0]),
                 "rss_growth_after_warmup": rss_end[1] - rss_warm[1],
                 "rss_growth_second_half": rss_end[1] - rss_mid[1],
                 "rss_samples": samples,
@@ -172,9 +176,7 @@ def run_phase(args: argparse.Namespace, traced: bool) -> dict:
     package = os.path.dirname(os.path.abspath(arc_cy.__file__))
     ours = tracemalloc.Filter(True, os.path.join(package, "*"))
     driver = tracemalloc.Filter(True, os.path.abspath(traffic.__file__))
-    diff_ours = snap_b.filter_traces([ours]).compare_to(
-        snap_a.filter_traces([ours]), "lineno"
-    )
+    diff_ours = snap_b.filter_traces([ours]).compare_to(snap_a.filter_traces([ours]), "lineno")
     diff_driver = snap_b.filter_traces([driver]).compare_to(
         snap_a.filter_traces([driver]), "lineno"
     )
@@ -259,8 +261,7 @@ def markdown(res: dict[str, Any]) -> str:
         f"{res['capacity']:,}, {r['clears']} clear(), {r['evict_none']:,} failed "
         f"evictions; {r['elapsed_s']} s ({r['ops_per_s']:,} calls/s, "
         "driver included)",
-        f"- final sizes {r['final_sizes']}, target_t1_size "
-        f"{r['final_target_t1_size']}",
+        f"- final sizes {r['final_sizes']}, target_t1_size {r['final_target_t1_size']}",
         f"- RSS: start {r['rss_start'] / 2**20:.1f} MiB, after warmup "
         f"(op {r['rss_after_warmup'][0]:,}) {r['rss_after_warmup'][1] / 2**20:.1f}"
         f" MiB, middle (op {r['rss_mid'][0]:,}) {r['rss_mid'][1] / 2**20:.1f} MiB,"
@@ -291,8 +292,7 @@ def markdown(res: dict[str, Any]) -> str:
         ]
         for s in tm["all_files_top"][:5] + tm["driver_lines_top"][:6]:
             lines.append(
-                f"| {s['where']} | {s['size_diff']:+,} | {s['count_diff']:+,} | "
-                f"{s['size']:,} |"
+                f"| {s['where']} | {s['size_diff']:+,} | {s['count_diff']:+,} | {s['size']:,} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -32,8 +32,7 @@ import benchlib as bl
 from traffic import ManagerTraffic
 
 NAME = TAG = "store_latency"
-PLOTS = (("store_latency.png",
-          "prepare_store: latency vs capacity and vs pinned fraction"),)
+PLOTS = (("store_latency.png", "prepare_store: latency vs capacity and vs pinned fraction"),)
 
 
 def fill(managers: dict[str, Any], keys: list[bytes], prefix: str, batch: int = 1024) -> None:
@@ -154,24 +153,41 @@ def full_cache_case(
                 assert all(m.lookup(k, ctx) is LookupResult.HIT for k in pinned), n
                 if n in bl.ARC_LIKE:
                     assert list(zip(arc_policy(m).t1, range(len(pinned)))) == list(
-                        zip(pinned, range(len(pinned)))), n
+                        zip(pinned, range(len(pinned)))
+                    ), n
                 m.prepare_load(pinned, ctx)
                 loads[n] = ctx
         for batch in batches:
             reps, warmup = reps_for(capacity, batch, frac)
             t = time.perf_counter()
             res = steady_phase(
-                managers, stream, stored, batch=batch, reps=reps, warmup=warmup,
+                managers,
+                stream,
+                stored,
+                batch=batch,
+                reps=reps,
+                warmup=warmup,
                 label=f"cap{capacity}/b{batch}/pin{frac}",
             )
-            res.update(scenario="full", capacity=capacity, batch=batch,
-                       pinned_fraction=frac, pinned=len(pinned), reps=reps, warmup=warmup)
+            res.update(
+                scenario="full",
+                capacity=capacity,
+                batch=batch,
+                pinned_fraction=frac,
+                pinned=len(pinned),
+                reps=reps,
+                warmup=warmup,
+            )
             out.append(res)
             c = res["contenders"]
-            bl.progress(TAG, (
-                f"cap {capacity} batch {batch} pinned {frac:.0%}: prepare_store p50 "
-                + ", ".join(f"{n} {c[n]['prepare_store']['p50']:.1f}us" for n in c)
-                + f" ({time.perf_counter() - t:.1f}s)"))
+            bl.progress(
+                TAG,
+                (
+                    f"cap {capacity} batch {batch} pinned {frac:.0%}: prepare_store p50 "
+                    + ", ".join(f"{n} {c[n]['prepare_store']['p50']:.1f}us" for n in c)
+                    + f" ({time.perf_counter() - t:.1f}s)"
+                ),
+            )
         for n, ctx in loads.items():
             managers[n].complete_load(pinned, ctx)
             managers[n].on_request_finished(ctx)
@@ -186,9 +202,9 @@ def fallback_case(capacity: int, batch: int, reps: int, warmup: int, seed: int) 
     t = time.perf_counter()
     managers = {n: bl.make_manager(n, capacity) for n in bl.NAMES}
     half = capacity // 2
-    a_keys = stream.take(half)            # reused once -> T2
+    a_keys = stream.take(half)  # reused once -> T2
     b_keys = stream.take(capacity - half)  # stored once -> T1
-    ghosts = stream.take(batch)           # stored last: evicts b's oldest to B1
+    ghosts = stream.take(batch)  # stored last: evicts b's oldest to B1
     n_touch = (capacity - half + 4 * batch) // batch + 1
     loads = {}
     with bl.timed_phase():
@@ -209,7 +225,7 @@ def fallback_case(capacity: int, batch: int, reps: int, warmup: int, seed: int) 
             m.complete_store(out.keys_to_store, ctx)
             m.on_request_finished(ctx)
             ctx = ReqContext("ghost-touch")
-            for _ in range(n_touch):    # each B1 ghost hit raises target_t1_size by 1
+            for _ in range(n_touch):  # each B1 ghost hit raises target_t1_size by 1
                 m.touch(evicted_b, ctx)
             lctx = ReqContext("long-loads")
             # every T2 chunk pinned by a load (vLLM lru evicted some of A)
@@ -220,10 +236,15 @@ def fallback_case(capacity: int, batch: int, reps: int, warmup: int, seed: int) 
         p = arc_policy(managers[n])
         assert len(p.t2) == half and all(c.ref_cnt > 0 for c in p.t2.values()), n
         assert len(p.t1) < int(p.target_t1_size), (n, len(p.t1), p.target_t1_size)
-    state = {n: (len(arc_policy(managers[n]).t1), arc_policy(managers[n]).target_t1_size)
-             for n in bl.ARC_LIKE}
-    bl.progress(TAG, f"fallback state built in {time.perf_counter() - t:.1f}s: "
-                f"(len(t1), target) = {state['vllm_arc']}, t2 = {half} all pinned")
+    state = {
+        n: (len(arc_policy(managers[n]).t1), arc_policy(managers[n]).target_t1_size)
+        for n in bl.ARC_LIKE
+    }
+    bl.progress(
+        TAG,
+        f"fallback state built in {time.perf_counter() - t:.1f}s: "
+        f"(len(t1), target) = {state['vllm_arc']}, t2 = {half} all pinned",
+    )
     a_set = set(a_keys)
     checked = {"reps_checked": 0}
 
@@ -237,20 +258,38 @@ def fallback_case(capacity: int, batch: int, reps: int, warmup: int, seed: int) 
             checked["reps_checked"] += 1
 
     stored = a_keys + b_keys + ghosts
-    res = steady_phase(managers, stream, stored, batch=batch, reps=reps, warmup=warmup,
-                       label=f"fallback{capacity}", check=check)
+    res = steady_phase(
+        managers,
+        stream,
+        stored,
+        batch=batch,
+        reps=reps,
+        warmup=warmup,
+        label=f"fallback{capacity}",
+        check=check,
+    )
     for n in bl.ARC_LIKE:
         p = arc_policy(managers[n])
         assert all(k in p.t2 for k in a_keys[:64]), n  # nothing left T2
         assert a_set.isdisjoint(p.b2), n
     for n, m in managers.items():
         m.complete_load(loads[n][1], loads[n][0])
-    res.update(scenario="fallback", capacity=capacity, batch=batch, pinned=half,
-               reps=reps, warmup=warmup, state_t1_target=state["vllm_arc"],
-               fallback_checked_reps=checked["reps_checked"])
+    res.update(
+        scenario="fallback",
+        capacity=capacity,
+        batch=batch,
+        pinned=half,
+        reps=reps,
+        warmup=warmup,
+        state_t1_target=state["vllm_arc"],
+        fallback_checked_reps=checked["reps_checked"],
+    )
     c = res["contenders"]
-    bl.progress(TAG, "fallback prepare_store p50 " + ", ".join(
-        f"{n} {c[n]['prepare_store']['p50']:.1f}us" for n in c))
+    bl.progress(
+        TAG,
+        "fallback prepare_store p50 "
+        + ", ".join(f"{n} {c[n]['prepare_store']['p50']:.1f}us" for n in c),
+    )
     return res
 
 
@@ -265,8 +304,12 @@ def chat_case(capacity: int, n_requests: int, seed: int) -> dict[str, Any]:
                 drivers[names[(i + j) % len(names)]].step(keys, f"chat{i}")
     for d in drivers.values():
         d.drain()
-    res: dict[str, Any] = {"scenario": "chat", "capacity": capacity, "requests": n_requests,
-                           "contenders": {}}
+    res: dict[str, Any] = {
+        "scenario": "chat",
+        "capacity": capacity,
+        "requests": n_requests,
+        "contenders": {},
+    }
     for n, d in drivers.items():
         nonzero = [(t_, k) for t_, k in zip(d.t_store, d.t_store_keys) if k]
         per_key = [t_ / k for t_, k in nonzero]
@@ -283,13 +326,17 @@ def chat_case(capacity: int, n_requests: int, seed: int) -> dict[str, Any]:
         }
     ref = drivers["vllm_arc"].per_request
     res["arc_decisions_mismatched_requests"] = sum(
-        sum(a != b for a, b in zip(ref, drivers[n].per_request)) for n in ("arc_cy", "arc_cy_pure"))
+        sum(a != b for a, b in zip(ref, drivers[n].per_request)) for n in ("arc_cy", "arc_cy_pure")
+    )
     for f in ("prepare_store", "store_cycle"):
         bl.add_ratios(res["contenders"], f)
     c = res["contenders"]
-    bl.progress(TAG, f"chat (cap {capacity}, {n_requests} requests, "
-                f"{time.perf_counter() - t:.1f}s): prepare_store p50 "
-                + ", ".join(f"{n} {c[n]['prepare_store']['p50']:.1f}us" for n in c))
+    bl.progress(
+        TAG,
+        f"chat (cap {capacity}, {n_requests} requests, "
+        f"{time.perf_counter() - t:.1f}s): prepare_store p50 "
+        + ", ".join(f"{n} {c[n]['prepare_store']['p50']:.1f}us" for n in c),
+    )
     return res
 
 
@@ -323,48 +370,75 @@ def run(args: Any) -> dict[str, Any]:
 
 # --- the report -----------------------------------------------------------------
 
+
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     sl = result["results"]
     s50 = bl.find(sl, scenario="full", capacity=50_000, batch=256, pinned_fraction=0.0)
     prep = "prepare_store"
     rows = [
-        bl.target("prepare_store of 256 keys at 50K chunks, full cache: vLLM arc p50 / arc_cy p50",
-                  bl.ratio(bl.p50(s50, "vllm_arc", prep), bl.p50(s50, "arc_cy", prep)),
-                  ">= 1.4x", lambda v: v >= 1.4, "store_latency.py",
-                  "the per-key calls of a store (get, insert, on_store_miss, evict) got slower"),
-        bl.target("prepare_store of 256 keys at 50K: vLLM lru p50 / arc_cy p50",
-                  bl.ratio(bl.p50(s50, "vllm_lru", prep), bl.p50(s50, "arc_cy", prep)),
-                  "> 1x", lambda v: v > 1, "store_latency.py",
-                  "arc_cy costs more per store than vLLM's simplest policy"),
-        bl.target("pure twin prepare_store of 256 keys at 50K: twin p50 / vLLM arc p50",
-                  bl.ratio(bl.p50(s50, "arc_cy_pure", prep), bl.p50(s50, "vllm_arc", prep)),
-                  "<= 1.1x", lambda v: v <= 1.1, "store_latency.py", bl.TWIN_MISS),
+        bl.target(
+            "prepare_store of 256 keys at 50K chunks, full cache: vLLM arc p50 / arc_cy p50",
+            bl.ratio(bl.p50(s50, "vllm_arc", prep), bl.p50(s50, "arc_cy", prep)),
+            ">= 1.4x",
+            lambda v: v >= 1.4,
+            "store_latency.py",
+            "the per-key calls of a store (get, insert, on_store_miss, evict) got slower",
+        ),
+        bl.target(
+            "prepare_store of 256 keys at 50K: vLLM lru p50 / arc_cy p50",
+            bl.ratio(bl.p50(s50, "vllm_lru", prep), bl.p50(s50, "arc_cy", prep)),
+            "> 1x",
+            lambda v: v > 1,
+            "store_latency.py",
+            "arc_cy costs more per store than vLLM's simplest policy",
+        ),
+        bl.target(
+            "pure twin prepare_store of 256 keys at 50K: twin p50 / vLLM arc p50",
+            bl.ratio(bl.p50(s50, "arc_cy_pure", prep), bl.p50(s50, "vllm_arc", prep)),
+            "<= 1.1x",
+            lambda v: v <= 1.1,
+            "store_latency.py",
+            bl.TWIN_MISS,
+        ),
     ]
-    differ = sum(r.get("arc_decisions_mismatched_reps", r.get("arc_decisions_mismatched_requests"))
-                 or 0 for r in sl)
-    rows.append(bl.decisions_target("repetitions or chat requests (evicted keys)", differ,
-                                    "store_latency.py"))
+    differ = sum(
+        r.get("arc_decisions_mismatched_reps", r.get("arc_decisions_mismatched_requests")) or 0
+        for r in sl
+    )
+    rows.append(
+        bl.decisions_target(
+            "repetitions or chat requests (evicted keys)", differ, "store_latency.py"
+        )
+    )
     return rows
 
 
 def markdown(result: dict[str, Any]) -> str:
     L, N = bl.LABELS, bl.NAMES
     out = ["## Store latency through CPUOffloadingManager (store_latency.py)", ""]
-    out.append("Cache full, every store evicts. `prepare_store` alone, and the full store cycle "
-               "(prepare_store + complete_store + on_request_finished).")
+    out.append(
+        "Cache full, every store evicts. `prepare_store` alone, and the full store cycle "
+        "(prepare_store + complete_store + on_request_finished)."
+    )
     for r in result["results"]:
         out.append("")
         if r["scenario"] == "full":
-            title = (f"### capacity {r['capacity']:,}, batch {r['batch']}, "
-                     f"pinned {r['pinned_fraction']:.0%} ({r['pinned']:,} chunks at the LRU end), "
-                     f"{r['reps']} reps")
+            title = (
+                f"### capacity {r['capacity']:,}, batch {r['batch']}, "
+                f"pinned {r['pinned_fraction']:.0%} ({r['pinned']:,} chunks at the LRU end), "
+                f"{r['reps']} reps"
+            )
         elif r["scenario"] == "fallback":
-            title = (f"### fallback: capacity {r['capacity']:,}, batch {r['batch']}, T2 "
-                     f"({r['pinned']:,}) all pinned, (len(T1), target) = {r['state_t1_target']}, "
-                     f"{r['reps']} reps (state checked before {r['fallback_checked_reps']} calls)")
+            title = (
+                f"### fallback: capacity {r['capacity']:,}, batch {r['batch']}, T2 "
+                f"({r['pinned']:,}) all pinned, (len(T1), target) = {r['state_t1_target']}, "
+                f"{r['reps']} reps (state checked before {r['fallback_checked_reps']} calls)"
+            )
         else:
-            title = (f"### chat trace: capacity {r['capacity']:,}, {r['requests']} requests "
-                     f"(variable batch; per-request cycle)")
+            title = (
+                f"### chat trace: capacity {r['capacity']:,}, {r['requests']} requests "
+                f"(variable batch; per-request cycle)"
+            )
         out.append(title)
         mism = r.get("arc_decisions_mismatched_reps", r.get("arc_decisions_mismatched_requests"))
         out.append("")
@@ -377,8 +451,10 @@ def markdown(result: dict[str, Any]) -> str:
             out.extend(bl.latency_table(r, field))
         if r["scenario"] == "chat":
             out.append("")
-            out.append("hit ratio: " + ", ".join(
-                f"{L[n]} {r['contenders'][n]['hit_ratio']:.3f}" for n in N))
+            out.append(
+                "hit ratio: "
+                + ", ".join(f"{L[n]} {r['contenders'][n]['hit_ratio']:.3f}" for n in N)
+            )
     return "\n".join(out) + "\n"
 
 
@@ -390,14 +466,18 @@ def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]
     full = [r for r in sl if r["scenario"] == "full" and r["pinned_fraction"] == 0]
     for name in N:
         for batch, marker in ((16, "s"), (256, "o"), (1024, "^")):
-            pts = sorted(((r["capacity"], r) for r in full if r["batch"] == batch),
-                         key=lambda t: t[0])
+            pts = sorted(
+                ((r["capacity"], r) for r in full if r["batch"] == batch), key=lambda t: t[0]
+            )
             if not pts:
                 continue
-            ax.plot([c for c, _ in pts],
-                    [r["contenders"][name]["prepare_store_per_key"]["p50"] for _, r in pts],
-                    marker + "-", color=C.get(name),
-                    label=f"{L[name]} b{batch}" if name == "vllm_arc" or batch == 256 else None)
+            ax.plot(
+                [c for c, _ in pts],
+                [r["contenders"][name]["prepare_store_per_key"]["p50"] for _, r in pts],
+                marker + "-",
+                color=C.get(name),
+                label=f"{L[name]} b{batch}" if name == "vllm_arc" or batch == 256 else None,
+            )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("capacity (chunks)")
@@ -417,9 +497,13 @@ def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]
             x = len(labels)
             labels.append(f"{c // 1000}K/b{b}\npinned {frac:.0%}")
             for ni, name in enumerate(N):
-                ax.bar(x + (ni - (len(N) - 1) / 2) * width,
-                       r["contenders"][name]["prepare_store"]["p50"],
-                       width, color=C.get(name), label=L[name] if x == 0 else None)
+                ax.bar(
+                    x + (ni - (len(N) - 1) / 2) * width,
+                    r["contenders"][name]["prepare_store"]["p50"],
+                    width,
+                    color=C.get(name),
+                    label=L[name] if x == 0 else None,
+                )
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_yscale("log")

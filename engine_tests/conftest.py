@@ -32,21 +32,45 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> Any:
     inproc = [
         {"name": "reference", "extra_config": None},
         {"name": "arc", "extra_config": connector(reports / "arc", eviction_policy="arc")},
-        {"name": "arc_cy_module_path", "extra_config": connector(
-            reports / "arc_cy_module_path", eviction_policy="ARCCachePolicy",
-            cache_policy_module_path="arc_cy")},
-        {"name": "lockstep_compiled", "extra_config": connector(
-            reports / "lockstep_compiled", eviction_policy="LockstepCompiled",
-            cache_policy_module_path="engine_lockstep")},
-        {"name": "lockstep_pure", "extra_config": connector(
-            reports / "lockstep_pure", eviction_policy="LockstepPure",
-            cache_policy_module_path="engine_lockstep")},
-        {"name": "skip_one_load", "extra_config": connector(
-            reports / "skip_one_load", eviction_policy="arc",
-            cpu_copy_fault={"kind": "skip", "load": 3})},
+        {
+            "name": "arc_cy_module_path",
+            "extra_config": connector(
+                reports / "arc_cy_module_path",
+                eviction_policy="ARCCachePolicy",
+                cache_policy_module_path="arc_cy",
+            ),
+        },
+        {
+            "name": "lockstep_compiled",
+            "extra_config": connector(
+                reports / "lockstep_compiled",
+                eviction_policy="LockstepCompiled",
+                cache_policy_module_path="engine_lockstep",
+            ),
+        },
+        {
+            "name": "lockstep_pure",
+            "extra_config": connector(
+                reports / "lockstep_pure",
+                eviction_policy="LockstepPure",
+                cache_policy_module_path="engine_lockstep",
+            ),
+        },
+        {
+            "name": "skip_one_load",
+            "extra_config": connector(
+                reports / "skip_one_load",
+                eviction_policy="arc",
+                cpu_copy_fault={"kind": "skip", "load": 3},
+            ),
+        },
     ]
-    mp = [{"name": "arc_cy_plugin", "extra_config": connector(
-        reports / "arc_cy_plugin", eviction_policy="arc_cy")}]
+    mp = [
+        {
+            "name": "arc_cy_plugin",
+            "extra_config": connector(reports / "arc_cy_plugin", eviction_policy="arc_cy"),
+        }
+    ]
     guard = [{"name": "guarded", "extra_config": connector(None, eviction_policy="arc_cy")}]
     overlay = guard_overlay(work / "overlay")
     started: dict[str, Any] = {
@@ -69,6 +93,7 @@ def runs(drivers: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for name, result in out.items():
         folder = drivers["reports"] / name
         result["worker"] = [json.loads(p.read_text()) for p in sorted(folder.glob("worker-*.json"))]
-        result["scheduler"] = [json.loads(p.read_text())
-                               for p in sorted(folder.glob("scheduler-*.json"))]
+        result["scheduler"] = [
+            json.loads(p.read_text()) for p in sorted(folder.glob("scheduler-*.json"))
+        ]
     return out

@@ -29,7 +29,9 @@ UNKNOWN_POLICY = "Unknown cache policy: 'arc_cy'"
 # The plugin's registration line (arc_cy/plugin.py), with vLLM's process prefix.
 REGISTERED = re.compile(
     r"^\((?P<process>[\w-]+) pid=(?P<pid>\d+)\).*arc_cy: registered CPU offloading cache "
-    r"policy 'arc_cy' \(cython implementation\)", re.M)
+    r"policy 'arc_cy' \(cython implementation\)",
+    re.M,
+)
 
 CONNECTED = ("arc", "arc_cy_module_path", "arc_cy_plugin", "lockstep_compiled", "lockstep_pure")
 ARC_CY_CLASS = "arc_cy._arc_c.ARCCachePolicy"
@@ -99,8 +101,9 @@ def test_the_workload_is_under_pressure(runs):
     """More distinct prefix blocks than either cache holds; stores, loads
     and evictions happen in every connected run."""
     requests = runs["reference"]["requests"]
-    blocks = {(q["conversation"], b)
-              for q in requests for b in range(q["prompt_len"] // BLOCK_SIZE)}
+    blocks = {
+        (q["conversation"], b) for q in requests for b in range(q["prompt_len"] // BLOCK_SIZE)
+    }
     for name in CONNECTED:
         worker = _worker(runs[name])
         (sched,) = runs[name]["scheduler"]
@@ -113,8 +116,9 @@ def test_the_workload_is_under_pressure(runs):
         assert lock["counts"]["evicted"] >= 20, lock
 
 
-@pytest.mark.parametrize(("run", "module"), [("lockstep_compiled", "arc_cy._arc_c"),
-                                             ("lockstep_pure", "arc_cy._arc_py")])
+@pytest.mark.parametrize(
+    ("run", "module"), [("lockstep_compiled", "arc_cy._arc_c"), ("lockstep_pure", "arc_cy._arc_py")]
+)
 def test_same_decisions_as_vllm_arc_in_the_engine(runs, run, module):
     """Every call the engine's manager made, made on vLLM's ARC and on arc_cy
     side by side: the same results, T1/T2/B1/B2 and target_t1_size."""
@@ -123,8 +127,18 @@ def test_same_decisions_as_vllm_arc_in_the_engine(runs, run, module):
     assert lock["arc_cy_class"] == f"{module}.ARCCachePolicy"
     assert lock["mismatches"] == [] and c.get("mismatches", 0) == 0, lock["mismatches"]
     assert c["state_checks"] == c["calls"] + 1
-    for what in ("calls", "get", "insert", "touch" if c.get("touch") else "on_request_finished",
-                 "on_store_miss", "evict", "evicted", "get_hits", "ghost_hits", "reused_keys"):
+    for what in (
+        "calls",
+        "get",
+        "insert",
+        "touch" if c.get("touch") else "on_request_finished",
+        "on_store_miss",
+        "evict",
+        "evicted",
+        "get_hits",
+        "ghost_hits",
+        "reused_keys",
+    ):
         assert c.get(what, 0) > 0, (what, c)
 
 
@@ -148,8 +162,9 @@ def test_a_worker_that_skips_a_load_fails_the_check(runs):
 
 @pytest.mark.parametrize("run", ["arc_cy_plugin", "arc_cy_module_path"])
 def test_arc_cy_gives_vllm_arcs_tokens(runs, run):
-    assert [q["tokens"] for q in runs[run]["requests"]] == \
-        [q["tokens"] for q in runs["arc"]["requests"]]
+    assert [q["tokens"] for q in runs[run]["requests"]] == [
+        q["tokens"] for q in runs["arc"]["requests"]
+    ]
 
 
 @pytest.mark.parametrize("run", ["arc_cy_plugin", "arc_cy_module_path"])

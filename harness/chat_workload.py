@@ -90,8 +90,7 @@ class ChatWorkload:
         config: WorkloadConfig,
         prefix: str = "c",
         *,
-        conversations: list[tuple[list[int], list[tuple[list[int], int, int]]]]
-        | None = None,
+        conversations: list[tuple[list[int], list[tuple[list[int], int, int]]]] | None = None,
         max_live: int | None = None,
     ) -> None:
         """``conversations``, if given, replaces the conversations drawn from
@@ -112,9 +111,7 @@ class ChatWorkload:
             # can run the same conversations.
             turns = [_Turn(u, m, t, None, False) for u, m, t in spec]
             start = i * config.arrival_gap
-            self.conversations.append(
-                _Conversation(i, head, turns, start, ready_step=start)
-            )
+            self.conversations.append(_Conversation(i, head, turns, start, ready_step=start))
         systems = [tokens(config.system_prompt_len) for _ in range(config.num_system_prompts)]
         for i in range(0 if conversations is not None else config.num_conversations):
             system = systems[rng.randrange(len(systems))]
@@ -133,9 +130,7 @@ class ChatWorkload:
                 for _ in range(rng.randint(*config.turns))
             ]
             start = i * config.arrival_gap + rng.randint(0, config.arrival_gap)
-            self.conversations.append(
-                _Conversation(i, system, turns, start, ready_step=start)
-            )
+            self.conversations.append(_Conversation(i, system, turns, start, ready_step=start))
         self.max_request_len = config.max_request_len
         self.prefix = prefix
         self.step_index = 0
@@ -163,9 +158,7 @@ class ChatWorkload:
         )
         harness.scheduler.add_request(request)
         conv.active = request
-        conv.abort_step = (
-            None if turn.abort_after is None else self.step_index + turn.abort_after
-        )
+        conv.abort_step = None if turn.abort_after is None else self.step_index + turn.abort_after
         conv.abort_on_load = turn.abort_on_load
         self.stats.requests += 1
 

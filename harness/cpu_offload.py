@@ -80,10 +80,13 @@ class CPUCopyWorker(OffloadingWorker):
         report_dir: str | None = None,
         fault: dict[str, Any] | None = None,
     ) -> None:
-        if fault is not None and (fault.get("kind") not in FAULT_KINDS
-                                  or int(fault.get("load", 0)) < 1):
-            raise ValueError(f"cpu_copy_fault: want {{'kind': one of {FAULT_KINDS}, "
-                             f"'load': N >= 1}}, got {fault!r}")
+        if fault is not None and (
+            fault.get("kind") not in FAULT_KINDS or int(fault.get("load", 0)) < 1
+        ):
+            raise ValueError(
+                f"cpu_copy_fault: want {{'kind': one of {FAULT_KINDS}, "
+                f"'load': N >= 1}}, got {fault!r}"
+            )
         self.blocks_per_chunk = blocks_per_chunk
         # As CPUOffloadingWorker views them: one row of page_size_bytes per block.
         self.engine_tensors = [
@@ -94,22 +97,36 @@ class CPUCopyWorker(OffloadingWorker):
             torch.zeros((num_chunks * blocks_per_chunk, t.page_size_bytes), dtype=torch.int8)
             for t in kv_caches.tensors
         ]
-        self.group_refs = [[(r.tensor_idx, r.page_size_bytes) for r in refs]
-                           for refs in kv_caches.group_data_refs]
+        self.group_refs = [
+            [(r.tensor_idx, r.page_size_bytes) for r in refs] for refs in kv_caches.group_data_refs
+        ]
         self.fault = fault
         self._checksums: dict[int, bytes] = {}  # CPU row -> checksum of what was stored there
         self._done: list[TransferResult] = []
-        self.counts = {"stores": 0, "loads": 0, "blocks_stored": 0, "blocks_loaded": 0,
-                       "blocks_checked": 0, "checksum_mismatches": 0, "faults_injected": 0}
-        self._report = (os.path.join(report_dir, f"worker-{os.getpid()}.json")
-                        if report_dir else None)
+        self.counts = {
+            "stores": 0,
+            "loads": 0,
+            "blocks_stored": 0,
+            "blocks_loaded": 0,
+            "blocks_checked": 0,
+            "checksum_mismatches": 0,
+            "faults_injected": 0,
+        }
+        self._report = (
+            os.path.join(report_dir, f"worker-{os.getpid()}.json") if report_dir else None
+        )
         self._write_report()
 
     def _write_report(self) -> None:
         if self._report:
-            _write_json(self._report, {"pid": os.getpid(), **self.counts,
-                                       "num_cpu_chunks": self.cpu_tensors[0].shape[0]
-                                       // self.blocks_per_chunk})
+            _write_json(
+                self._report,
+                {
+                    "pid": os.getpid(),
+                    **self.counts,
+                    "num_cpu_chunks": self.cpu_tensors[0].shape[0] // self.blocks_per_chunk,
+                },
+            )
 
     def _pairs(self, engine_spec: GPULoadStoreSpec, cpu_spec: BlockIDsLoadStoreSpec):
         """(group, engine block ids, CPU rows) for each group of the job."""
@@ -117,15 +134,14 @@ class CPUCopyWorker(OffloadingWorker):
         chunk_ids = cpu_spec.block_ids
         bpc = self.blocks_per_chunk
         e_off = c_off = 0
-        for g, (size, index) in enumerate(zip(engine_spec.group_sizes,
-                                              engine_spec.block_indices)):
+        for g, (size, index) in enumerate(zip(engine_spec.group_sizes, engine_spec.block_indices)):
             if size == 0:
                 continue
             skip = index % bpc
             n_chunks = -(-(size + skip) // bpc)
-            chunks = chunk_ids[c_off:c_off + n_chunks].astype(np.int64)
-            rows = (chunks[:, None] * bpc + np.arange(bpc)).ravel()[skip:skip + size]
-            yield g, engine_ids[e_off:e_off + size].astype(np.int64), rows
+            chunks = chunk_ids[c_off : c_off + n_chunks].astype(np.int64)
+            rows = (chunks[:, None] * bpc + np.arange(bpc)).ravel()[skip : skip + size]
+            yield g, engine_ids[e_off : e_off + size].astype(np.int64), rows
             e_off += size
             c_off += n_chunks
         assert e_off == len(engine_ids) and c_off == len(chunk_ids), "job's specs disagree"
@@ -136,8 +152,9 @@ class CPUCopyWorker(OffloadingWorker):
             h.update(tensors[t_idx][row, :size].numpy().tobytes())
         return h.digest()
 
-    def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec,
-                     dst_spec: LoadStoreSpec) -> bool:
+    def submit_store(
+        self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec
+    ) -> bool:
         assert isinstance(dst_spec, BlockIDsLoadStoreSpec)
         for g, engine_ids, rows in self._pairs(src_spec, dst_spec):
             src, dst = torch.from_numpy(engine_ids), torch.from_numpy(rows)
@@ -151,8 +168,7 @@ class CPUCopyWorker(OffloadingWorker):
         self._write_report()
         return True
 
-    def submit_load(self, job_id: int, src_spec: LoadStoreSpec,
-                    dst_spec: GPULoadStoreSpec) -> bool:
+    def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec) -> bool:
         assert isinstance(src_spec, BlockIDsLoadStoreSpec)
         self.counts["loads"] += 1
         fault = None
@@ -194,17 +210,23 @@ class CPUCopyOffloadingSpec(CPUOffloadingSpec):
         report_dir = self.extra_config.get("cpu_copy_report")
         if report_dir:
             policy = manager._policy  # type: ignore[attr-defined]
-            _write_json(os.path.join(report_dir, f"scheduler-{os.getpid()}.json"), {
-                "pid": os.getpid(), "num_chunks": self.num_chunks,
-                "policy_class": f"{type(policy).__module__}.{type(policy).__qualname__}",
-            })
+            _write_json(
+                os.path.join(report_dir, f"scheduler-{os.getpid()}.json"),
+                {
+                    "pid": os.getpid(),
+                    "num_chunks": self.num_chunks,
+                    "policy_class": f"{type(policy).__module__}.{type(policy).__qualname__}",
+                },
+            )
         return manager
 
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
         if self._worker is None:
             fault = self.extra_config.get("cpu_copy_fault")
             self._worker = CPUCopyWorker(  # type: ignore[assignment]
-                kv_caches, self.blocks_per_chunk, self.num_chunks,
+                kv_caches,
+                self.blocks_per_chunk,
+                self.num_chunks,
                 report_dir=self.extra_config.get("cpu_copy_report"),
                 fault=dict(fault) if fault else None,
             )

@@ -51,8 +51,13 @@ class _Lockstep(CachePolicy):
             self.mismatches.append(f"call {self.counts['calls']}: {what}")
 
     def _state(self, p: Any) -> tuple:
-        return (_items(p.t1), _items(p.t2), list(p.b1.keys()), list(p.b2.keys()),
-                float(p.target_t1_size))
+        return (
+            _items(p.t1),
+            _items(p.t2),
+            list(p.b1.keys()),
+            list(p.b2.keys()),
+            float(p.target_t1_size),
+        )
 
     def _call(self, name: str, *args: Any, force_state: bool = False) -> Any:
         self.counts["calls"] += 1
@@ -63,8 +68,10 @@ class _Lockstep(CachePolicy):
         self.policy_ns += time.perf_counter_ns() - t
         if name == "evict":
             same = (want is None and got is None) or (
-                want is not None and got is not None
-                and [(k, id(c)) for k, c in want] == [(k, id(c)) for k, c in got])
+                want is not None
+                and got is not None
+                and [(k, id(c)) for k, c in want] == [(k, id(c)) for k, c in got]
+            )
         elif name == "get":
             same = want is got
         else:
@@ -82,8 +89,9 @@ class _Lockstep(CachePolicy):
         return keys if isinstance(keys, collections.abc.Collection) else list(keys)
 
     def _ghosts(self, keys: Any) -> None:
-        self.counts["ghost_hits"] += sum(1 for k in keys
-                                         if k in self.oracle.b1 or k in self.oracle.b2)
+        self.counts["ghost_hits"] += sum(
+            1 for k in keys if k in self.oracle.b1 or k in self.oracle.b2
+        )
 
     def get(self, key):
         chunk = self._call("get", key)
@@ -109,8 +117,9 @@ class _Lockstep(CachePolicy):
 
     def on_request_finished(self, key_groups, insertion_only_keys, reused_keys, req_context):
         self.counts["reused_keys"] += len(reused_keys)
-        return self._call("on_request_finished", key_groups, insertion_only_keys,
-                          reused_keys, req_context)
+        return self._call(
+            "on_request_finished", key_groups, insertion_only_keys, reused_keys, req_context
+        )
 
     def evict(self, n, protected):
         got = self._call("evict", n, protected, force_state=True)
@@ -134,10 +143,14 @@ class _Lockstep(CachePolicy):
         self.counts["state_checks"] += 1
         if self._state(self.oracle) != self._state(self.ours):
             self._mismatch("final state differs")
-        return {"class": type(self).__name__, "arc_cy_class":
-                f"{type(self.ours).__module__}.{type(self.ours).__qualname__}",
-                "capacity": self.cache_capacity, "counts": dict(self.counts),
-                "mismatches": list(self.mismatches), "arc_cy_policy_ms": self.policy_ns / 1e6}
+        return {
+            "class": type(self).__name__,
+            "arc_cy_class": f"{type(self.ours).__module__}.{type(self.ours).__qualname__}",
+            "capacity": self.cache_capacity,
+            "counts": dict(self.counts),
+            "mismatches": list(self.mismatches),
+            "arc_cy_policy_ms": self.policy_ns / 1e6,
+        }
 
 
 class LockstepCompiled(_Lockstep):

@@ -46,24 +46,42 @@ def make_model(directory: str, layers: int = 2, kv_heads: int = 2, seed: int = 0
     if os.path.exists(os.path.join(directory, "config.json")):
         return directory
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=256,
-                         num_hidden_layers=layers, num_attention_heads=2,
-                         num_key_value_heads=kv_heads, head_dim=64,
-                         max_position_embeddings=8192, bos_token_id=0, eos_token_id=1,
-                         tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=kv_heads,
+        head_dim=64,
+        max_position_embeddings=8192,
+        bos_token_id=0,
+        eos_token_id=1,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(directory)
     return directory
 
 
-def conversations(conversations: int, rounds: int, per_round: int, first: int, turn: int,
-                  max_tokens: int, seed: int = 1) -> dict[str, Any]:
+def conversations(
+    conversations: int,
+    rounds: int,
+    per_round: int,
+    first: int,
+    turn: int,
+    max_tokens: int,
+    seed: int = 1,
+) -> dict[str, Any]:
     rng = random.Random(seed)
     return {
         "opening": [[rng.randrange(2, VOCAB) for _ in range(first)] for _ in range(conversations)],
-        "turns": [[rng.randrange(2, VOCAB) for _ in range(turn)]
-                  for _ in range(conversations * rounds)],
-        "rounds": rounds, "per_round": per_round, "max_tokens": max_tokens,
+        "turns": [
+            [rng.randrange(2, VOCAB) for _ in range(turn)] for _ in range(conversations * rounds)
+        ],
+        "rounds": rounds,
+        "per_round": per_round,
+        "max_tokens": max_tokens,
     }
 
 
@@ -73,21 +91,29 @@ def run(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     from vllm.inputs import TokensPrompt
 
     w = conversations(**config["workload"])
-    kwargs: dict[str, Any] = dict(model=config["model_dir"], skip_tokenizer_init=True,
-                                  dtype="bfloat16", seed=0, enable_prefix_caching=True)
+    kwargs: dict[str, Any] = dict(
+        model=config["model_dir"],
+        skip_tokenizer_init=True,
+        dtype="bfloat16",
+        seed=0,
+        enable_prefix_caching=True,
+    )
     if config.get("in_process"):
         kwargs["distributed_executor_backend"] = "uni"
     kwargs.update(config.get("engine", {}))
     kwargs.update(spec.get("engine", {}))
     if spec.get("extra_config") is not None:
         kwargs["kv_transfer_config"] = KVTransferConfig(
-            kv_connector="OffloadingConnector", kv_role="kv_both",
-            kv_connector_extra_config=spec["extra_config"])
+            kv_connector="OffloadingConnector",
+            kv_role="kv_both",
+            kv_connector_extra_config=spec["extra_config"],
+        )
     t = time.perf_counter()
     llm = LLM(**kwargs)
     start_s = time.perf_counter() - t
-    params = SamplingParams(temperature=0.0, max_tokens=w["max_tokens"], ignore_eos=True,
-                            logprobs=0, detokenize=False)
+    params = SamplingParams(
+        temperature=0.0, max_tokens=w["max_tokens"], ignore_eos=True, logprobs=0, detokenize=False
+    )
     history = [list(o) for o in w["opening"]]
     n_conv = len(history)
     turn_no = [0] * n_conv
@@ -110,16 +136,26 @@ def run(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
             o = out.outputs[0]
             tokens = list(o.token_ids)
             logprobs = [lp[tok].logprob for tok, lp in zip(tokens, o.logprobs)]
-            requests.append({"conversation": c, "turn": turn_no[c],
-                             "prompt_len": len(p["prompt_token_ids"]),
-                             "tokens": tokens, "logprobs": logprobs})
+            requests.append(
+                {
+                    "conversation": c,
+                    "turn": turn_no[c],
+                    "prompt_len": len(p["prompt_token_ids"]),
+                    "tokens": tokens,
+                    "logprobs": logprobs,
+                }
+            )
             history[c] += tokens
             turn_no[c] += 1
     wall = time.perf_counter() - t_all
-    result = {"start_s": round(start_s, 2), "wall_s": wall, "rounds": rounds,
-              "requests": requests,
-              "generated_tokens": sum(len(q["tokens"]) for q in requests),
-              "prompt_tokens": sum(q["prompt_len"] for q in requests)}
+    result = {
+        "start_s": round(start_s, 2),
+        "wall_s": wall,
+        "rounds": rounds,
+        "requests": requests,
+        "generated_tokens": sum(len(q["tokens"]) for q in requests),
+        "prompt_tokens": sum(q["prompt_len"] for q in requests),
+    }
     del llm
     gc.collect()
     if "engine_timing" in sys.modules:
@@ -140,8 +176,12 @@ def main() -> None:
     results = {}
     for spec in config["runs"]:
         results[spec["name"]] = run(config, spec)
-        print(f"engine_run: {spec['name']}: started in {results[spec['name']]['start_s']} s, "
-              f"workload {results[spec['name']]['wall_s']:.1f} s", file=sys.stderr, flush=True)
+        print(
+            f"engine_run: {spec['name']}: started in {results[spec['name']]['start_s']} s, "
+            f"workload {results[spec['name']]['wall_s']:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
         with open(config["out"], "w") as f:
             json.dump(results, f)
 

@@ -46,6 +46,7 @@ def _timed(name: str) -> Any:
             return getattr(self.inner, name)(*args)
         finally:
             POLICY_NS[0] += time.perf_counter_ns() - t
+
     method.__name__ = name
     return method
 

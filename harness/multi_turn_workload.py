@@ -72,7 +72,10 @@ _TOKENS = list(range(VOCAB))  # shared int objects for token ids
 
 
 def conversations(
-    cfg: dict[str, Any], n: int, seed: int, think: tuple[int, int],
+    cfg: dict[str, Any],
+    n: int,
+    seed: int,
+    think: tuple[int, int],
 ) -> list[tuple[list[int], list[tuple[list[int], int, int]]]]:
     """``n`` conversations of the generator's shape, as
     ``(prefix tokens, [(user tokens, max_tokens, think steps), ...])``.

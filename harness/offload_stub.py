@@ -50,8 +50,7 @@ def _num_chunks(config: OffloadingConfig, extra: dict[str, Any]) -> int:
     cpu_bytes = extra.get("cpu_bytes_to_use")
     if not cpu_bytes:
         raise ValueError(
-            "StubOffloadingSpec needs num_chunks or cpu_bytes_to_use in "
-            "kv_connector_extra_config"
+            "StubOffloadingSpec needs num_chunks or cpu_bytes_to_use in kv_connector_extra_config"
         )
     bytes_per_chunk = (
         config.worker_kv_bytes_per_block
@@ -71,9 +70,7 @@ class StubOffloadingSpec(OffloadingSpec):
         extra = dict(self.extra_config)
         self.num_chunks = _num_chunks(config, extra)
         self.eviction_policy: str = extra.get("eviction_policy", "lru")
-        self.cache_policy_module_path: str | None = extra.get(
-            "cache_policy_module_path"
-        )
+        self.cache_policy_module_path: str | None = extra.get("cache_policy_module_path")
         self.store_threshold = int(extra.get("store_threshold", 0))
         self.max_tracker_size = int(extra.get("max_tracker_size", 64_000))
         self.load_delay_steps = int(extra.get("stub_load_delay_steps", 0))

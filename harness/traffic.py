@@ -51,9 +51,12 @@ class Lockstep:
     per method call, whatever the number of policies) and hands each call's
     results to ``check(method, results)``."""
 
-    def __init__(self, policies: Sequence[Any],
-                 check: Callable[[str, list[Any]], None] | None = None,
-                 insert: Callable[[Any, Any, Any, Any], None] | None = None) -> None:
+    def __init__(
+        self,
+        policies: Sequence[Any],
+        check: Callable[[str, list[Any]], None] | None = None,
+        insert: Callable[[Any, Any, Any, Any], None] | None = None,
+    ) -> None:
         self.policies = list(policies)
         self.check = check
         # insert(policy, key, chunk, ctx): how the installed vLLM's manager
@@ -84,14 +87,25 @@ class PolicyTraffic:
     offload-key positions. Delays are in requests: an int, or (lo, hi)
     drawn uniformly."""
 
-    def __init__(self, target: Lockstep, capacity: int, *, seed: int = 0,
-                 key: Callable[[int], bytes] | None = None, universe: int = 0,
-                 fresh: float = 0.0, request_keys: tuple[int, int] = (1, 8),
-                 load_delay: int | tuple[int, int] = (1, 3),
-                 store_delay: int | tuple[int, int] = (0, 3), store_fail: float = 0.07,
-                 position_p: float = 1.0, access_p: float = 0.0,
-                 hooks: Iterable[str] = HOOKS, positions: bool = True,
-                 count_ghosts: bool = False) -> None:
+    def __init__(
+        self,
+        target: Lockstep,
+        capacity: int,
+        *,
+        seed: int = 0,
+        key: Callable[[int], bytes] | None = None,
+        universe: int = 0,
+        fresh: float = 0.0,
+        request_keys: tuple[int, int] = (1, 8),
+        load_delay: int | tuple[int, int] = (1, 3),
+        store_delay: int | tuple[int, int] = (0, 3),
+        store_fail: float = 0.07,
+        position_p: float = 1.0,
+        access_p: float = 0.0,
+        hooks: Iterable[str] = HOOKS,
+        positions: bool = True,
+        count_ghosts: bool = False,
+    ) -> None:
         from vllm.v1.kv_offload.base import ReqContext
         from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
 
@@ -131,8 +145,13 @@ class PolicyTraffic:
             return self.call("on_request_access", keys, ctx)
         return None
 
-    def finish(self, groups: tuple[tuple[bytes, ...], ...], inserted: set[bytes],
-               reused: set[bytes], ctx: Any) -> None:
+    def finish(
+        self,
+        groups: tuple[tuple[bytes, ...], ...],
+        inserted: set[bytes],
+        reused: set[bytes],
+        ctx: Any,
+    ) -> None:
         if "on_request_finished" in self.hooks:
             self.call("on_request_finished", groups, inserted, reused, ctx)
 
@@ -258,8 +277,9 @@ class PolicyTraffic:
         self.stats["requests"] += 1
         ctx = self.ReqContext(req_id=f"r{req}")
         start = int(self.universe * rng.random() ** 2)
-        keys = [self._key((start + j) % self.universe)
-                for j in range(rng.randint(*self.request_keys))]
+        keys = [
+            self._key((start + j) % self.universe) for j in range(rng.randint(*self.request_keys))
+        ]
         keys = list(dict.fromkeys(keys))
         if self.positions:
             for pos, key in enumerate(keys):
@@ -310,8 +330,9 @@ class ManagerTraffic:
     Records hits, evictions and, if ``timed``, per-call latencies.
     """
 
-    def __init__(self, manager: Any, *, inflight: int = 4, store_batch: int = 256,
-                 timed: bool = False) -> None:
+    def __init__(
+        self, manager: Any, *, inflight: int = 4, store_batch: int = 256, timed: bool = False
+    ) -> None:
         from vllm.v1.kv_offload.base import LookupResult
 
         self.m = manager
@@ -327,9 +348,9 @@ class ManagerTraffic:
         self.stored = 0
         self.evicted = 0
         self.per_request: list[tuple[int, tuple[bytes, ...]]] = []  # (hits, evicted)
-        self.t_store: list[int] = []       # prepare_store ns, per call
+        self.t_store: list[int] = []  # prepare_store ns, per call
         self.t_store_keys: list[int] = []  # keys offered per call
-        self.t_cycle: list[int] = []       # prepare_store + complete_store + finish, per request
+        self.t_cycle: list[int] = []  # prepare_store + complete_store + finish, per request
         self.cycle_keys: list[int] = []
 
     def step(self, keys: list[bytes], req_id: str) -> None:

@@ -41,9 +41,7 @@ def run_prog(
     )
 
 
-def run_json(
-    name: str, *args: str, timeout: float = 300, env: dict[str, str] | None = None
-) -> Any:
+def run_json(name: str, *args: str, timeout: float = 300, env: dict[str, str] | None = None) -> Any:
     """The JSON the program prints on its last line; fails on a crash."""
     proc = run_prog(name, *args, timeout=timeout, env=env)
     assert proc.returncode == 0, (name, args, proc.returncode, proc.stderr[-3000:])

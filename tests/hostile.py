@@ -109,9 +109,7 @@ def calls_with(key):
         "touch-batch-last": lambda p: p.touch([K(4), K(0), key], CTX),
         "on_store_miss": lambda p: p.on_store_miss([key], CTX),
         "on_store_miss-batch-last": lambda p: p.on_store_miss([K(1), K(0), key], CTX),
-        "on_request_finished": lambda p: p.on_request_finished(
-            ((key,),), set(), {key}, CTX
-        ),
+        "on_request_finished": lambda p: p.on_request_finished(((key,),), set(), {key}, CTX),
         "on_request_finished-reused": lambda p: p.on_request_finished(
             ((K(4), K(5), key),), {K(4)}, {K(5)}, CTX
         ),
@@ -140,9 +138,7 @@ MUTATIONS = {
     "target_t1_size": set_target(1),
     "touch": lambda p: p.touch([K(4)], CTX),
     "on_store_miss": lambda p: p.on_store_miss([K(0)], CTX),
-    "on_request_finished": lambda p: p.on_request_finished(
-        ((K(4),),), set(), {K(4)}, CTX
-    ),
+    "on_request_finished": lambda p: p.on_request_finished(((K(4),),), set(), {K(4)}, CTX),
     "__init__": lambda p: p.__init__(3),
 }
 
@@ -201,17 +197,13 @@ def drop_callback_key(policy, when, act):
         policy.clear()
     elif when == "trim":
         # evict it into b1, then push it out of b1 (capacity 3)
-        assert [k for k, _ in policy.evict(1, {K(2), K(4), K(5)})] == [
-            CallbackKey("cb")
-        ]
+        assert [k for k, _ in policy.evict(1, {K(2), K(4), K(5)})] == [CallbackKey("cb")]
         for i in (10, 11, 12):
             policy.insert(K(i), ready(i), CTX)
         policy.evict(3, {K(3)})
     elif when == "reinsert":
         # evict it into b1, then insert an equal key: the ghost is forgotten
-        assert [k for k, _ in policy.evict(1, {K(2), K(4), K(5)})] == [
-            CallbackKey("cb")
-        ]
+        assert [k for k, _ in policy.evict(1, {K(2), K(4), K(5)})] == [CallbackKey("cb")]
         policy.insert(CallbackKey("cb"), ready(41), CTX)
     elif when == "touch":
         # t1 -> t2 under the caller's (equal) key object
@@ -230,4 +222,3 @@ def drop_callback_key(policy, when, act):
 
 
 WHENS = ["remove", "clear", "trim", "reinsert", "touch", "finished", "delete"]
-

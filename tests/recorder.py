@@ -302,10 +302,7 @@ def recorded_run(
             log.append([kind, nums(offered), nums(stored), nums(evicted), pinned])
     state: dict[str, Any] = {}
     if hasattr(policy_obj, "target_t1_size"):  # ARC (vLLM lru has no lists)
-        state = {
-            name: nums(getattr(policy_obj, name).keys())
-            for name in ("t1", "t2", "b1", "b2")
-        }
+        state = {name: nums(getattr(policy_obj, name).keys()) for name in ("t1", "t2", "b1", "b2")}
         state["target_t1_size"] = policy_obj.target_t1_size
         state["target_t1_size_type"] = type(policy_obj.target_t1_size).__name__
         state["target_t1_size_max"] = recorder.target_max
@@ -339,9 +336,7 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--policies", required=True, help="comma-separated")
     parser.add_argument("--load-plugins", action="store_true")
-    parser.add_argument(
-        "--scenarios", default=",".join(SCENARIOS), help="comma-separated"
-    )
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated")
     parser.add_argument("--out", required=True, help="JSON file to write")
     args = parser.parse_args(argv)
     import arc_cy
@@ -349,9 +344,7 @@ def _main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, Any]] = {}
     for policy in args.policies.split(","):
         for scenario in args.scenarios.split(","):
-            summary = recorded_run(
-                args.model_dir, policy, scenario, load_plugins=args.load_plugins
-            )
+            summary = recorded_run(args.model_dir, policy, scenario, load_plugins=args.load_plugins)
             summary["arc_cy_implementation"] = arc_cy.IMPLEMENTATION
             results.setdefault(policy, {})[scenario] = summary
     with open(args.out, "w") as f:

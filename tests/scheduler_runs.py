@@ -67,7 +67,6 @@ class TwinProcess:
         return self._results
 
 
-
 def check_every_route(
     model_dir: str,
     scenario: str,
@@ -104,5 +103,3 @@ def check_every_route(
     assert twin_run["arc_cy_implementation"] == "python"
     assert twin_run["policy_class"] == TWIN
     assert_same_run(child_oracle, twin_run)
-
-

@@ -89,9 +89,15 @@ def test_the_core_exposes_its_node_size() -> None:
             policy.insert(keys[i], chunks[i], None)
             if i + 1 in (1, 64, 65, 128, 129):
                 snap = tracemalloc.take_snapshot().filter_traces(
-                    [tracemalloc.Filter(True, __file__)])
+                    [tracemalloc.Filter(True, __file__)]
+                )
                 largest[i + 1] = max(t.size for t in snap.traces)
     finally:
         tracemalloc.stop()
-    assert largest == {1: 64 * size, 64: 64 * size, 65: 128 * size, 128: 128 * size,
-                       129: 256 * size}
+    assert largest == {
+        1: 64 * size,
+        64: 64 * size,
+        65: 128 * size,
+        128: 128 * size,
+        129: 256 * size,
+    }

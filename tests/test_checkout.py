@@ -15,10 +15,17 @@ import pytest
 from helpers import REPO
 
 
-def run(args: list[str], env: dict[str, str] | None = None, timeout: float = 120,
-        cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, cwd=cwd, env={**os.environ, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout)
+def run(
+    args: list[str], env: dict[str, str] | None = None, timeout: float = 120, cwd: Path = REPO
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_bench_help_answers_at_once_and_builds_nothing(tmp_path: Path) -> None:
@@ -69,9 +76,22 @@ def test_find_python_names_what_it_accepts() -> None:
 def test_mypy_strict_on_a_consumer_from_the_checkout_root(mypy_cache: str) -> None:
     # From the root, mypy finds the source tree's arc_cy before the installed
     # one; pyproject.toml has it checked as an installed package is.
-    env = {"VIRTUAL_ENV": sys.prefix,
-           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
-    proc = run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", mypy_cache,
-                "tests/typing/consumer.py"], env=env, timeout=600)
+    env = {
+        "VIRTUAL_ENV": sys.prefix,
+        "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+    }
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--cache-dir",
+            mypy_cache,
+            "tests/typing/consumer.py",
+        ],
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Success: no issues found in 1 source file" in proc.stdout

@@ -151,7 +151,7 @@ class Small(ctypes.Structure):
 def _shrunk_chunk_evict(cls, resize):
     policy = cls(4)
     chunk = Big()
-    chunk.ref_cnt = 0                  # offset 40: evictable for Big
+    chunk.ref_cnt = 0  # offset 40: evictable for Big
     ctypes.memset(ctypes.addressof(chunk), 1, 4)  # offset 0, for Small: pinned
     policy.insert(K(1), chunk, CTX)
     chunk.__class__ = Small
@@ -222,9 +222,14 @@ def test_last_chunk_type_is_not_kept_alive(policy_cls, how):
     attribute) lived as long as the policy."""
     policy = policy_cls(4)
     policy.insert(K(1), ready(1), CTX)
-    tp = type("Runtime", (ctypes.Structure,), {
-        "_fields_": [("ref_cnt", ctypes.c_int32)], "payload": bytes(10 * 2**20),
-    })
+    tp = type(
+        "Runtime",
+        (ctypes.Structure,),
+        {
+            "_fields_": [("ref_cnt", ctypes.c_int32)],
+            "payload": bytes(10 * 2**20),
+        },
+    )
     ref = weakref.ref(tp)
     policy.insert(K(2), tp(), CTX)
     policy.touch([K(2)], CTX)

@@ -25,8 +25,9 @@ ALLOWED = {
 
 
 def _tracked() -> list[str]:
-    out = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True,
-                         check=True).stdout.decode()
+    out = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True
+    ).stdout.decode()
     return [name for name in out.split("\0") if name]
 
 
@@ -40,8 +41,7 @@ def machine_paths(files: list[str]) -> list[tuple[str, int, str]]:
         except (UnicodeDecodeError, FileNotFoundError):
             continue  # binary (the plots) or deleted in the work tree
         for i, line in enumerate(text.splitlines(), 1):
-            found += [(name, i, m) for m in MACHINE_PATH.findall(line)
-                      if (name, m) not in ALLOWED]
+            found += [(name, i, m) for m in MACHINE_PATH.findall(line) if (name, m) not in ALLOWED]
     return found
 
 
@@ -53,15 +53,22 @@ def test_no_committed_file_holds_a_machines_path() -> None:
 
 def test_the_pattern_finds_what_the_reports_held(tmp_path: Path) -> None:
     # What the reference reports held before, and what they hold now.
-    for held in ("/root/.cache/arc_cy/venv-py3.11/lib/python3.11/site-packages/x.py",
-                 '"/work/main/bench/evict.py"', "/tmp/mt1m/multi_turn_1M.json",
-                 "../../root/.pyenv/versions/3.11.7/lib/python3.11/tracemalloc.py:0",
-                 "/home/me/arc_cy/bench/run.py"):
+    for held in (
+        "/root/.cache/arc_cy/venv-py3.11/lib/python3.11/site-packages/x.py",
+        '"/work/main/bench/evict.py"',
+        "/tmp/mt1m/multi_turn_1M.json",
+        "../../root/.pyenv/versions/3.11.7/lib/python3.11/tracemalloc.py:0",
+        "/home/me/arc_cy/bench/run.py",
+    ):
         assert MACHINE_PATH.search(held), held
-    for portable in ("<env>/lib/python3.11/site-packages/arc_cy/__init__.py",
-                     "bench/evict.py", "<elsewhere>/multi_turn_1M.json", "${TMPDIR:-/tmp}",
-                     "bench/results/tmp/evict.json",
-                     "$HOME/.cache/arc_cy"):
+    for portable in (
+        "<env>/lib/python3.11/site-packages/arc_cy/__init__.py",
+        "bench/evict.py",
+        "<elsewhere>/multi_turn_1M.json",
+        "${TMPDIR:-/tmp}",
+        "bench/results/tmp/evict.json",
+        "$HOME/.cache/arc_cy",
+    ):
         assert not MACHINE_PATH.search(portable), portable
 
 

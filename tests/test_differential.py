@@ -40,9 +40,7 @@ def same(method, results):
         assert other == first
 
 
-def run_policy_sequence(
-    seed: int, steps: int, capacity: int, universe: int
-) -> tuple[int, int]:
+def run_policy_sequence(seed: int, steps: int, capacity: int, universe: int) -> tuple[int, int]:
     """Drive vLLM's ARC and both arc_cy classes with the same calls, the
     manager's steps of harness/traffic.py in a random mix."""
     rng = random.Random(seed)
@@ -50,8 +48,10 @@ def run_policy_sequence(
     policies = [load_policy_class(name)(capacity) for name in MODULES]
     keys = [make_offload_key(f"k{i}".encode(), i % 2) for i in range(universe)]
     t = PolicyTraffic(
-        Lockstep([oracle, *policies], check=same, insert=insert), capacity,
-        hooks=ORACLE_HOOKS, positions=KEY_POSITIONS,
+        Lockstep([oracle, *policies], check=same, insert=insert),
+        capacity,
+        hooks=ORACLE_HOOKS,
+        positions=KEY_POSITIONS,
     )
     chunks = t.chunks  # resident key -> its chunk (the driver's model)
 

@@ -56,14 +56,29 @@ def test_one_parser() -> None:
     # No other file reads a boolean flag its own way: every read of an
     # ARC_CY_ flag that is a switch goes through env_flag.
     out = subprocess.run(
-        ["git", "-C", str(REPO), "grep", "-n", "-E",
-         r"environ\.get\(\"ARC_CY_|getenv\(\"ARC_CY_|not in \(\"\", \"0\"\)",
-         "--", "*.py"],
-        capture_output=True, text=True,
+        [
+            "git",
+            "-C",
+            str(REPO),
+            "grep",
+            "-n",
+            "-E",
+            r"environ\.get\(\"ARC_CY_|getenv\(\"ARC_CY_|not in \(\"\", \"0\"\)",
+            "--",
+            "*.py",
+        ],
+        capture_output=True,
+        text=True,
     ).stdout.splitlines()
     # The flags that carry a value, not a switch; the report's raw echo.
-    values = ("arc_cy/__main__.py:", "ARC_CY_FUZZ_PROFILE", "ARC_CY_FUZZ_SEED",
-              "ARC_CY_COMPAT_STAND_IN",
-              "ARC_CY_BENCH_BASE", "ARC_CY_BENCH_COMMAND", "ARC_CY_SANITIZE")
+    values = (
+        "arc_cy/__main__.py:",
+        "ARC_CY_FUZZ_PROFILE",
+        "ARC_CY_FUZZ_SEED",
+        "ARC_CY_COMPAT_STAND_IN",
+        "ARC_CY_BENCH_BASE",
+        "ARC_CY_BENCH_COMMAND",
+        "ARC_CY_SANITIZE",
+    )
     assert out
     assert [line for line in out if not any(v in line for v in values)] == []

@@ -85,9 +85,7 @@ def run_fuzzer(mode: str, impl: str) -> dict:
     cmd = [sys.executable, "-P", PROG, "--mode", mode, "--impl", impl, "--profile", PROFILE]
     if os.environ.get("ARC_CY_FUZZ_SEED"):
         cmd += ["--seed", os.environ["ARC_CY_FUZZ_SEED"]]
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=TIMEOUT, env=child_env()
-    )
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=child_env())
     if proc.returncode != 0:
         how = f"exit {proc.returncode}"
         if proc.returncode < 0:
@@ -95,7 +93,7 @@ def run_fuzzer(mode: str, impl: str) -> dict:
         pytest.fail(f"{' '.join(cmd)}: {how}\n{proc.stderr[-8000:]}", pytrace=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("COVERAGE ")]
     assert len(lines) == 1, proc.stdout[-2000:]
-    counts = json.loads(lines[0][len("COVERAGE "):])
+    counts = json.loads(lines[0][len("COVERAGE ") :])
     print(f"\n[{mode} {impl} {PROFILE}] {lines[0]}")
     return counts
 
@@ -155,13 +153,22 @@ def surface_run(tmp_path_factory) -> dict:
     most of a run's time under ASan. Each run prints its own COVERAGE line,
     so a crash fails the run it happened in and those after it."""
     last = tmp_path_factory.mktemp("surface") / "last_call"
-    cmd = [sys.executable, "-P", SURFACE_PROG, "--mode", "all", "--profile", PROFILE,
-           "--last-call", str(last), "--exclude", SURFACE_EXCLUDE]
+    cmd = [
+        sys.executable,
+        "-P",
+        SURFACE_PROG,
+        "--mode",
+        "all",
+        "--profile",
+        PROFILE,
+        "--last-call",
+        str(last),
+        "--exclude",
+        SURFACE_EXCLUDE,
+    ]
     if os.environ.get("ARC_CY_FUZZ_SEED"):
         cmd += ["--seed", os.environ["ARC_CY_FUZZ_SEED"]]
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=TIMEOUT, env=child_env()
-    )
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=child_env())
     runs = {}
     for line in proc.stdout.splitlines():
         if line.startswith("COVERAGE "):
@@ -171,8 +178,11 @@ def surface_run(tmp_path_factory) -> dict:
     if proc.returncode < 0:
         how = f"killed by {signal.Signals(-proc.returncode).name} (a crash)"
     running = last.read_text().strip() if last.exists() else "?"
-    return {"runs": runs, "why": f"{' '.join(cmd)}: {how}\nlast call: {running}\n"
-            f"{proc.stdout[-2000:]}\n{proc.stderr[-8000:]}"}
+    return {
+        "runs": runs,
+        "why": f"{' '.join(cmd)}: {how}\nlast call: {running}\n"
+        f"{proc.stdout[-2000:]}\n{proc.stderr[-8000:]}",
+    }
 
 
 @pytest.mark.parametrize(
@@ -189,6 +199,9 @@ def test_surface_fuzz(run: str, surface_run: dict, fuzz_coverage: dict) -> None:
     fuzz_coverage[f"surface {run} ({PROFILE})"] = counts
     if run == "reflect":
         assert counts["callables_called"] == counts["callables_found"], counts
-    low = {k: (counts.get(k, 0), want) for k, want in SURFACE_MIN[run.split("-")[0]].items()
-           if counts.get(k, 0) < want}
+    low = {
+        k: (counts.get(k, 0), want)
+        for k, want in SURFACE_MIN[run.split("-")[0]].items()
+        if counts.get(k, 0) < want
+    }
     assert not low, f"coverage below the minimum (reached, minimum): {low}; all: {counts}"

@@ -113,9 +113,7 @@ class ARCMachine(RuleBasedStateMachine):
         STEPS["examples"] += 1
         self.capacity = capacity
         universe = min(32, capacity + extra + 1)
-        self.keys = [
-            make_offload_key(f"k{i}".encode(), i % 2) for i in range(universe)
-        ]
+        self.keys = [make_offload_key(f"k{i}".encode(), i % 2) for i in range(universe)]
         self.oracle = VllmARC(capacity)
         self.c = CPolicy(capacity)
         self.py = PyPolicy(capacity)
@@ -317,13 +315,16 @@ class ARCMachine(RuleBasedStateMachine):
             "all": resident,
             "more": resident + 1 + j % 3,
         }[size]
-        self.evict_n(n, {
-            "set": lambda: set(keys),
-            "frozenset": lambda: frozenset(keys),
-            "list": lambda: list(keys),
-            "dict": lambda: dict.fromkeys(keys),
-            "empty-tuple": lambda: (),
-        }[kind]())
+        self.evict_n(
+            n,
+            {
+                "set": lambda: set(keys),
+                "frozenset": lambda: frozenset(keys),
+                "list": lambda: list(keys),
+                "dict": lambda: dict.fromkeys(keys),
+                "empty-tuple": lambda: (),
+            }[kind](),
+        )
 
     def evict_n(self, n, protected):
         """evict(n, protected) on all three; returns vLLM's result."""
@@ -452,14 +453,21 @@ class Traffic(PolicyTraffic):
 
     def __init__(self, seed: int, capacity: int, universe: int) -> None:
         self.policies = [VllmARC(capacity), CPolicy(capacity), PyPolicy(capacity)]
-        self.keys = [
-            make_offload_key(f"s{seed}-{i}".encode(), i % 3) for i in range(universe)
-        ]
+        self.keys = [make_offload_key(f"s{seed}-{i}".encode(), i % 3) for i in range(universe)]
         super().__init__(
-            Lockstep(self.policies, check=agree), capacity, seed=seed,
-            key=self.keys.__getitem__, universe=universe, fresh=0.5,
-            request_keys=(1, 8), load_delay=(1, 3), store_delay=(0, 3), store_fail=0.07,
-            position_p=0.95, access_p=0.3, count_ghosts=True,
+            Lockstep(self.policies, check=agree),
+            capacity,
+            seed=seed,
+            key=self.keys.__getitem__,
+            universe=universe,
+            fresh=0.5,
+            request_keys=(1, 8),
+            load_delay=(1, 3),
+            store_delay=(0, 3),
+            store_fail=0.07,
+            position_p=0.95,
+            access_p=0.3,
+            count_ghosts=True,
         )
 
     def fresh(self, key: bytes) -> bytes:

@@ -144,7 +144,11 @@ def test_methods_refuse_an_object_of_another_type(impl):
     assert out["types"] >= (5 if impl == "cython" else 3), out
     if impl == "cython":
         assert out["own TypeError"] >= 250 and set(out) == {
-            "types", "own TypeError", "shared TypeError", "shared AttributeError",
-            "shared returned"}, out
+            "types",
+            "own TypeError",
+            "shared TypeError",
+            "shared AttributeError",
+            "shared returned",
+        }, out
     else:
         assert out["own TypeError"] + out["own AttributeError"] >= 250, out

@@ -99,8 +99,9 @@ def test_on_store_miss_bad_key_first_changes_nothing(bad):
     for name in IMPLEMENTATIONS:
         policy = populated(load_policy_class(name))
         key = bad()
-        error = unchanged(policy, lambda p, key=key: p.on_store_miss([key, K(1), K(0)], CTX),
-                          Exception)
+        error = unchanged(
+            policy, lambda p, key=key: p.on_store_miss([key, K(1), K(0)], CTX), Exception
+        )
         errors.append((type(error), str(error)))
     assert errors[0] == errors[1]
 

@@ -197,4 +197,3 @@ def test_plugin_refuses_a_foreign_registration(monkeypatch):
 def test_is_a_vllm_cache_policy(policy_cls):
     assert issubclass(policy_cls, CachePolicy)
     assert isinstance(policy_cls(4), CachePolicy)
-

@@ -95,8 +95,10 @@ def test_lock_satisfies_pyproject(version: str) -> None:
 
 
 def test_every_python_tests_the_same_vllm_and_torch() -> None:
-    stacks = {v: {n: locked(LOCK_DIR / f"requirements-py{v}.lock")[n] for n in ("vllm", "torch")}
-              for v in lock_versions()}
+    stacks = {
+        v: {n: locked(LOCK_DIR / f"requirements-py{v}.lock")[n] for n in ("vllm", "torch")}
+        for v in lock_versions()
+    }
     assert len({tuple(s.items()) for s in stacks.values()}) == 1, stacks
 
 
@@ -107,9 +109,14 @@ def test_classifiers_are_the_verified_pythons() -> None:
     project = pyproject()
     versions = lock_versions()
     prefix = "Programming Language :: Python :: 3."
-    claimed = sorted((c.removeprefix("Programming Language :: Python :: ")
-                      for c in project["project"]["classifiers"] if c.startswith(prefix)),
-                     key=lambda v: tuple(map(int, v.split("."))))
+    claimed = sorted(
+        (
+            c.removeprefix("Programming Language :: Python :: ")
+            for c in project["project"]["classifiers"]
+            if c.startswith(prefix)
+        ),
+        key=lambda v: tuple(map(int, v.split("."))),
+    )
     assert claimed == versions
     assert project["project"]["requires-python"] == f">={versions[0]}"
 
@@ -132,8 +139,7 @@ def test_environment_is_the_lock() -> None:
     # distributions on sys.path once something imports it.
     paths = sorted({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")})
     installed = {
-        canonicalize_name(d.metadata["Name"]): d.version
-        for d in metadata.distributions(path=paths)
+        canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions(path=paths)
     }
     installed.pop("arc-cy")
     extra = sorted(set(installed) - set(pins))

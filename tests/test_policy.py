@@ -45,9 +45,7 @@ def test_ghost_hits_adapt_the_target(policy_cls):
 
 
 def test_batch_crosses_t1_t2_and_back(policy_cls):
-    policy, _ = filled(
-        policy_cls, 8, t1=[b"1", b"2", b"3", b"4"], t2=[b"x", b"y"]
-    )
+    policy, _ = filled(policy_cls, 8, t1=[b"1", b"2", b"3", b"4"], t2=[b"x", b"y"])
     policy.target_t1_size = 3
     got = [k for k, _ in policy.evict(5, set())]
     # t1 (4 >= 3), t1 (3 >= 3), then t2 twice (2 < 3), then t2 is empty: t1

@@ -164,9 +164,7 @@ class RunsWhenReleased:
 
 @pytest.mark.parametrize("outer", ["clear", "__init__"])
 @pytest.mark.parametrize("how", BUSY_CALLS)
-def test_a_call_nested_in_a_release_is_busy_before_its_first_user_code(
-    policy_cls, how, outer
-):
+def test_a_call_nested_in_a_release_is_busy_before_its_first_user_code(policy_cls, how, outer):
     """Every method, run by a key's __del__ while clear() or __init__ again
     releases t1 (t2 and the ghosts still full): it nests in the release
     (rule 6), and its own first user code already finds it busy, so a
@@ -229,9 +227,7 @@ def test_protected_that_mutates_the_policy(policy_cls, mutation):
 
     name = mutation.split("(")[0]
     error = unchanged(policy, lambda p: p.evict(2, Meddling()), RuntimeError)
-    assert str(error) == (
-        f"{name}() called on the ARC policy while evict() is still running"
-    )
+    assert str(error) == (f"{name}() called on the ARC policy while evict() is still running")
     assert seen == [str(error)]
     # and the policy still works
     assert [k for k, _ in policy.evict(2, ())] == [K(2), K(4)]
@@ -402,8 +398,7 @@ def test_key_del_calls_back(policy_cls, when, act):
 )
 def test_key_del_calls_back_alike(when, act):
     results = [
-        drop_callback_key(populated(load_policy_class(name)), when, act)
-        for name in IMPLEMENTATIONS
+        drop_callback_key(populated(load_policy_class(name)), when, act) for name in IMPLEMENTATIONS
     ]
     assert results[0] == results[1]
 

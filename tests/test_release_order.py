@@ -63,8 +63,9 @@ def _released(cls, how, acting):
         policy.__init__(10) if how == "__init__" else policy.clear()
     finally:
         LoggedKey.act = None
-    state = [[getattr(k, "n", k) for k in view]
-             for view in (policy.t1, policy.t2, policy.b1, policy.b2)]
+    state = [
+        [getattr(k, "n", k) for k in view] for view in (policy.t1, policy.t2, policy.b1, policy.b2)
+    ]
     return list(DELS), state
 
 

@@ -153,9 +153,7 @@ def test_report_and_self_check(
     assert stdout.startswith(f"arc_cy {metadata.version('arc-cy')}\n")
     assert metadata.version("arc-cy") == arc_cy.__version__
     assert f["implementation"] == f"{impl} ({module})"
-    assert f["ARC_CY_NO_EXTENSIONS"] == (
-        "unset" if no_extensions is None else repr(no_extensions)
-    )
+    assert f["ARC_CY_NO_EXTENSIONS"] == ("unset" if no_extensions is None else repr(no_extensions))
     # The Cython recorded in the compiled module at build time: the runtime
     # environment need not have Cython at all.
     assert f["built with Cython"] == _arc_c.CYTHON_VERSION
@@ -198,8 +196,9 @@ def test_a_verified_releases_code_under_another_version(
         f"0.34.0 (its ARC and policy interface are those of verified vLLM {version})"
     )
     assert f["plugin"] == '"arc_cy" registered -> arc_cy._arc_c.ARCCachePolicy'
-    assert f["plugin log"].endswith(f"on vLLM 0.34.0: its ARC and policy "
-                                    f"interface are those of verified vLLM {version}")
+    assert f["plugin log"].endswith(
+        f"on vLLM 0.34.0: its ARC and policy interface are those of verified vLLM {version}"
+    )
     assert f["self-check"].startswith("ok: ")
 
 
@@ -243,8 +242,11 @@ def test_from_a_source_tree(tmp_path: Path) -> None:
     # `python -m arc_cy` in a checkout's root imports the source tree, which
     # has no compiled core and is not what vLLM loads: it says so and fails.
     tree = tmp_path / "checkout"
-    shutil.copytree(REPO / "arc_cy", tree / "arc_cy",
-                    ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
+    shutil.copytree(
+        REPO / "arc_cy",
+        tree / "arc_cy",
+        ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"),
+    )
     for name in ("setup.py", "pyproject.toml"):
         shutil.copy(REPO / name, tree / name)
     proc = start_main(tree, {}, safe_path=False)
@@ -322,8 +324,9 @@ NO_VLLM_IMPORT = "raise SystemExit('vllm was imported')\n"
 
 
 def test_help_answers_at_once(tmp_path: Path) -> None:
-    proc = start_main(tmp_path, {}, pythonpath=_fake_vllm(tmp_path, NO_VLLM_IMPORT),
-                      args=["--help"])
+    proc = start_main(
+        tmp_path, {}, pythonpath=_fake_vllm(tmp_path, NO_VLLM_IMPORT), args=["--help"]
+    )
     stdout, stderr = proc.communicate(timeout=60)
     assert (proc.returncode, stderr) == (0, ""), stdout + stderr
     assert stdout.startswith("usage: python -m arc_cy [-h] [--version]\n")
@@ -331,15 +334,17 @@ def test_help_answers_at_once(tmp_path: Path) -> None:
 
 
 def test_version_answers_at_once(tmp_path: Path) -> None:
-    proc = start_main(tmp_path, {}, pythonpath=_fake_vllm(tmp_path, NO_VLLM_IMPORT),
-                      args=["--version"])
+    proc = start_main(
+        tmp_path, {}, pythonpath=_fake_vllm(tmp_path, NO_VLLM_IMPORT), args=["--version"]
+    )
     stdout, stderr = proc.communicate(timeout=60)
     assert (proc.returncode, stdout, stderr) == (0, f"arc_cy {arc_cy.__version__}\n", "")
 
 
 def test_an_unknown_flag_is_an_error(tmp_path: Path) -> None:
-    proc = start_main(tmp_path, {}, pythonpath=_fake_vllm(tmp_path, NO_VLLM_IMPORT),
-                      args=["--verbose"])
+    proc = start_main(
+        tmp_path, {}, pythonpath=_fake_vllm(tmp_path, NO_VLLM_IMPORT), args=["--verbose"]
+    )
     stdout, stderr = proc.communicate(timeout=60)
     assert (proc.returncode, stdout) == (2, "")
     assert stderr == (

@@ -105,7 +105,11 @@ def _pytest_without_vllm(
         env[needs.REQUIRE_ALL_ENV] = "1"
     return subprocess.run(
         [sys.executable, "-P", "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rsfE", *tests],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 

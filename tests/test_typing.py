@@ -24,7 +24,11 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.pop("PYTHONPATH", None)
     return subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True,
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=600,
     )
 
@@ -32,8 +36,7 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.needs("mypy")
 def test_mypy_strict_on_a_consumer(tmp_path: Path, mypy_cache: str) -> None:
     proc = run(
-        ["-m", "mypy", "--strict", "--cache-dir", mypy_cache,
-         str(HERE / "typing" / "consumer.py")],
+        ["-m", "mypy", "--strict", "--cache-dir", mypy_cache, str(HERE / "typing" / "consumer.py")],
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -68,8 +71,16 @@ def test_stub_matches_both_implementations() -> None:
         if name == "__init__" or not name.startswith("__")
     }
     # the twin's own helpers and state
-    twin -= {"_begin", "_end", "_get", "_read", "_adapt_to_ghost_hit", "_replace_list", "_check",
-             "_abc_impl"}
+    twin -= {
+        "_begin",
+        "_end",
+        "_get",
+        "_read",
+        "_adapt_to_ghost_hit",
+        "_replace_list",
+        "_check",
+        "_abc_impl",
+    }
     stub = _stub_members() - {"_scan_visits"}  # a counter only the core keeps
     assert stub == twin
     for name in stub | {"_scan_visits"}:

@@ -14,7 +14,7 @@ from helpers import REPO
 
 def _example() -> str:
     text = (REPO / "docs" / "usage.md").read_text()
-    section = text[text.index("## Python API"):]
+    section = text[text.index("## Python API") :]
     [block] = re.findall(r"```pycon\n(.*?)```", section.split("\n## ")[0], re.S)
     return block
 

@@ -43,9 +43,10 @@ def test_iterating_a_view_while_the_policy_changes(policy_cls, view, mutation):
     first = next(it)
     before = keysnap(policy)
     MUTATIONS[mutation](policy)
-    if getattr(policy, view) and keysnap(policy)[view == "b1" and 2 or 0] == before[
-        view == "b1" and 2 or 0
-    ]:
+    if (
+        getattr(policy, view)
+        and keysnap(policy)[view == "b1" and 2 or 0] == before[view == "b1" and 2 or 0]
+    ):
         # this list did not change: the iterator goes on
         rest = list(it)
         assert [first, *rest] == list(getattr(policy, view).items())

@@ -68,8 +68,7 @@ MANAGER_CALL = (
 )
 PRIMARY_TIER_CALL = (
     "return self._prepare_load(keys, req_context, record_access=False)",
-    "len(self._policy.t1); "
-    "return self._prepare_load(keys, req_context, record_access=False)",
+    "len(self._policy.t1); return self._prepare_load(keys, req_context, record_access=False)",
 )
 
 
@@ -119,9 +118,7 @@ class FakeVllm:
             assert spec is not None
             # Not executed: the guard reads a module's file and the code its
             # loader gives, never the module's objects.
-            self.monkeypatch.setitem(
-                sys.modules, module, importlib.util.module_from_spec(spec)
-            )
+            self.monkeypatch.setitem(sys.modules, module, importlib.util.module_from_spec(spec))
             self.files[module] = path
         return self
 
@@ -181,8 +178,7 @@ def test_a_verified_releases_code_registers_whatever_the_version(
     assert registered()
     assert record.levelno == logging.INFO
     assert record.getMessage().endswith(
-        f"on vLLM {version}: its ARC and policy interface are those of "
-        "verified vLLM 0.33.0"
+        f"on vLLM {version}: its ARC and policy interface are those of verified vLLM 0.33.0"
     )
 
 
@@ -194,8 +190,7 @@ def test_comments_docstrings_and_formatting_do_not_count(
         {
             ARC_MODULE: (
                 "delta = max(1, len(self.b2) / len(self.b1))",
-                "delta = max(1,\n                        len(self.b2)/len(self.b1))"
-                "  # reformatted",
+                "delta = max(1,\n                        len(self.b2)/len(self.b1))  # reformatted",
             ),
             BASE_MODULE: (
                 '"""Find chunk in data structures. Returns None if not present."""',
@@ -318,8 +313,9 @@ def test_the_old_override_name_works_and_warns(
 ) -> None:
     fake.install("0.33.0+local", {ARC_MODULE: ARC_DECISION})
     monkeypatch.setenv(DEPRECATED_OVERRIDE_ENV, "1")
-    with pytest.warns(FutureWarning, match=f"{DEPRECATED_OVERRIDE_ENV} is deprecated; "
-                      f"set {OVERRIDE_ENV} instead"):
+    with pytest.warns(
+        FutureWarning, match=f"{DEPRECATED_OVERRIDE_ENV} is deprecated; set {OVERRIDE_ENV} instead"
+    ):
         register(caplog)
     assert registered()
 
@@ -364,7 +360,10 @@ def test_the_table_and_supported_vllm_agree() -> None:
 def test_fingerprint_script_prints_the_installed_releases_entry(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-P", str(REPO / ".ci" / "fingerprint.py")],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     entry = VERIFIED_VLLM[INSTALLED_VLLM]
@@ -390,7 +389,9 @@ def test_fingerprint_script_fails_on_a_caller_that_uses_what_base_lacks(
         path.write_text(_edit(source, *MANAGER_CALL) if module == CPU_MANAGER else source)
     proc = subprocess.run(
         [sys.executable, "-P", str(REPO / ".ci" / "fingerprint.py"), str(tmp_path)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "cpu/manager.py uses what base.py's CachePolicy does not define: 't1'" in proc.stdout
@@ -474,8 +475,9 @@ def test_without_vllm_nothing_is_checked() -> None:
         "assert not arc_cy.HAVE_VLLM and not vllm_guard.pending\n"
         "print('ok', vllm_guard.result())\n"
     )
-    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "ok None\n"
 
@@ -580,25 +582,24 @@ def test_a_stale_pyc_that_changes_decisions_is_refused(
 # Ways a caller in vLLM's style reaches its policy, each reading t1 (vLLM
 # arc's own state); the first four escaped the scan of attribute chains.
 REACHES = {
-    "annotated-parameter": "def _probe(policy: CachePolicy) -> int:\n"
-                           "    return len(policy.t1)\n",
+    "annotated-parameter": "def _probe(policy: CachePolicy) -> int:\n    return len(policy.t1)\n",
     "walrus": "def _probe(manager):\n"
-              "    if (policy := manager._policy) is not None:\n"
-              "        return policy.t1\n",
+    "    if (policy := manager._policy) is not None:\n"
+    "        return policy.t1\n",
     "tuple-assignment": "def _probe(manager):\n"
-                        "    policy, n = manager._policy, 1\n"
-                        "    return policy.t1\n",
+    "    policy, n = manager._policy, 1\n"
+    "    return policy.t1\n",
     "for-target": "def _probe(managers):\n"
-                  "    for policy in (m._policy for m in managers):\n"
-                  "        return policy.t1\n",
+    "    for policy in (m._policy for m in managers):\n"
+    "        return policy.t1\n",
     "helper-argument": "def _probe(manager):\n"
-                       "    return _helper(manager._policy)\n\n\n"
-                       "def _helper(x):\n"
-                       "    return x.t1\n",
+    "    return _helper(manager._policy)\n\n\n"
+    "def _helper(x):\n"
+    "    return x.t1\n",
     "string-attribute": "def _probe(manager):\n"
-                        "    return operator.attrgetter('t1')(manager._policy)\n",
+    "    return operator.attrgetter('t1')(manager._policy)\n",
     "arc_cy-only-attribute": "def _probe(manager):\n"
-                             "    return manager._policy._check_invariants()\n",
+    "    return manager._policy._check_invariants()\n",
 }
 
 
@@ -624,14 +625,21 @@ def test_every_way_a_caller_reaches_the_policy_is_refused(
 
 
 @pytest.mark.parametrize(
-    "call", ["getattr(manager._policy, name)", "hasattr(manager._policy, name)",
-             "vars(manager._policy)", "manager._policy.__dict__"]
+    "call",
+    [
+        "getattr(manager._policy, name)",
+        "hasattr(manager._policy, name)",
+        "vars(manager._policy)",
+        "manager._policy.__dict__",
+    ],
 )
 def test_a_computed_attribute_name_is_refused(
     call: str, registry: dict[str, object], fake: FakeVllm, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fake.install("0.33.0", appended={CALLER_MODULES[0]: f"\n\ndef _probe(manager, name):\n"
-                                                         f"    return {call}\n"})
+    fake.install(
+        "0.33.0",
+        appended={CALLER_MODULES[0]: f"\n\ndef _probe(manager, name):\n    return {call}\n"},
+    )
     message = refusal(register(caplog))
     assert "which reaches attributes by a computed name" in message
 
@@ -642,9 +650,9 @@ def test_a_name_no_arc_policy_has_behaves_alike_on_both(
     # Missing on vLLM's arc and on arc_cy alike: nothing that arc_cy could
     # decide differently (a release that adds it to arc.py or base.py
     # changes their fingerprints).
-    fake.install("0.33.0", {CPU_MANAGER: (MANAGER_CALL[0], "self._policy.pin(keys); "
-                                          + MANAGER_CALL[0])})
+    fake.install(
+        "0.33.0", {CPU_MANAGER: (MANAGER_CALL[0], "self._policy.pin(keys); " + MANAGER_CALL[0])}
+    )
     register(caplog)
     assert registered()
     assert not hasattr(arc_cy.ARCCachePolicy, "pin")
-

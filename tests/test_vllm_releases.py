@@ -105,9 +105,15 @@ class Traffic:
         self.managers = [make_manager("arc", None, num_chunks)] + [
             make_manager(name, path, num_chunks) for name, path in ROUTES.values()
         ]
-        self.reached = {"hits": 0, "pinned evictions": 0, "evicted": 0,
-                        "rejected": 0, "ghost hits": 0, "touches": 0,
-                        "requests finished": 0}
+        self.reached = {
+            "hits": 0,
+            "pinned evictions": 0,
+            "evicted": 0,
+            "rejected": 0,
+            "ghost hits": 0,
+            "touches": 0,
+            "requests finished": 0,
+        }
 
     step = 0
 
@@ -117,7 +123,8 @@ class Traffic:
         results = [call(m, c) for m, c in zip(self.managers, contexts)]
         for name, result in zip(self.names[1:], results[1:]):
             assert result == results[0], (
-                f"step {self.step}, {what}: {name} gave {result!r}; vLLM arc {results[0]!r}")
+                f"step {self.step}, {what}: {name} gave {result!r}; vLLM arc {results[0]!r}"
+            )
         return results[0]
 
     def contexts(self, req_id: str, blocks: list[bytes]) -> list[ReqContext]:
@@ -137,8 +144,7 @@ class Traffic:
     def check(self) -> None:
         self.each("events", lambda m, c: [(e.keys, e.removed) for e in m.take_events()])
         if STAND_IN is None:
-            target = self.each("T1/T2/B1/B2 and target_t1_size",
-                               lambda m, c: policy_state(m))[-1]
+            target = self.each("T1/T2/B1/B2 and target_t1_size", lambda m, c: policy_state(m))[-1]
             if target != getattr(self, "_target", 0.0):
                 self.reached["ghost hits"] += 1
                 self._target = target
@@ -164,8 +170,9 @@ def test_scheduler_shaped_traffic(seed: int) -> None:
         traffic.step = step
         op = rng.random()
         if op < 0.45:
-            prefix = list(rng.choice(conversations if conversations and rng.random() < 0.6
-                                     else prompts))
+            prefix = list(
+                rng.choice(conversations if conversations and rng.random() < 0.6 else prompts)
+            )
             turn = [block(next_block + i) for i in range(rng.randint(1, 6))]
             next_block += len(turn)
             blocks = prefix + turn
@@ -180,15 +187,19 @@ def test_scheduler_shaped_traffic(seed: int) -> None:
             traffic.reached["hits"] += hits
             traffic.touch(blocks, contexts)
             if hits:
-                traffic.each("prepare_load's chunk ids",
-                             lambda m, c: m.prepare_load(blocks[:hits], c).block_ids.tolist(),  # noqa: B023 -- each() calls it at once
-                             contexts)
+                traffic.each(
+                    "prepare_load's chunk ids",
+                    lambda m, c: m.prepare_load(blocks[:hits], c).block_ids.tolist(),  # noqa: B023 -- each() calls it at once
+                    contexts,
+                )
                 loads.append((contexts, blocks[:hits]))
             oracle = traffic.managers[0]._policy
             pinned = any(c.ref_cnt > 0 for c in chain(oracle.t1.values(), oracle.t2.values()))
-            out = traffic.each("prepare_store (keys stored, keys evicted, chunk ids)",
-                               lambda m, c: _store_summary(m.prepare_store(blocks[hits:], c)),  # noqa: B023 -- each() calls it at once
-                               contexts)
+            out = traffic.each(
+                "prepare_store (keys stored, keys evicted, chunk ids)",
+                lambda m, c: _store_summary(m.prepare_store(blocks[hits:], c)),  # noqa: B023 -- each() calls it at once
+                contexts,
+            )
             if out is None:
                 traffic.reached["rejected"] += 1
             else:
@@ -202,8 +213,11 @@ def test_scheduler_shaped_traffic(seed: int) -> None:
         elif op < 0.70 and stores:
             contexts, stored = stores.pop(rng.randrange(len(stores)))
             ok = rng.random() < 0.9
-            traffic.each("complete_store", lambda m, c: m.complete_store(stored, c, success=ok),  # noqa: B023 -- each() calls it at once
-                         contexts)
+            traffic.each(
+                "complete_store",
+                lambda m, c: m.complete_store(stored, c, success=ok),  # noqa: B023 -- each() calls it at once
+                contexts,
+            )
             _finish(traffic, contexts, loads)
         elif op < 0.92 and loads:
             contexts, loaded = loads.pop(rng.randrange(len(loads)))

@@ -14,6 +14,7 @@ from arc_cy._env import env_flag
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+
 class Overlay(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         file = os.path.join(HERE, *name.split(".")) + ".py"
@@ -21,8 +22,10 @@ class Overlay(importlib.abc.MetaPathFinder):
             return importlib.util.spec_from_file_location(name, file)
         return None
 
+
 if env_flag("FAKE_VLLM_OVERLAY"):
     sys.meta_path.insert(0, Overlay())
 if os.environ.get("FAKE_VLLM_VERSION"):
     import vllm
+
     vllm.__version__ = os.environ["FAKE_VLLM_VERSION"]

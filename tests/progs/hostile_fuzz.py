@@ -116,9 +116,7 @@ ALLOWED = (
     OverflowError,
     ZeroDivisionError,
 )
-REENTRANT_RE = re.compile(
-    re.escape(MSG_REENTRANT).replace(re.escape("{}"), r"[A-Za-z_0-9]+")
-)
+REENTRANT_RE = re.compile(re.escape(MSG_REENTRANT).replace(re.escape("{}"), r"[A-Za-z_0-9]+"))
 NONE = ("none",)
 
 
@@ -808,10 +806,13 @@ READS = [("read", r) for r in ("get", "in", "len", "iter", "items")]
 
 
 def _pools(mode, exclude):
-    call = [a for a in CALL_ACTIONS_BASE
-            if not ("copy" in exclude and a[0] == "copy")
-            and not ("mutate" in exclude and a[0] == "mutate")
-            and not ("raise" in exclude and a[0] == "raise")]
+    call = [
+        a
+        for a in CALL_ACTIONS_BASE
+        if not ("copy" in exclude and a[0] == "copy")
+        and not ("mutate" in exclude and a[0] == "mutate")
+        and not ("raise" in exclude and a[0] == "raise")
+    ]
     dels = [NONE] * 3 + READS
     hooks = [None, None, ("scan",), ("scan",)] + READS
     if mode == "chaos":
@@ -849,7 +850,11 @@ def build_machine(mode: str, impls: tuple, exclude: set):
     if mode == "chaos":
         kinds += ["broken", "broken"]
     key_st = st.tuples(
-        st.integers(0, 11), st.sampled_from(kinds), act, act, del_act,
+        st.integers(0, 11),
+        st.sampled_from(kinds),
+        act,
+        act,
+        del_act,
         st.sampled_from(["near", "asym"]),
     )
     keys_st = st.lists(key_st, max_size=6)
@@ -859,19 +864,26 @@ def build_machine(mode: str, impls: tuple, exclude: set):
     if mode == "chaos" and "nonchunks" not in exclude:
         chunk_kinds += ["none", "int", "str", "other", "union", "type", "array", "memoryview"]
     chunk_st = st.tuples(st.sampled_from([-1, 0, 0, 1, 2]), st.sampled_from(chunk_kinds), del_act)
-    where_st = st.sampled_from([("int",), ("float",), ("arith",), ("cmp",),
-                                ("int", "float", "arith", "cmp")])
+    where_st = st.sampled_from(
+        [("int",), ("float",), ("arith",), ("cmp",), ("int", "float", "arith", "cmp")]
+    )
     target_st = st.one_of(
         st.integers(-2, 10),
         st.floats(-2, 10, allow_nan=False),
         st.tuples(st.integers(-4, 40), st.integers(1, 4), act, where_st),
-        *([st.sampled_from([float("nan"), float("inf"), "x", True, None, 10**400, -(10**400)])]
-          if mode == "chaos" else []),
+        *(
+            [st.sampled_from([float("nan"), float("inf"), "x", True, None, 10**400, -(10**400)])]
+            if mode == "chaos"
+            else []
+        ),
     )
     iter_kinds = ["list", "tuple"] + ([] if "iters" in exclude else ["hiter", "hgen"])
     cont_kinds = ["set", "frozenset", "list"] + ([] if "iters" in exclude else ["hprot", "hprot"])
-    n_kinds = (["int", "int"] + ([] if "n" in exclude else ["hn", "hn"])
-               + (["bad"] if mode == "chaos" else []))
+    n_kinds = (
+        ["int", "int"]
+        + ([] if "n" in exclude else ["hn", "hn"])
+        + (["bad"] if mode == "chaos" else [])
+    )
 
     class HostileMachine(RuleBasedStateMachine):
         @initialize(capacity=st.integers(0, 8), extra=st.integers(1, 5))
@@ -918,9 +930,14 @@ def build_machine(mode: str, impls: tuple, exclude: set):
                     c.del_act = dact
                 return c
             return {
-                "none": lambda: None, "int": lambda: 0, "str": lambda: "chunk",
-                "other": OtherLayout, "union": RefUnion, "type": lambda: ChunkStatus,
-                "array": lambda: (ctypes.c_int32 * 4)(), "memoryview": lambda: memoryview(b"abcd"),
+                "none": lambda: None,
+                "int": lambda: 0,
+                "str": lambda: "chunk",
+                "other": OtherLayout,
+                "union": RefUnion,
+                "type": lambda: ChunkStatus,
+                "array": lambda: (ctypes.c_int32 * 4)(),
+                "memoryview": lambda: memoryview(b"abcd"),
             }[kind]()
 
         def target(self, spec):
@@ -995,7 +1012,8 @@ def build_machine(mode: str, impls: tuple, exclude: set):
                 except BaseException as exc:
                     if G.mode == "chaos" and not isinstance(exc, AssertionError):
                         raise AssertionError(
-                            f"{pname}: {exc!r} is not an allowed exception") from exc
+                            f"{pname}: {exc!r} is not an allowed exception"
+                        ) from exc
                     raise
                 finally:
                     G.in_call = False
@@ -1028,7 +1046,13 @@ def build_machine(mode: str, impls: tuple, exclude: set):
                     assert norm[pname] == ref, (what, "result", pname, norm[pname], "vllm", ref)
                 for pname in impls:
                     assert states[pname] == states["vllm"], (
-                        what, "state", pname, states[pname], "vllm", states["vllm"])
+                        what,
+                        "state",
+                        pname,
+                        states[pname],
+                        "vllm",
+                        states["vllm"],
+                    )
             return norm[impls[-1]]
 
         @staticmethod
@@ -1059,9 +1083,11 @@ def build_machine(mode: str, impls: tuple, exclude: set):
 
         # --- rules -----------------------------------------------------------
 
-        @rule(armed=st.sampled_from([True, True, True, False]),
-              hook=st.sampled_from(hook_acts),
-              threshold=st.sampled_from([False, False, True]))
+        @rule(
+            armed=st.sampled_from([True, True, True, False]),
+            hook=st.sampled_from(hook_acts),
+            threshold=st.sampled_from([False, False, True]),
+        )
         def arm(self, armed, hook, threshold):
             self.armed = armed
             self.hook_action = hook
@@ -1131,24 +1157,35 @@ def build_machine(mode: str, impls: tuple, exclude: set):
             make = self.iterable(ks, kind, action)
             self.run("on_store_miss", lambda p: p.on_store_miss(make(), None))
 
-        @rule(groups=st.lists(keys_st, min_size=1, max_size=3),
-              ins=st.frozensets(st.integers(0, 11), max_size=6),
-              reused=st.frozensets(st.integers(0, 11), max_size=6),
-              ckind=st.sampled_from(cont_kinds), cact=act,
-              xkind=st.sampled_from(["plain", "hctx"]), xact=act,
-              positions=st.lists(st.one_of(st.none(), st.integers(0, 20)), max_size=18))
+        @rule(
+            groups=st.lists(keys_st, min_size=1, max_size=3),
+            ins=st.frozensets(st.integers(0, 11), max_size=6),
+            reused=st.frozensets(st.integers(0, 11), max_size=6),
+            ckind=st.sampled_from(cont_kinds),
+            cact=act,
+            xkind=st.sampled_from(["plain", "hctx"]),
+            xact=act,
+            positions=st.lists(st.one_of(st.none(), st.integers(0, 20)), max_size=18),
+        )
         def on_request_finished(self, groups, ins, reused, ckind, cact, xkind, xact, positions):
             key_groups = tuple(tuple(self.key(s) for s in g) for g in groups)
             flat = [k for g in key_groups for k in g]
             c = self.ctx(xkind, xact, flat, positions)
             ins_c = self.container([self.canon[i % self.universe] for i in ins], ckind, cact)
             reu_c = self.container([self.canon[i % self.universe] for i in reused], ckind, cact)
-            self.run("on_request_finished",
-                     lambda p: p.on_request_finished(key_groups, ins_c, reu_c, c))
+            self.run(
+                "on_request_finished", lambda p: p.on_request_finished(key_groups, ins_c, reu_c, c)
+            )
 
-        @rule(size=st.sampled_from(["one", "some", "some", "evictable", "all", "zero", "more"]),
-              j=st.integers(0, 16), nkind=st.sampled_from(n_kinds), nact=act,
-              prot=st.lists(key_st, max_size=4), pkind=st.sampled_from(cont_kinds), pact=act)
+        @rule(
+            size=st.sampled_from(["one", "some", "some", "evictable", "all", "zero", "more"]),
+            j=st.integers(0, 16),
+            nkind=st.sampled_from(n_kinds),
+            nact=act,
+            prot=st.lists(key_st, max_size=4),
+            pkind=st.sampled_from(cont_kinds),
+            pact=act,
+        )
         def evict(self, size, j, nkind, nact, prot, pkind, pact):
             pkeys = [self.key(s) for s in prot]
             pkids = {k.kid for k in pkeys}
@@ -1157,29 +1194,34 @@ def build_machine(mode: str, impls: tuple, exclude: set):
             ready = self.resident(lambda c: getattr(c, "ref_cnt", 1) == 0)
             evictable = len([k for k in ready if k.kid not in pkids])
             n = {
-                "zero": 0, "one": min(1, resident),
+                "zero": 0,
+                "one": min(1, resident),
                 "some": 1 + j % evictable if evictable else min(1, resident),
                 "evictable": evictable or min(1, resident),
-                "all": resident, "more": resident + 1 + j % 3,
+                "all": resident,
+                "more": resident + 1 + j % 3,
             }[size]
             self.do_evict(self.n(n, nkind, nact), lambda: self.container(pkeys, pkind, pact), pkids)
 
         def do_evict(self, make_n, make_prot, pkids):
             t1, t2, _, _ = self.lists()
-            before = [[(k.kid, getattr(c, "ref_cnt", None)) for k, c in d.items()]
-                      for d in (t1, t2)]
+            before = [
+                [(k.kid, getattr(c, "ref_cnt", None)) for k, c in d.items()] for d in (t1, t2)
+            ]
             full = self.ref.cache_capacity > 0 and len(t1) + len(t2) >= self.ref.cache_capacity
             prot = make_prot()
-            result = self.run("evict", lambda p: p.evict(make_n(), prot),
-                              no_key_raise=G.mode == "agree")
+            result = self.run(
+                "evict", lambda p: p.evict(make_n(), prot), no_key_raise=G.mode == "agree"
+            )
             if result[0] == "ok" and result[1]:
                 G.counts["evict_ok"] += 1
                 if full:
                     G.counts["evict_full"] += 1
                 victims = {v[0] for v in result[1]}
                 for entries in before:
-                    last = max((i for i, (kid, _) in enumerate(entries) if kid in victims),
-                               default=-1)
+                    last = max(
+                        (i for i, (kid, _) in enumerate(entries) if kid in victims), default=-1
+                    )
                     skipped = entries[:last]
                     if any(r != 0 for kid, r in skipped):
                         G.counts["evict_pinned_skip"] += 1
@@ -1188,8 +1230,11 @@ def build_machine(mode: str, impls: tuple, exclude: set):
             elif result[0] == "ok" and result[1] is None:
                 G.counts["evict_none"] += 1
 
-        @rule(idx=st.lists(st.integers(0, 11), min_size=1, max_size=8),
-              ref=st.sampled_from([0, 0, -1]), pact=act)
+        @rule(
+            idx=st.lists(st.integers(0, 11), min_size=1, max_size=8),
+            ref=st.sampled_from([0, 0, -1]),
+            pact=act,
+        )
         def store(self, idx, ref, pact):
             """The manager's store: ghost hits, evict to make room (the
             request's keys protected), insert the missing keys."""
@@ -1205,9 +1250,11 @@ def build_machine(mode: str, impls: tuple, exclude: set):
             t1, t2, _, _ = self.lists()
             need = len(t1) + len(t2) + len(missing) - cap
             if need > 0:
-                self.do_evict(lambda: need,
-                              lambda: HProt(keys, pact) if "iters" not in exclude else set(keys),
-                              {k.kid for k in keys})
+                self.do_evict(
+                    lambda: need,
+                    lambda: HProt(keys, pact) if "iters" not in exclude else set(keys),
+                    {k.kid for k in keys},
+                )
                 t1, t2, _, _ = self.lists()
                 if len(t1) + len(t2) + len(missing) > cap:
                     return
@@ -1232,8 +1279,10 @@ def build_machine(mode: str, impls: tuple, exclude: set):
             self.run("set_target", lambda p: setattr(p, "target_t1_size", t))
 
         @precondition(lambda self: "reinit" not in exclude)
-        @rule(cap=st.one_of(st.integers(-1, 8), st.tuples(st.integers(-1, 8), act), st.just(1.5)),
-              go=st.integers(0, 3))
+        @rule(
+            cap=st.one_of(st.integers(-1, 8), st.tuples(st.integers(-1, 8), act), st.just(1.5)),
+            go=st.integers(0, 3),
+        )
         def reinit(self, cap, go):
             if go:
                 return
@@ -1309,7 +1358,8 @@ def main(argv=None) -> int:
     print(
         f"hostile_fuzz: mode={args.mode} impl={args.impl} profile={args.profile} "
         f"seed={seed} exclude={sorted(exclude)} (rerun with --seed {seed})",
-        file=sys.stderr, flush=True,
+        file=sys.stderr,
+        flush=True,
     )
     import hypothesis.core
 

@@ -21,9 +21,13 @@ from arc_cy import _common  # noqa: E402 -- imported with vLLM hidden
 assert not _common.HAVE_VLLM
 cs = _common.ChunkStatus
 c = cs(7)
-print(json.dumps({
-    "fields": [(f[0], ctypes.sizeof(f[1]), getattr(cs, f[0]).offset) for f in cs._fields_],
-    "size": ctypes.sizeof(cs),
-    "align": ctypes.alignment(cs),
-    "init": [c.ref_cnt, c.chunk_id, c.is_ready],
-}))
+print(
+    json.dumps(
+        {
+            "fields": [(f[0], ctypes.sizeof(f[1]), getattr(cs, f[0]).offset) for f in cs._fields_],
+            "size": ctypes.sizeof(cs),
+            "align": ctypes.alignment(cs),
+            "init": [c.ref_cnt, c.chunk_id, c.is_ready],
+        }
+    )
+)

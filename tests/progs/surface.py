@@ -78,9 +78,9 @@ def referrers():
                     if setstate is None:
                         continue
                     for value in (10**6, 3, -5):
-                        tried.append(outcome(
-                            lambda f=setstate, s=state[-1], v=value: f(restated(s, v))
-                        ))
+                        tried.append(
+                            outcome(lambda f=setstate, s=state[-1], v=value: f(restated(s, v)))
+                        )
             return False
 
     result = policy.evict(30, Protected())
@@ -174,8 +174,7 @@ def nested():
     Slow.hook = None
     policy.insert(Slow(1), ready(1), None)
     policy._check_invariants()
-    return {"a": got_a is None, "b": [got is None for got in b_got],
-            "t1": [k.i for k in policy.t1]}
+    return {"a": got_a is None, "b": [got is None for got in b_got], "t1": [k.i for k in policy.t1]}
 
 
 class Yielding(Slow):
@@ -195,8 +194,14 @@ class Yielding(Slow):
 def threads():
     sys.setswitchinterval(1e-6)
     policy = cls(32)
-    stats = {"calls": 0, "reader_calls": 0, "overlapped": 0, "refused": 0, "duplicate": 0,
-             "other": []}
+    stats = {
+        "calls": 0,
+        "reader_calls": 0,
+        "overlapped": 0,
+        "refused": 0,
+        "duplicate": 0,
+        "other": [],
+    }
     inside = [0]  # calls running now, across both threads
     stop = threading.Event()
 
@@ -294,9 +299,21 @@ def overtaken():
     gate.go.set()
     thread.join()
     policy._check_invariants()
-    return {"scanned": gate.asked.is_set(), "other": other,
-            "lists": [len(v) for v in (policy.t1, policy.t2, policy.b1, policy.b2)]}
+    return {
+        "scanned": gate.asked.is_set(),
+        "other": other,
+        "lists": [len(v) for v in (policy.t1, policy.t2, policy.b1, policy.b2)],
+    }
 
 
-print(json.dumps({"referrers": referrers, "iterators": iterators, "nested": nested,
-                  "threads": threads, "overtaken": overtaken}[mode]()))
+print(
+    json.dumps(
+        {
+            "referrers": referrers,
+            "iterators": iterators,
+            "nested": nested,
+            "threads": threads,
+            "overtaken": overtaken,
+        }[mode]()
+    )
+)

@@ -109,17 +109,18 @@ def fail(msg: str) -> None:
 
 
 def _msg_pattern(template: str) -> re.Pattern:
-    return re.compile(re.escape(template).replace(re.escape("{}"), ".+").replace(
-        re.escape("{!r}"), ".+"))
+    return re.compile(
+        re.escape(template).replace(re.escape("{}"), ".+").replace(re.escape("{!r}"), ".+")
+    )
 
 
 # The RuntimeErrors the rules document for a call that meets another call
 # (same thread or not): every MSG_* of _common that names a running call or a
 # thread, so that a rule added later is accepted without listing it here.
 REFUSALS = [
-    _msg_pattern(text) for name, text in vars(_common).items()
-    if name.startswith("MSG_") and isinstance(text, str)
-    and ("running" in text or "thread" in text)
+    _msg_pattern(text)
+    for name, text in vars(_common).items()
+    if name.startswith("MSG_") and isinstance(text, str) and ("running" in text or "thread" in text)
 ]
 
 
@@ -220,12 +221,32 @@ def populated(policy_cls, capacity: int = 6, keys: int = 10):
 MODULES = (core_mod, twin_mod)
 _BIG = [2**31 - 1, 2**31, -(2**31), 2**63 - 1, 2**64, -(2**63), 10**6, 10**30]
 HOSTILE_INTS = [-1, 0, 1, 2, 3, 4, 5, 255, *_BIG]
-SCALARS = [None, *HOSTILE_INTS, 1.5, -0.0, float("nan"), float("inf"), True, "",
-           "x", "t1", "_busy", b"", b"k", (), [], {}, set(), frozenset(), object()]
+SCALARS = [
+    None,
+    *HOSTILE_INTS,
+    1.5,
+    -0.0,
+    float("nan"),
+    float("inf"),
+    True,
+    "",
+    "x",
+    "t1",
+    "_busy",
+    b"",
+    b"k",
+    (),
+    [],
+    {},
+    set(),
+    frozenset(),
+    object(),
+]
 # What the twin, a Python object, lets any caller write: after one of these
 # the twin is as the call left it, which no rule constrains. It is replaced.
-RAW_WRITERS = frozenset(["__setattr__", "__delattr__", "__setstate__", "__init_subclass__",
-                         "_begin"])
+RAW_WRITERS = frozenset(
+    ["__setattr__", "__delattr__", "__setstate__", "__init_subclass__", "_begin"]
+)
 
 
 def _owner_name(owner) -> str:
@@ -280,8 +301,11 @@ class Surface:
         tp = type(obj)
         if tp in weakref.ProxyTypes:
             return False
-        return tp in self.owners or tp.__module__.startswith("arc_cy") or isinstance(
-            obj, (collections.abc.Iterator, collections.abc.MappingView))
+        return (
+            tp in self.owners
+            or tp.__module__.startswith("arc_cy")
+            or isinstance(obj, (collections.abc.Iterator, collections.abc.MappingView))
+        )
 
     def note(self, obj) -> None:
         if not self.belongs(obj):
@@ -367,8 +391,14 @@ class Reflector:
             s.note(p)
             for which in ("t1", "t2", "b1", "b2"):
                 view = getattr(p, which)
-                for obj in (view, view.items(), view.keys(), view.values(), iter(view),
-                            iter(view.items())):
+                for obj in (
+                    view,
+                    view.items(),
+                    view.keys(),
+                    view.values(),
+                    iter(view),
+                    iter(view.items()),
+                ):
                     s.note(obj)
         for tp in list(s.owners):
             if isinstance(tp, type):
@@ -426,7 +456,8 @@ class Reflector:
         if not isinstance(owner, type):
             return [None]
         return list(self.surface.instances.get(owner, [])) + list(
-            self.surface.halfbuilt.get(owner, []))
+            self.surface.halfbuilt.get(owner, [])
+        )
 
     # --- calls ----------------------------------------------------------------
 
@@ -472,8 +503,10 @@ class Reflector:
         if s.belongs(result) and isinstance(result, collections.abc.Iterator):
             # an iterator is half its surface until next() runs on it
             if where == "top":
-                LastCall.note(f"next() on what {label} returned, called on "
-                              f"{_safe_repr(target)} with {_safe_repr(args)}")
+                LastCall.note(
+                    f"next() on what {label} returned, called on "
+                    f"{_safe_repr(target)} with {_safe_repr(args)}"
+                )
             for _ in range(3):
                 try:
                     next(result)
@@ -553,6 +586,7 @@ class Reflector:
                 else:
                     name = self.rng.choice(names)
                 self.call(type(obj), name, obj, where="in_call")
+
         return act
 
     def in_call_round(self, i: int) -> None:
@@ -623,6 +657,7 @@ def run_reflect(args, rng: random.Random) -> None:
             if FAILURES:
                 break
     gc.callbacks.remove(_gc_callback)
+
     def found_called() -> tuple[set, set]:
         found = {(o, n) for o, n in rf.surface.found() if not excluded(n)}
         return found, {k for k, v in rf.surface.called.items() if v}
@@ -691,10 +726,20 @@ class Overlaps:
 
 
 THREAD_OPS = (
-    ["insert"] * 6 + ["get"] * 6 + ["in"] * 3 + ["getitem"] * 2 + ["touch"] * 3
-    + ["iter"] * 2 + ["evict"] * 2 + ["remove"] * 2 + ["store_miss"] + ["clear"] * 2
-    + ["finished"] + ["target"]
+    ["insert"] * 6
+    + ["get"] * 6
+    + ["in"] * 3
+    + ["getitem"] * 2
+    + ["touch"] * 3
+    + ["iter"] * 2
+    + ["evict"] * 2
+    + ["remove"] * 2
+    + ["store_miss"]
+    + ["clear"] * 2
+    + ["finished"]
+    + ["target"]
 )
+
 
 def thread_op(p, op: str, rng: random.Random, universe: int):
     k = SlowKey(rng.randrange(universe))
@@ -767,8 +812,9 @@ def run_threads(args, rng: random.Random) -> None:
 
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
-    threads = [threading.Thread(target=worker, args=(t, rng.randrange(2**32)))
-               for t in range(nthreads)]
+    threads = [
+        threading.Thread(target=worker, args=(t, rng.randrange(2**32))) for t in range(nthreads)
+    ]
     try:
         for t in threads:
             t.start()
@@ -833,7 +879,7 @@ class Hooks:
 
     @classmethod
     def where(cls, frame) -> str | None:
-        """"user" (the caller's objects), "impl" (arc_cy's Python code) or
+        """ "user" (the caller's objects), "impl" (arc_cy's Python code) or
         None (the fuzzer: hooks leave it alone)."""
         if frame is None:
             return None
@@ -863,11 +909,14 @@ class Hooks:
                 # The twin hashes and compares keys again while it applies a
                 # call (hardening.md, "Where arc_cy differs"): a key that
                 # raises there may leave it half applied, as vLLM.
-                cls.raised_in_impl = (cls.raised_in_impl or where == "impl"
-                                      or frame.f_code in KEY_CODE)
+                cls.raised_in_impl = (
+                    cls.raised_in_impl or where == "impl" or frame.f_code in KEY_CODE
+                )
                 code = frame.f_code
-                cls.raised_at = (f"{source} hook in {code.co_name} "
-                                 f"({os.path.basename(code.co_filename)}:{frame.f_lineno})")
+                cls.raised_at = (
+                    f"{source} hook in {code.co_name} "
+                    f"({os.path.basename(code.co_filename)}:{frame.f_lineno})"
+                )
                 raise HostileError("hook")
             if r < 0.75 and cls.mutating and where == "user":
                 cls.reenter_mutator()
@@ -988,9 +1037,23 @@ class HookRun:
             return [Key(rng.randrange(u)) for _ in range(n)]
 
         resident = len(self.p.t1) + len(self.p.t2)
-        kind = rng.choice(["insert"] * 5 + ["touch"] * 3 + ["evict"] * 3 + [
-            "store_miss", "store_miss", "finished", "remove", "target", "clear", "get",
-            "in", "getitem", "iter"])
+        kind = rng.choice(
+            ["insert"] * 5
+            + ["touch"] * 3
+            + ["evict"] * 3
+            + [
+                "store_miss",
+                "store_miss",
+                "finished",
+                "remove",
+                "target",
+                "clear",
+                "get",
+                "in",
+                "getitem",
+                "iter",
+            ]
+        )
         if kind == "insert":
             k, c = Key(rng.randrange(u)), chunk(rng.choice([0, 0, 0, -1, 1]))
             if resident >= self.CAPACITY:
@@ -1060,13 +1123,17 @@ class HookRun:
         try:
             self.p._check_invariants()
         except Exception as exc:
-            fail(f"{self.impl}: after {name} ({use}, {got[0]}, raised by the "
-                 f"{Hooks.raised_at or '?'}): {exc!r}")
+            fail(
+                f"{self.impl}: after {name} ({use}, {got[0]}, raised by the "
+                f"{Hooks.raised_at or '?'}): {exc!r}"
+            )
             return
         now = state(self.p)
         # (the twin's OrderedDict iteration turns a key's error into KeyError)
-        hooked = got[0] == "raised" and (isinstance(got[1], HostileError) or (
-            Hooks.raised_in_impl and self.impl == "python" and type(got[1]) is KeyError))
+        hooked = got[0] == "raised" and (
+            isinstance(got[1], HostileError)
+            or (Hooks.raised_in_impl and self.impl == "python" and type(got[1]) is KeyError)
+        )
         if hooked:
             if now == before:
                 COUNTS["raised_unchanged"] += 1
@@ -1083,8 +1150,10 @@ class HookRun:
                 COUNTS["twin_half_applied"] += 1
                 self.start_over()
                 return
-            fail(f"{self.impl}: {name} raised {got[1]!r} from a {use} hook and changed the "
-                 f"state: before {before}, after {now}")
+            fail(
+                f"{self.impl}: {name} raised {got[1]!r} from a {use} hook and changed the "
+                f"state: before {before}, after {now}"
+            )
             return
         if got[0] == "ok":
             COUNTS["calls_ok"] += 1
@@ -1128,8 +1197,13 @@ def run_hooks(args, rng: random.Random) -> None:
 RUNNERS = {"reflect": run_reflect, "threads": run_threads, "hooks": run_hooks}
 # --mode all: every mode in one process (one import of vLLM, which is most
 # of a run under ASan); the threads and hooks first, on a clean interpreter.
-ALL = [("threads", "cython"), ("threads", "python"), ("hooks", "cython"),
-       ("hooks", "python"), ("reflect", "both")]
+ALL = [
+    ("threads", "cython"),
+    ("threads", "python"),
+    ("hooks", "cython"),
+    ("hooks", "python"),
+    ("reflect", "both"),
+]
 
 
 def main(argv=None) -> int:
@@ -1148,13 +1222,20 @@ def main(argv=None) -> int:
     seed = args.seed
     if seed is None:
         seed = 25 if args.profile == "ci" else random.SystemRandom().randrange(2**32)
-    print(f"surface_fuzz: mode={args.mode} impl={args.impl} profile={args.profile} "
-          f"seed={seed} (rerun with --seed {seed})", file=sys.stderr, flush=True)
+    print(
+        f"surface_fuzz: mode={args.mode} impl={args.impl} profile={args.profile} "
+        f"seed={seed} (rerun with --seed {seed})",
+        file=sys.stderr,
+        flush=True,
+    )
     LastCall.open(args.last_call)
     gc.collect()
     gc.freeze()  # what the imports made: collections stay cheap
-    runs = ALL if args.mode == "all" else [
-        (args.mode, "both" if args.mode == "reflect" else args.impl)]
+    runs = (
+        ALL
+        if args.mode == "all"
+        else [(args.mode, "both" if args.mode == "reflect" else args.impl)]
+    )
     failed = []
     for mode, impl in runs:
         COUNTS, FAILURES = Counter(), []
@@ -1175,8 +1256,11 @@ def main(argv=None) -> int:
             print(f"COVERAGE {name} " + json.dumps(counts), flush=True)
         failed += [f"{name}: {f}" for f in FAILURES]
     if failed:
-        print(f"surface_fuzz: FAILED ({len(failed)} failures, seed {seed})",
-              file=sys.stderr, flush=True)
+        print(
+            f"surface_fuzz: FAILED ({len(failed)} failures, seed {seed})",
+            file=sys.stderr,
+            flush=True,
+        )
     sys.stderr.flush()
     os._exit(1 if failed else 0)
 

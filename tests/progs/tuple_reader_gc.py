@@ -42,8 +42,6 @@ class Ctx:
         return None
 
 
-
-
 def run(impl, call):
     policy = policy_class(impl)(16)
     for i in range(12):
@@ -74,6 +72,11 @@ def run(impl, call):
     }
 
 
-print(json.dumps({
-    call: {impl: run(impl, call) for impl in ("cython", "python", "vllm")} for call in sys.argv[1:]
-}))
+print(
+    json.dumps(
+        {
+            call: {impl: run(impl, call) for impl in ("cython", "python", "vllm")}
+            for call in sys.argv[1:]
+        }
+    )
+)

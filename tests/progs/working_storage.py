@@ -25,7 +25,8 @@ impl, mode, how = sys.argv[1:]
 cls = load_policy_class(impl)
 
 ARMED = set()
-CALL = []   # the key objects the call is given
+CALL = []  # the key objects the call is given
+
 
 def clear_lists_holding(*objs):
     for obj in objs:
@@ -33,17 +34,21 @@ def clear_lists_holding(*objs):
             if type(r) is list and r is not CALL:
                 r.clear()
 
+
 class Key:
     def __init__(self, n):
         self.n = n
+
     def __hash__(self):
         if "hash" in ARMED:
             clear_lists_holding(self)
         return hash(self.n)
+
     def __eq__(self, other):
         if "eq" in ARMED:
             clear_lists_holding(self, other)
         return isinstance(other, Key) and other.n == self.n
+
 
 class Target(Fraction):
     # A ghost hit's arithmetic: runs in the middle of touch's changes.
@@ -51,6 +56,7 @@ class Target(Fraction):
         if "target" in ARMED:
             clear_lists_holding(*CALL)
         return Fraction.__add__(self, other)
+
 
 def populated(cls, capacity=3):
     # t1 = [2, 4, 5], t2 = [3], b1 = [0, 1]
@@ -63,9 +69,16 @@ def populated(cls, capacity=3):
     p.target_t1_size = Target(1, 3)
     return p
 
+
 def state(p):
-    return ([k.n for k in p.t1], [k.n for k in p.t2], [k.n for k in p.b1],
-            [k.n for k in p.b2], p.target_t1_size)
+    return (
+        [k.n for k in p.t1],
+        [k.n for k in p.t2],
+        [k.n for k in p.b1],
+        [k.n for k in p.b2],
+        p.target_t1_size,
+    )
+
 
 def run(cls, armed, call):
     p = populated(cls)
@@ -77,21 +90,22 @@ def run(cls, armed, call):
     return p, state(p)
 
 
-
 ARMED_LENGTHS = set()
+
 
 def working(o):
     # the shapes of the working lists a call used to keep: n Nones (trash,
     # results to fill), (key, chunk) pairs, (key, chunk, from_t1) triples,
     # keys
     return all(
-        x is None or type(x) is Key or type(x) is tuple and x and type(x[0]) is Key
-        for x in o
+        x is None or type(x) is Key or type(x) is tuple and x and type(x[0]) is Key for x in o
     )
 
-COLLECTIONS = [0]   # collections started while armed (on 3.12+, for the
-                    # compiled evict: just after it returned)
+
+COLLECTIONS = [0]  # collections started while armed (on 3.12+, for the
+# compiled evict: just after it returned)
 EMPTIED_LISTS = []  # (list, its items when the hook emptied it)
+
 
 def emptying_hook(phase, info):
     if phase != "start" or not ARMED_LENGTHS:
@@ -101,6 +115,7 @@ def emptying_hook(phase, info):
         if type(o) is list and o is not CALL and len(o) in ARMED_LENGTHS and working(o):
             EMPTIED_LISTS.append((o, tuple(o)))
             o.clear()
+
 
 def run_hooked(cls, call, lengths):
     p = populated(cls, capacity=8)

@@ -25,8 +25,9 @@ module = importlib.import_module(MODULES[impl])
 other = policy_class("python" if impl == "cython" else "cython")(4)
 policy = module.ARCCachePolicy(4)
 policy.insert(K(1), ready(1))
-types = {v for v in vars(module).values()
-         if isinstance(v, type) and v.__module__ == module.__name__}
+types = {
+    v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__
+}
 types |= {type(iter(policy.t1)), type(iter(policy.t1.items())), type(policy.t1)}
 receivers = [object(), [], other]
 outcomes: collections.Counter[str] = collections.Counter()
@@ -39,11 +40,17 @@ for cls in sorted(types, key=lambda t: t.__qualname__):
             continue
         calls = []
         if hasattr(attr, "__set__"):  # properties and getset descriptors
-            calls = [lambda r, a=attr, c=cls: a.__get__(r, c), lambda r, a=attr: a.__set__(r, 1),
-                     lambda r, a=attr: a.__delete__(r) if hasattr(a, "__delete__") else a(r)]
+            calls = [
+                lambda r, a=attr, c=cls: a.__get__(r, c),
+                lambda r, a=attr: a.__set__(r, 1),
+                lambda r, a=attr: a.__delete__(r) if hasattr(a, "__delete__") else a(r),
+            ]
         elif callable(attr):
-            calls = [lambda r, a=attr: a(r), lambda r, a=attr: a(r, K(1)),
-                     lambda r, a=attr: a(r, 1, set())]
+            calls = [
+                lambda r, a=attr: a(r),
+                lambda r, a=attr: a(r, K(1)),
+                lambda r, a=attr: a(r, 1, set()),
+            ]
         for receiver in receivers:
             if isinstance(receiver, cls):
                 continue
