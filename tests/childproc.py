@@ -3,7 +3,7 @@ segfault in the compiled core) fails the test instead of killing pytest.
 The child inherits the environment (the sanitizer build's PYTHONPATH and
 LD_PRELOAD included) and runs with -P, as the test command does; progs/
 and tests/ reach its sys.path through PYTHONPATH, ahead of what PYTHONPATH
-already holds (so a program imports _child, helpers, impls, hostile)."""
+already holds (so a program imports _child, helpers, hostile)."""
 
 from __future__ import annotations
 

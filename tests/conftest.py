@@ -12,7 +12,7 @@ import pytest
 import needs
 from arc_cy._compat import vllm_guard
 from arc_cy._env import env_flag
-from impls import IMPLEMENTATIONS, load_policy_class
+from helpers import IMPLEMENTATIONS, load_policy_class
 
 
 @pytest.fixture(scope="session")

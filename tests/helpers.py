@@ -10,6 +10,7 @@ uses them needs vLLM (``@pytest.mark.needs("vllm")``).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import tomllib
 from dataclasses import dataclass, field
@@ -49,7 +50,9 @@ HAVE_VLLM = bool(_common.HAVE_VLLM)
 __all__ = [
     "CTX",
     "HAVE_VLLM",
+    "IMPLEMENTATIONS",
     "K",
+    "MODULES",
     "REPO",
     "keysnap",
     "ready",
@@ -59,6 +62,7 @@ __all__ = [
     "assert_same_state",
     "filled",
     "insert",
+    "load_policy_class",
     "ORACLE_HOOKS",
     "KEY_POSITIONS",
     "build_requirement",
@@ -137,6 +141,18 @@ def manager_state(manager: Any) -> tuple:
         list(policy.b2),
         policy.target_t1_size,
     )
+
+
+# The two implementations under test, by name.
+IMPLEMENTATIONS = ("cython", "python")
+MODULES = {"cython": "arc_cy._arc_c", "python": "arc_cy._arc_py"}
+
+
+def load_policy_class(name: str) -> type:
+    """The ARCCachePolicy of implementation name. The compiled module is
+    imported directly: a missing build fails here instead of quietly
+    testing the pure twin twice."""
+    return importlib.import_module(MODULES[name]).ARCCachePolicy  # type: ignore[no-any-return]
 
 
 REPO = Path(__file__).resolve().parents[1]

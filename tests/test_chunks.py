@@ -21,9 +21,18 @@ import pytest
 
 from arc_cy import _common
 from childproc import run_json
-from helpers import CTX, ChunkStatus, K, VllmARC, keysnap, ready, snapshot
+from helpers import (
+    CTX,
+    IMPLEMENTATIONS,
+    ChunkStatus,
+    K,
+    VllmARC,
+    keysnap,
+    load_policy_class,
+    ready,
+    snapshot,
+)
 from hostile import populated, unchanged
-from impls import IMPLEMENTATIONS, load_policy_class
 
 pytestmark = pytest.mark.hostile
 

@@ -17,9 +17,8 @@ from fractions import Fraction
 
 import pytest
 
-from helpers import CTX, ChunkStatus, K, VllmARC, keysnap, ready
+from helpers import CTX, IMPLEMENTATIONS, ChunkStatus, K, VllmARC, keysnap, load_policy_class, ready
 from hostile import Boom, EqRaises, populated, with_ghosts
-from impls import IMPLEMENTATIONS, load_policy_class
 
 pytestmark = pytest.mark.hostile
 

@@ -16,14 +16,15 @@ from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
 from helpers import (
     KEY_POSITIONS,
+    MODULES,
     ORACLE_HOOKS,
     ReqContext,
     VllmARC,
     assert_same_state,
     insert,
+    load_policy_class,
     manager_state,
 )
-from impls import MODULES, load_policy_class
 from traffic import Lockstep, PolicyTraffic
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import CTX, K, VllmARC, ready
+from helpers import CTX, IMPLEMENTATIONS, K, VllmARC, load_policy_class, ready
 from hostile import (
     CALL_NAMES,
     EqRaises,
@@ -23,7 +23,6 @@ from hostile import (
     populated,
     unchanged,
 )
-from impls import IMPLEMENTATIONS, load_policy_class
 
 pytestmark = pytest.mark.hostile
 

@@ -13,8 +13,7 @@ from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
 
 import arc_cy
 from childproc import PROGS, child_env
-from helpers import manager_state
-from impls import MODULES
+from helpers import MODULES, manager_state
 
 
 def key(i: int) -> bytes:

@@ -19,7 +19,17 @@ import pytest
 
 from arc_cy import _common
 from childproc import run_json, run_prog
-from helpers import CTX, K, VllmARC, filled, keysnap, ready, snapshot
+from helpers import (
+    CTX,
+    IMPLEMENTATIONS,
+    K,
+    VllmARC,
+    filled,
+    keysnap,
+    load_policy_class,
+    ready,
+    snapshot,
+)
 from hostile import (
     DEL_ACTS,
     DEL_LOG,
@@ -34,7 +44,6 @@ from hostile import (
     unchanged,
     with_ghosts,
 )
-from impls import IMPLEMENTATIONS, load_policy_class
 
 pytestmark = pytest.mark.hostile
 

@@ -15,9 +15,18 @@ import math
 import pytest
 
 from arc_cy import _common
-from helpers import CTX, ChunkStatus, K, VllmARC, filled, ready, snapshot
+from helpers import (
+    CTX,
+    IMPLEMENTATIONS,
+    ChunkStatus,
+    K,
+    VllmARC,
+    filled,
+    load_policy_class,
+    ready,
+    snapshot,
+)
 from hostile import Boom, populated, set_target, unchanged
-from impls import IMPLEMENTATIONS, load_policy_class
 
 pytestmark = pytest.mark.hostile
 
@@ -117,8 +126,7 @@ class BigEndianChunk(ctypes.BigEndianStructure):
     ],
 )
 def test_bad_input_raises_and_changes_nothing(impl, policy_cls, call, exc):
-    from helpers import snapshot
-    from impls import load_policy_class
+    from helpers import load_policy_class, snapshot
 
     def run(cls):
         policy, _ = filled(cls, 4, t1=[b"a", b"b"], t2=[b"c"])

@@ -1,10 +1,9 @@
 """What the programs here share (tests/childproc.py runs them): the class
-of the implementation named on the command line, imported directly so that
-a missing compiled core fails loudly, or vLLM's; keys; a ready chunk."""
+of the implementation named on the command line (helpers.py's, or vLLM's),
+keys and a ready chunk, from helpers.py; --no-vllm hides vLLM first."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 if "--no-vllm" in sys.argv:
@@ -13,24 +12,15 @@ if "--no-vllm" in sys.argv:
     sys.argv.remove("--no-vllm")
     sys.modules["vllm"] = None  # type: ignore[assignment]
 
-MODULES = {"cython": "arc_cy._arc_c", "python": "arc_cy._arc_py", "vllm": None}
+from helpers import MODULES, K, load_policy_class, ready
+
+__all__ = ["MODULES", "K", "policy_class", "ready"]
 
 
 def policy_class(impl: str) -> type:
+    """The ARCCachePolicy of "cython", "python" or "vllm"."""
     if impl == "vllm":
         from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy
 
         return ARCCachePolicy
-    return importlib.import_module(MODULES[impl]).ARCCachePolicy
-
-
-def ready(i: int):
-    from arc_cy import ChunkStatus
-
-    chunk = ChunkStatus(i)
-    chunk.ref_cnt = 0
-    return chunk
-
-
-def K(i: int) -> bytes:
-    return b"key-%d" % i
+    return load_policy_class(impl)

@@ -5,7 +5,7 @@ Prints "survived" if nothing crashed."""
 
 import gc
 
-from helpers import K
+from helpers import IMPLEMENTATIONS, K, load_policy_class
 from hostile import (
     CALL_NAMES,
     DEL_ACTS,
@@ -15,7 +15,6 @@ from hostile import (
     drop_callback_key,
     populated,
 )
-from impls import IMPLEMENTATIONS, load_policy_class
 
 for name in IMPLEMENTATIONS:
     cls = load_policy_class(name)

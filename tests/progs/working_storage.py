@@ -17,8 +17,7 @@ import gc
 import sys
 from fractions import Fraction
 
-from helpers import ReqContext, VllmARC, ready
-from impls import load_policy_class
+from helpers import ReqContext, VllmARC, load_policy_class, ready
 
 impl, mode, how = sys.argv[1:]
 
