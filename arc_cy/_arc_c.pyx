@@ -312,9 +312,7 @@ cdef class ARCCore:
             self.target = 0.0
             self._empty_lists(True)
         finally:
-            self.release_busy = outer
-            self.releaser = outer_thread
-            self._leave()
+            self._released(outer, outer_thread)
 
     def __reduce__(self):
         raise TypeError(MSG_NO_COPY.format(type(self).__qualname__))
@@ -675,13 +673,18 @@ cdef class ARCCore:
 
     # --- helpers ---------------------------------------------------------
 
+    cdef inline bint _busy_elsewhere(self) noexcept:
+        """Whether a call runs that this one cannot take busy from: any but
+        a clear() or __init__ releasing in this thread."""
+        return self.busy != 0 and (self.busy != self.release_busy
+                                   or self.releaser != PyThread_get_thread_ident())
+
     cdef inline int _enter(self, int op) except -1:
         """Take busy for mutator op: refused while any call runs, unless
         that is a clear() or __init__ releasing in this thread (a __del__
         calls back), in which op nests. C code: nothing runs between it and
         the caller's try that clears it."""
-        if self.busy and (self.busy != self.release_busy
-                          or self.releaser != PyThread_get_thread_ident()):
+        if self._busy_elsewhere():
             raise RuntimeError(
                 MSG_REENTRANT.format(OP_NAMES[op], OP_NAMES[abs(self.busy)]))
         self.busy = op
@@ -696,12 +699,18 @@ cdef class ARCCore:
         self.releaser = PyThread_get_thread_ident()
         self.busy = -op
 
+    cdef inline void _released(self, int outer, unsigned long outer_thread) noexcept:
+        """End of a clear() or __init__: back to the releasing state it
+        nested in (outer, outer_thread; 0 if none), then _leave."""
+        self.release_busy = outer
+        self.releaser = outer_thread
+        self._leave()
+
     cdef inline bint _read_begin(self) noexcept:
         """A read takes busy where a mutator would (free, or a release of
         this thread's), else it nests; it gives busy back only if it took
         it."""
-        if self.busy and (self.busy != self.release_busy
-                          or self.releaser != PyThread_get_thread_ident()):
+        if self._busy_elsewhere():
             return False
         self.busy = OP_GET
         return True
@@ -1210,9 +1219,7 @@ cdef class ARCCore:
             self._empty_lists(False)
             self.target = 0.0
         finally:
-            self.release_busy = outer
-            self.releaser = outer_thread
-            self._leave()
+            self._released(outer, outer_thread)
 
     def mark_evictable(self, key=NO_ARG):
         if key is NO_ARG:
