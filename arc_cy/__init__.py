@@ -68,19 +68,19 @@ def _missing_core_message(error: ImportError) -> str:
 
 if TYPE_CHECKING:
     from ._arc_py import ARCCachePolicy
-    from ._common import HAVE_VLLM, CachePolicy, ChunkStatus
+    from ._base import HAVE_VLLM, CachePolicy, ChunkStatus
 else:
 
     def __getattr__(name: str) -> Any:
         if name not in __all__:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        from . import _common
+        from . import _base
 
         names = globals()
         names.update(
-            HAVE_VLLM=_common.HAVE_VLLM,
-            CachePolicy=_common.CachePolicy,
-            ChunkStatus=_common.ChunkStatus,
+            HAVE_VLLM=_base.HAVE_VLLM,
+            CachePolicy=_base.CachePolicy,
+            ChunkStatus=_base.ChunkStatus,
         )
         if env_flag("ARC_CY_NO_EXTENSIONS"):
             from ._arc_py import ARCCachePolicy

@@ -72,7 +72,7 @@ def _package_report() -> tuple[bool, str]:
 def _vllm_report() -> tuple[bool, list[str]]:
     """(ok, lines) about the installed vLLM: importable, and its policy code
     one that arc_cy verified?"""
-    from arc_cy._common import HAVE_VLLM, VLLM_IMPORT_ERROR
+    from arc_cy._base import HAVE_VLLM, VLLM_IMPORT_ERROR
 
     if VLLM_IMPORT_ERROR is not None:
         err = VLLM_IMPORT_ERROR
@@ -219,7 +219,7 @@ def _parse_args(argv: list[str] | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _parse_args(argv)
-    from arc_cy._common import HAVE_VLLM
+    from arc_cy._base import HAVE_VLLM
 
     env = os.environ.get("ARC_CY_NO_EXTENSIONS")
     module = arc_cy.ARCCachePolicy.__module__

@@ -4,7 +4,8 @@ import numbers
 from collections.abc import Container, Iterable, Iterator, Sequence
 from typing import Any
 
-from ._common import CachePolicy, ChunkStatus, ListView
+from ._base import CachePolicy, ChunkStatus
+from ._views import ListView
 
 CYTHON_VERSION: str
 """The Cython version that generated this module, recorded at build time."""

@@ -85,10 +85,19 @@ from arc_cy._capi cimport (
     gc_visitproc,
 )
 
-from arc_cy._common import (
-    LIST_NAMES,
+from arc_cy._base import CachePolicy, order_request_keys
+from arc_cy._checks import (
     MAX_ENTRIES,
     MISSING,
+    check_capacity,
+    check_evict_n,
+    check_max_entries,
+    check_target,
+    missing_arguments,
+)
+from arc_cy._chunks import chunk_ref_offset, dead_ref
+from arc_cy._compat import vllm_guard
+from arc_cy._messages import (
     MSG_CHUNK_SIZE,
     MSG_DUPLICATE,
     MSG_FULL,
@@ -96,18 +105,8 @@ from arc_cy._common import (
     MSG_NO_ACCESSOR,
     MSG_NO_COPY,
     MSG_REENTRANT,
-    CachePolicy,
-    ListView,
-    check_capacity,
-    check_evict_n,
-    check_max_entries,
-    check_target,
-    chunk_ref_offset,
-    dead_ref,
-    missing_arguments,
-    order_request_keys,
 )
-from arc_cy._compat import vllm_guard
+from arc_cy._views import LIST_NAMES, ListView
 from arc_cy import _arc_py as _twin
 
 # A required argument's default: its absence raises Python's own TypeError.

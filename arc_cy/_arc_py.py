@@ -33,26 +33,12 @@ from collections.abc import Container, Iterable, Iterator, Sequence
 from ctypes import sizeof
 from typing import Any
 
-from ._common import (
-    LIST_NAMES,
-    MAX_ENTRIES,
-    MSG_DUPLICATE,
-    MSG_FULL,
-    MSG_MUTATED,
-    MSG_REENTRANT,
-    CachePolicy,
-    ChunkStatus,
-    ListView,
-    check_capacity,
-    check_evict_n,
-    check_max_entries,
-    check_target,
-    chunk_ref_offset,
-    dead_ref,
-    order_request_keys,
-    read_ref_cnt,
-)
+from ._base import CachePolicy, ChunkStatus, order_request_keys
+from ._checks import MAX_ENTRIES, check_capacity, check_evict_n, check_max_entries, check_target
+from ._chunks import chunk_ref_offset, dead_ref, read_ref_cnt
 from ._compat import vllm_guard
+from ._messages import MSG_DUPLICATE, MSG_FULL, MSG_MUTATED, MSG_REENTRANT
+from ._views import LIST_NAMES, ListView
 
 __all__ = ["ARCCachePolicy"]
 

@@ -83,7 +83,7 @@ class VllmGuard:
     def result(self):  # type: ignore[no-untyped-def]  # CodeCheck | None
         """What arc_cy._fingerprint found for this process's vLLM (None
         without vLLM), checked on the first call only."""
-        from ._common import HAVE_VLLM
+        from ._base import HAVE_VLLM
 
         if self._result is None and HAVE_VLLM:
             import vllm

@@ -1,7 +1,5 @@
 """Shared fixtures (every behavioural test runs on both implementations),
-GC stress, and what a test needs (tests/needs.py: without vLLM, mypy or
-pyright, the tests that need them skip; under ARC_CY_TESTS_REQUIRE_ALL
-they fail)."""
+GC stress, and no skips under the test command (tests/run.sh)."""
 
 from __future__ import annotations
 
@@ -9,7 +7,6 @@ import gc
 
 import pytest
 
-import needs
 from arc_cy._compat import vllm_guard
 from arc_cy._env import env_flag
 from helpers import IMPLEMENTATIONS, load_policy_class
@@ -23,57 +20,41 @@ def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("mypy-cache"))
 
 
-# --- what a test needs: @pytest.mark.needs("vllm") ---------------------------
+# --- no skips under the test command -----------------------------------------
+#
+# A test that needs vLLM, mypy or pyright calls pytest.importorskip (a module
+# that imports vLLM: at its top), so that a venv of arc_cy, pytest and
+# hypothesis alone runs the rest (the fast layer). tests/run.sh sets
+# ARC_CY_TESTS_REQUIRE_ALL: there every skip, at collection or in a test, is
+# a failure, so a broken environment cannot pass by skipping.
+
+REQUIRE_ALL_ENV = "ARC_CY_TESTS_REQUIRE_ALL"
+REQUIRE_ALL = env_flag(REQUIRE_ALL_ENV)
 
 
-def _missing(item: pytest.Item) -> list[tuple[str, str]]:
-    """The outcomes of what item needs and this environment lacks."""
-    out = []
-    for mark in item.iter_markers("needs"):
-        for need in mark.args:
-            outcome = needs.decide(need, needs.available(need), needs.require_all())
-            if outcome is not None:
-                out.append(outcome)
-    return out
+def _no_skip(report: pytest.CollectReport | pytest.TestReport) -> None:
+    if REQUIRE_ALL and report.skipped and not hasattr(report, "wasxfail"):
+        longrepr = report.longrepr
+        why = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        why = why.removeprefix("Skipped: ")
+        report.outcome = "failed"
+        report.longrepr = (
+            f"skipped ({why}), and {REQUIRE_ALL_ENV} is set: the full suite may not skip"
+        )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # A skip mark: reported at the test's own location.
-    for item in items:
-        for what, why in _missing(item):
-            if what == "skip":
-                item.add_marker(pytest.mark.skip(reason=why))
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    report = yield
+    _no_skip(report)
+    return report
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    for what, why in _missing(item):
-        if what == "fail":
-            pytest.fail(why, pytrace=False)
-
-
-class _Module(pytest.Module):
-    """A test module whose import fails only because vLLM is missing is
-    skipped ("needs vLLM"), or, under ARC_CY_TESTS_REQUIRE_ALL, an error."""
-
-    def _getobj(self):  # type: ignore[no-untyped-def]
-        try:
-            return super()._getobj()
-        except self.CollectError as error:
-            missing = needs.missing_module(error.__cause__)
-            if missing is None:
-                raise
-            need, module = missing
-            what, why = needs.decide(need, False, needs.require_all())  # type: ignore[misc]
-            if what == "skip":
-                raise pytest.skip.Exception(
-                    f"{why} ({self.nodeid} imports {module})", allow_module_level=True
-                ) from None
-            raise self.CollectError(f"{why}\n{error}") from error.__cause__
-
-
-def pytest_pycollect_makemodule(module_path, parent):  # type: ignore[no-untyped-def]
-    return _Module.from_parent(parent, path=module_path)
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    _no_skip(report)
+    return report
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)

@@ -4,8 +4,8 @@ They import without vLLM: ChunkStatus is arc_cy's (vLLM's own class when
 vLLM is installed, else arc_cy's stand-in of the same layout) and
 ReqContext is vLLM's or, without vLLM, the stand-in below. Without vLLM,
 VllmARC (vLLM's ARCCachePolicy, the oracle) is a class that refuses to be
-made, and importing ORACLE_HOOKS fails as a missing vLLM does: a test that
-uses them needs vLLM (``@pytest.mark.needs("vllm")``).
+made, and ORACLE_HOOKS is not there: a test that uses them starts with
+``pytest.importorskip("vllm")``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 from packaging.requirements import Requirement
 
-from arc_cy import _common
-from arc_cy._common import ChunkStatus
+from arc_cy import _base
+from arc_cy._base import ChunkStatus
 
 
 @dataclass
@@ -39,13 +39,13 @@ class StandInReqContext:
         return self._offload_key_positions.get(key)
 
 
-if _common.HAVE_VLLM:
+if _base.HAVE_VLLM:
     from vllm.v1.kv_offload.base import ReqContext
 else:
     ReqContext = StandInReqContext  # type: ignore[misc]
 
 
-HAVE_VLLM = bool(_common.HAVE_VLLM)
+HAVE_VLLM = bool(_base.HAVE_VLLM)
 
 __all__ = [
     "CTX",
@@ -186,12 +186,12 @@ else:
 
     class VllmARC:  # type: ignore[no-redef]
         """Without vLLM: refuses to be made (a test that uses vLLM's ARC
-        carries @pytest.mark.needs("vllm") and never gets here)."""
+        starts with pytest.importorskip("vllm") and never gets here)."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             raise RuntimeError(
                 "vLLM's ARCCachePolicy is not available (vLLM is not installed): "
-                'a test that uses it needs @pytest.mark.needs("vllm")'
+                'a test that uses it starts with pytest.importorskip("vllm")'
             )
 
 
@@ -213,18 +213,8 @@ def _oracle_hooks() -> frozenset[str]:
     )
 
 
-if HAVE_VLLM:
+if HAVE_VLLM:  # what vLLM's ARC has: a module that imports it needs vLLM
     ORACLE_HOOKS = _oracle_hooks()
-else:
-
-    def __getattr__(name: str) -> Any:
-        # ORACLE_HOOKS is what vLLM's ARC has: a module that imports it
-        # needs vLLM (conftest skips such a module, "needs vLLM").
-        if name == "ORACLE_HOOKS":
-            raise ModuleNotFoundError(
-                "helpers.ORACLE_HOOKS needs vLLM, which is not installed", name="vllm"
-            )
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def insert(policy: Any, key: Any, chunk: Any, req_context: Any) -> None:

@@ -5,9 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source .ci/env.sh
-# ARC_CY_TESTS_REQUIRE_ALL: a test that needs vLLM, mypy or pyright fails
-# instead of skipping when it is missing (tests/needs.py), so that a broken
-# environment cannot pass by skipping.
+# ARC_CY_TESTS_REQUIRE_ALL: every skip is a failure (tests/conftest.py), so
+# that a broken environment cannot pass by skipping what it lacks.
 export ARC_CY_TESTS_REQUIRE_ALL=1
 # -P: import arc_cy from the installed build, never from the source tree.
 # -n logical: one pytest-xdist worker per CPU, each taking whole test files

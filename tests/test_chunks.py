@@ -19,7 +19,7 @@ from fractions import Fraction
 
 import pytest
 
-from arc_cy import _common
+from arc_cy import _messages
 from childproc import run_json
 from helpers import (
     CTX,
@@ -51,8 +51,8 @@ def test_any_object_as_a_chunk_is_refused_alike():
         assert messages[0].startswith(
             ("chunk must be a ctypes structure", "chunk type Ready overrides is_ready")
         ), (name, messages)
-    assert got["python"]["None"][0] == _common.MSG_CHUNK.format("NoneType")
-    assert got["python"]["is_ready overridden"][0] == _common.MSG_CHUNK_READY.format("Ready")
+    assert got["python"]["None"][0] == _messages.MSG_CHUNK.format("NoneType")
+    assert got["python"]["is_ready overridden"][0] == _messages.MSG_CHUNK_READY.format("Ready")
 
 
 class BitfieldInSubclass(ChunkStatus):
@@ -88,11 +88,12 @@ def test_ref_cnt_shadowed_in_a_subclass_is_refused(tp):
         policy = populated(load_policy_class(name))
         error = unchanged(policy, lambda p: p.insert(K(9), chunk, CTX), TypeError)
         errors.append(str(error))
-    assert errors == [_common.MSG_CHUNK.format(tp.__qualname__)] * 2
+    assert errors == [_messages.MSG_CHUNK.format(tp.__qualname__)] * 2
 
 
-@pytest.mark.needs("vllm")
 def test_ref_cnt_redeclared_in_a_subclass_is_read_there(policy_cls):
+    pytest.importorskip("vllm")
+
     def scenario(cls):
         policy = cls(4)
         chunks = [RedeclaredInSubclass(i) for i in range(3)]
@@ -179,9 +180,9 @@ def test_ref_cnt_follows_the_chunks_current_type(policy_cls, resize):
     assert result is None  # pinned, read at Small's offset
 
 
-@pytest.mark.needs("vllm")
 @pytest.mark.parametrize("resize", [False, True], ids=["class", "class+resize"])
 def test_vllm_reads_ref_cnt_through_the_chunks_current_type(resize):
+    pytest.importorskip("vllm")
     oracle, _ = _shrunk_chunk_evict(VllmARC, resize)
     assert oracle is None
 
@@ -198,7 +199,7 @@ def test_ref_cnt_outside_the_buffer_is_refused(policy_cls):
     for call in (lambda: policy.evict(1, ()), lambda: policy.touch([K(1)], CTX)):
         with pytest.raises(TypeError) as info:
             call()
-        assert str(info.value) == _common.MSG_CHUNK_SIZE.format("Big", 24, 40)
+        assert str(info.value) == _messages.MSG_CHUNK_SIZE.format("Big", 24, 40)
         assert snapshot(policy) == before
     policy._check_invariants()
     chunk.__class__ = Small

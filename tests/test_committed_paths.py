@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers import REPO
 
 # A machine's own places: home directories, the root's, a scratch or work
@@ -73,6 +75,7 @@ def test_the_pattern_finds_what_the_reports_held(tmp_path: Path) -> None:
 
 
 def test_bench_records_portable_paths() -> None:
+    pytest.importorskip("numpy")  # benchlib's, of the [bench] extra
     sys.path.insert(0, str(REPO / "bench"))
     try:
         import benchlib

@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-from arc_cy import _common
+from arc_cy import _messages
 from helpers import CTX, K, VllmARC, keysnap, ready
 from hostile import populated, with_ghosts
 
@@ -31,15 +31,15 @@ def test_copy_and_pickle(policy_cls, how):
     if policy_cls.__module__.endswith("_arc_c"):
         with pytest.raises(TypeError) as info:
             do(policy)
-        assert str(info.value) == _common.MSG_NO_COPY.format("ARCCachePolicy")
+        assert str(info.value) == _messages.MSG_NO_COPY.format("ARCCachePolicy")
     else:
         twin = do(policy)
         assert keysnap(twin)[:4] == keysnap(policy)[:4]
 
 
-@pytest.mark.needs("vllm")
 @pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
 def test_vllms_policy_copies(how):
+    pytest.importorskip("vllm")
     import pickle
 
     do = {
@@ -68,7 +68,7 @@ def test_a_copy_made_during_a_call_is_not_busy(policy_cls):
     assert len(policy.evict(1, Copying())) == 1
     (made,) = copies
     if policy_cls.__module__.endswith("_arc_c"):
-        assert str(made) == _common.MSG_NO_COPY.format("ARCCachePolicy")
+        assert str(made) == _messages.MSG_NO_COPY.format("ARCCachePolicy")
         return
     made.insert(K(60), ready(60), CTX)
     assert made.evict(1, set()) is not None
@@ -110,6 +110,6 @@ def test_a_shallow_copy_of_a_running_policy_is_independent(policy_cls):
         *got, made = run(policy_cls, how)
         assert got == list(clean)
         if policy_cls.__module__.endswith("_arc_c"):
-            assert str(made[0]) == _common.MSG_NO_COPY.format("ARCCachePolicy")
+            assert str(made[0]) == _messages.MSG_NO_COPY.format("ARCCachePolicy")
         else:
             assert list(made[0].t1) == [K(60)] and K(60) not in got[1][0]

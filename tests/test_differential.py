@@ -11,6 +11,9 @@ from __future__ import annotations
 import random
 
 import pytest
+
+pytest.importorskip("vllm")
+
 from vllm.v1.kv_offload.base import make_offload_key
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 

@@ -101,14 +101,15 @@ def run_fuzzer(mode: str, impl: str) -> dict:
 @pytest.mark.parametrize(
     ("mode", "impl"),
     [
-        # agree runs vLLM's ARC beside arc_cy; chaos needs no oracle
-        pytest.param("agree", "both", marks=pytest.mark.needs("vllm")),
+        ("agree", "both"),
         ("chaos", "cython"),
         ("chaos", "python"),
     ],
     ids=["agree", "chaos-cython", "chaos-python"],
 )
 def test_hostile_fuzz(mode: str, impl: str, fuzz_coverage: dict) -> None:
+    if mode == "agree":  # vLLM's ARC beside arc_cy; chaos needs no oracle
+        pytest.importorskip("vllm")
     counts = run_fuzzer(mode, impl)
     key = mode if mode == "agree" else f"{mode}-{impl}"
     fuzz_coverage[f"{key} ({PROFILE})"] = counts

@@ -39,6 +39,9 @@ from __future__ import annotations
 import os
 
 import pytest
+
+pytest.importorskip("vllm")
+
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (

@@ -7,6 +7,9 @@ import subprocess
 import sys
 
 import pytest
+
+pytest.importorskip("vllm")
+
 from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 from vllm.v1.kv_offload.cpu.policies.base import CachePolicy

@@ -17,7 +17,7 @@ from fractions import Fraction
 
 import pytest
 
-from arc_cy import _common
+from arc_cy import _messages
 from childproc import run_json, run_prog
 from helpers import (
     CTX,
@@ -156,7 +156,7 @@ def test_every_call_is_busy_before_its_first_user_code(policy_cls, how):
         call(policy)
     finally:
         Arm.policy = None
-    assert REFUSALS == [_common.MSG_REENTRANT.format("insert", running)], REFUSALS
+    assert REFUSALS == [_messages.MSG_REENTRANT.format("insert", running)], REFUSALS
     policy._check_invariants()
 
 
@@ -197,7 +197,7 @@ def test_a_call_nested_in_a_release_is_busy_before_its_first_user_code(policy_cl
         policy.clear() if outer == "clear" else policy.__init__(4)
     finally:
         RunsWhenReleased.run = None
-    assert REFUSALS == [_common.MSG_REENTRANT.format("insert", running)], REFUSALS
+    assert REFUSALS == [_messages.MSG_REENTRANT.format("insert", running)], REFUSALS
     policy._check_invariants()
 
 
@@ -269,8 +269,9 @@ def test_mutation_from_key_eq_is_refused(policy_cls, mutation):
         unchanged(policy, calls_with(Meddler(like))[call], RuntimeError)
 
 
-@pytest.mark.needs("vllm")
 def test_protected_that_reads_works_like_vllm(policy_cls):
+    pytest.importorskip("vllm")
+
     def scenario(cls):
         policy = populated(cls)
         log = []
@@ -351,12 +352,12 @@ COMPARING_CALLS = {
 }
 
 
-@pytest.mark.needs("vllm")
 @pytest.mark.parametrize("how", COMPARING_CALLS)
 def test_key_eq_cannot_mutate_in_evict_or_remove(policy_cls, how):
     """The twin cleared busy before evict's apply phase and before
     remove's pop, which compare keys sharing a hash: an insert() from such
     an __eq__ succeeded there."""
+    pytest.importorskip("vllm")
     call = COMPARING_CALLS[how]
     state, result, log = _compare_while_busy(policy_cls, call)
     assert "allowed" not in log, log
@@ -489,7 +490,7 @@ def test_clear_keeps_other_threads_out_while_it_releases(impl):
     KeyError; the core's read a freed node). Now that thread is refused
     until clear() returns, while clear()'s own thread may still call in."""
     out = run_json("surface.py", "overtaken", impl, "--no-vllm")
-    assert out["other"] == [_common.MSG_REENTRANT.format("evict", "clear")], out
+    assert out["other"] == [_messages.MSG_REENTRANT.format("evict", "clear")], out
     assert not out["scanned"] and out["lists"] == [0, 0, 0, 0], out
 
 

@@ -11,7 +11,7 @@ import gc
 
 import pytest
 
-from arc_cy import _common
+from arc_cy import _checks
 from helpers import CTX, ChunkStatus, VllmARC, keysnap, ready
 from hostile import populated
 
@@ -69,7 +69,6 @@ def _released(cls, how, acting):
     return list(DELS), state
 
 
-@pytest.mark.needs("vllm")
 @pytest.mark.parametrize("acting", [False, True], ids=["logged", "acting"])
 @pytest.mark.parametrize("how", ["__init__", "clear"])
 def test_release_order_is_vllms(policy_cls, how, acting):
@@ -77,6 +76,7 @@ def test_release_order_is_vllms(policy_cls, how, acting):
     where vLLM, replacing each OrderedDict, releases its entries in
     insertion order; clear() releases the values in insertion order, then
     the keys in list order. A __del__ that acts sees what vLLM's sees."""
+    pytest.importorskip("vllm")
     assert _released(policy_cls, how, acting) == _released(VllmARC, how, acting)
 
 
@@ -122,27 +122,27 @@ def _release_scenario(cls, reset):
     return names, state[4:], list(RELEASE_LOG)
 
 
-@pytest.mark.needs("vllm")
 def test_clear_releases_lists_in_turn_then_resets_the_target(policy_cls):
     """The core reset target_t1_size before releasing the keys (and
     released them all at once), so a released key's __del__ that set the
     target left 3 where vLLM and the twin end with 0.0."""
+    pytest.importorskip("vllm")
     got = _release_scenario(policy_cls, lambda p: p.clear())
     assert got == _release_scenario(VllmARC, lambda p: p.clear())
     assert got[1] == (0.0, float)
     assert [entry[0] for entry in got[2]] == ["t1-b", "t1-c", "t2", "t1-a", "b1"]
 
 
-@pytest.mark.needs("vllm")
 def test_init_again_resets_like_vllms_init(policy_cls):
     """__init__ again sets the capacity and target first, then
     empties the lists (vLLM replaces them in turn); both twins now also
     reset _max_entries, which vLLM's class does not have."""
+    pytest.importorskip("vllm")
     got = _release_scenario(policy_cls, lambda p: p.__init__(6))
     assert got == _release_scenario(VllmARC, lambda p: p.__init__(6))
     assert got[1] == (3, int)  # set by a __del__ after the target was reset
     policy = populated(policy_cls)
     policy._max_entries = 10
     policy.__init__(7)
-    assert (policy._max_entries, policy.cache_capacity) == (_common.MAX_ENTRIES, 7)
+    assert (policy._max_entries, policy.cache_capacity) == (_checks.MAX_ENTRIES, 7)
     policy._check_invariants()

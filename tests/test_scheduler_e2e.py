@@ -36,6 +36,9 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("vllm")
+
+
 import offload_stub
 from recorder import SCENARIOS, TEST_HARNESS
 from scheduler_runs import TwinProcess, check_every_route

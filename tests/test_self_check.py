@@ -96,6 +96,7 @@ def _fake_vllm_dir(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, str]]:
+    pytest.importorskip("vllm")  # the runs load vLLM's plugins, one a patched vLLM
     cwd = tmp_path_factory.mktemp("cwd")
     fake = tmp_path_factory.mktemp("fake_vllm")
     _fake_vllm_dir(fake)
@@ -136,7 +137,6 @@ def fields(stdout: str) -> dict[str, str]:
     return out
 
 
-@pytest.mark.needs("vllm")
 @pytest.mark.parametrize(
     ("no_extensions", "impl", "module"),
     [(None, "cython", "arc_cy._arc_c"), ("1", "python", "arc_cy._arc_py")],
@@ -172,7 +172,6 @@ def test_report_and_self_check(
     assert 'CPUOffloadingManager(cache_policy="arc_cy")' in f["self-check"]
 
 
-@pytest.mark.needs("vllm")
 def test_fails_when_vllm_does_not_load_the_plugin(
     runs: dict[str, tuple[int, str, str]],
 ) -> None:
@@ -184,7 +183,6 @@ def test_fails_when_vllm_does_not_load_the_plugin(
     assert f["self-check"].startswith('FAILED: vLLM does not know "arc_cy"')
 
 
-@pytest.mark.needs("vllm")
 def test_a_verified_releases_code_under_another_version(
     runs: dict[str, tuple[int, str, str]],
 ) -> None:
@@ -202,7 +200,6 @@ def test_a_verified_releases_code_under_another_version(
     assert f["self-check"].startswith("ok: ")
 
 
-@pytest.mark.needs("vllm")
 def test_refuses_a_patched_vllm(runs: dict[str, tuple[int, str, str]]) -> None:
     returncode, stdout, stderr = runs["vllm_patched"]
     assert returncode == 1, stdout + stderr
@@ -220,7 +217,6 @@ def test_refuses_a_patched_vllm(runs: dict[str, tuple[int, str, str]]) -> None:
     assert f["implementation"] == "cython (arc_cy._arc_c)"
 
 
-@pytest.mark.needs("vllm")
 def test_patched_vllm_override(runs: dict[str, tuple[int, str, str]]) -> None:
     returncode, stdout, stderr = runs["vllm_patched_overridden"]
     assert returncode == 0, stdout + stderr

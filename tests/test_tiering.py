@@ -33,6 +33,9 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("vllm")
+
+
 from recorder import TIERING_SCENARIOS, recorded_run
 from scheduler_runs import TwinProcess, check_every_route
 

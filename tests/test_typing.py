@@ -33,8 +33,8 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.needs("mypy")
 def test_mypy_strict_on_a_consumer(tmp_path: Path, mypy_cache: str) -> None:
+    pytest.importorskip("mypy")
     proc = run(
         ["-m", "mypy", "--strict", "--cache-dir", mypy_cache, str(HERE / "typing" / "consumer.py")],
         cwd=tmp_path,
@@ -43,8 +43,8 @@ def test_mypy_strict_on_a_consumer(tmp_path: Path, mypy_cache: str) -> None:
     assert "Success: no issues found in 1 source file" in proc.stdout
 
 
-@pytest.mark.needs("pyright")
 def test_pyright_verifytypes(tmp_path: Path) -> None:
+    pytest.importorskip("pyright")
     proc = run(
         ["-m", "pyright", "--verifytypes", "arc_cy", "--ignoreexternal", "--outputjson"],
         cwd=tmp_path,

@@ -19,6 +19,9 @@ from importlib._bootstrap_external import _code_to_timestamp_pyc  # type: ignore
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("vllm")
+
 import vllm
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version

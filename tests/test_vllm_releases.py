@@ -32,6 +32,9 @@ import random
 from itertools import chain
 
 import pytest
+
+pytest.importorskip("vllm")
+
 import vllm.plugins
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler
 from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key

@@ -16,10 +16,10 @@ def no_vllm(name, *args, **kwargs):
 
 
 builtins.__import__ = no_vllm
-from arc_cy import _common  # noqa: E402 -- imported with vLLM hidden
+from arc_cy import _base  # noqa: E402 -- imported with vLLM hidden
 
-assert not _common.HAVE_VLLM
-cs = _common.ChunkStatus
+assert not _base.HAVE_VLLM
+cs = _base.ChunkStatus
 c = cs(7)
 print(
     json.dumps(

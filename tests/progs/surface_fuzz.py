@@ -28,7 +28,7 @@ enumeration found was never called.
 keys whose __hash__ and __eq__ are Python code, at sys.setswitchinterval(1e-6);
 counts the calls that overlapped another thread's call. Every exception
 must be one the rules document (re-entry or a thread refused: the MSG_*
-texts of arc_cy._common that speak of a call running or of a thread; a list
+texts of arc_cy._messages that speak of a call running or of a thread; a list
 changed during iteration; KeyError from a view's [], ValueError for a
 duplicate insert); afterwards _check_invariants() passes and the policy works.
 
@@ -79,8 +79,8 @@ from collections import Counter
 
 import arc_cy._arc_c as core_mod
 import arc_cy._arc_py as twin_mod
-from arc_cy import _common
-from arc_cy._common import MSG_DUPLICATE, MSG_MUTATED
+from arc_cy import _checks, _chunks, _messages, _views
+from arc_cy._messages import MSG_DUPLICATE, MSG_MUTATED
 from helpers import HAVE_VLLM, ChunkStatus, ReqContext
 
 CPolicy = core_mod.ARCCachePolicy
@@ -115,11 +115,11 @@ def _msg_pattern(template: str) -> re.Pattern:
 
 
 # The RuntimeErrors the rules document for a call that meets another call
-# (same thread or not): every MSG_* of _common that names a running call or a
+# (same thread or not): every MSG_* of _messages that names a running call or a
 # thread, so that a rule added later is accepted without listing it here.
 REFUSALS = [
     _msg_pattern(text)
-    for name, text in vars(_common).items()
+    for name, text in vars(_messages).items()
     if name.startswith("MSG_") and isinstance(text, str) and ("running" in text or "thread" in text)
 ]
 
@@ -848,8 +848,9 @@ def _finally_lines(path: str) -> set[int]:
     return lines
 
 
-# arc_cy's Python code, by the file names its code objects carry
-IMPL_PATHS = frozenset(m.__file__ for m in (twin_mod, _common))
+# arc_cy's Python code that runs in a call, by the file names its code
+# objects carry
+IMPL_PATHS = frozenset(m.__file__ for m in (twin_mod, _checks, _chunks, _views))
 FINALLY = {path: _finally_lines(path) for path in IMPL_PATHS}
 KEY_CODE = {Key.__hash__.__code__, Key.__eq__.__code__}
 USER_CODE = KEY_CODE | {Protected.__contains__.__code__}
