@@ -16,9 +16,11 @@ sdist carries the .pyx and never a generated .c.
 import importlib.util
 import os
 import platform
+import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 from setuptools.errors import CCompilerError, CompileError, ExecError, PlatformError
 
 
@@ -75,6 +77,28 @@ class BuildExt(build_ext):
             raise SystemExit(HOW_TO_FIX.format(error=exc)) from exc
 
 
+class BuildPy(build_py):
+    """Copy the package, then drop from the build directory every file that
+    this build does not make. An in-tree build (`pip install .`) reuses
+    build/lib and the wheel takes all of it: a module since deleted or
+    renamed, or a core left by a compiled build in a pure one, would be
+    installed."""
+
+    def run(self):
+        super().run()
+        made = {os.path.normpath(path) for path in self.get_outputs()}
+        suffix = sysconfig.get_config_var("EXT_SUFFIX")
+        for ext in self.distribution.ext_modules or ():
+            made.add(os.path.normpath(os.path.join(self.build_lib, *ext.name.split("."))) + suffix)
+        for package in self.packages or ():
+            folder = os.path.join(self.build_lib, *package.split("."))
+            for name in sorted(os.listdir(folder)):
+                path = os.path.normpath(os.path.join(folder, name))
+                if os.path.isfile(path) and path not in made:
+                    self.announce(f"removing {path}: not in this build", level=2)
+                    os.remove(path)
+
+
 # Release builds: optimised, no debug info in the shared object.
 compile_args = ["-O3", "-g0"]
 link_args = ["-Wl,--strip-debug"]
@@ -96,4 +120,4 @@ if not PURE:
         )
     )
 
-setup(ext_modules=extensions, cmdclass={"build_ext": BuildExt})
+setup(ext_modules=extensions, cmdclass={"build_ext": BuildExt, "build_py": BuildPy})

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
+import shutil
+import subprocess
 import sys
 import sysconfig
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -251,3 +255,38 @@ def test_pre_commit_runs_the_locked_linters() -> None:
                 f".pre-commit-config.yaml runs {dist} {revs[repo]}, "
                 f"requirements-py{version}.lock pins {pins[dist]}"
             )
+
+
+def test_a_build_packs_only_what_it_makes(tmp_path: Path) -> None:
+    # An in-tree build (pip install .) reuses build/lib, and the wheel takes
+    # everything there: what an earlier build left (a module since removed,
+    # a compiled core in a pure build) must not be packed.
+    pytest.importorskip("setuptools", minversion="77")  # pyproject's build-system
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, tree / name)
+    shutil.copytree(
+        REPO / "arc_cy",
+        tree / "arc_cy",
+        ignore=shutil.ignore_patterns("*.c", "*.so", "*.html", "__pycache__"),
+    )
+    left = tree / "build" / "lib" / "arc_cy"
+    left.mkdir(parents=True)
+    stale = ["_removed.py", "_arc_c" + sysconfig.get_config_var("EXT_SUFFIX")]
+    for name in stale:
+        (left / name).write_bytes(b"")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+        + ["--disable-pip-version-check", "-w", str(tmp_path / "out"), str(tree)],
+        env={**os.environ, "ARC_CY_NO_EXTENSIONS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (wheel,) = (tmp_path / "out").glob("arc_cy-*.whl")
+    packed = {n.removeprefix("arc_cy/") for n in zipfile.ZipFile(wheel).namelist()}
+    assert "_arc_py.py" in packed  # the build ran
+    assert not packed & set(stale), sorted(packed)
+    assert not any(left.joinpath(name).exists() for name in stale)
