@@ -793,7 +793,7 @@ class Oracle:
         assert self._busy is None
 
 
-# --- the machine ----------------------------------------------------------
+# --- the machine's strategies ---------------------------------------------
 
 CALL_ACTIONS_BASE = (
     [NONE] * 6
@@ -805,7 +805,10 @@ CALL_ACTIONS_BASE = (
 READS = [("read", r) for r in ("get", "in", "len", "iter", "items")]
 
 
-def _pools(mode, exclude):
+def _choices() -> dict[str, list]:
+    """What each choice of the machine's may draw, as --mode and --exclude
+    (G.mode, G.exclude) allow."""
+    mode, exclude = G.mode, G.exclude
     call = [
         a
         for a in CALL_ACTIONS_BASE
@@ -823,7 +826,69 @@ def _pools(mode, exclude):
         dels = [NONE]
     if "hooks" in exclude:
         hooks = [None]
-    return call, dels, hooks
+    keys = ["canon"] * 3 + ["fresh", "hostile", "hostile", "hostile"]
+    if mode == "chaos":
+        keys += ["broken", "broken"]
+    chunks = ["plain", "plain", "hchunk", "hchunk"]
+    if "liar_chunks" not in exclude:
+        chunks.append("liar")
+    if mode == "chaos" and "nonchunks" not in exclude:
+        chunks += ["none", "int", "str", "other", "union", "type", "array", "memoryview"]
+    return {
+        "call": call,  # the actions of a call's callbacks
+        "del": dels,  # of __del__
+        "hook": hooks,  # of the gc hook (None: it does nothing)
+        "key": keys,
+        "chunk": chunks,
+        "iter": ["list", "tuple"] + ([] if "iters" in exclude else ["hiter", "hgen"]),
+        "cont": ["set", "frozenset", "list"] + ([] if "iters" in exclude else ["hprot", "hprot"]),
+        "n": (
+            ["int", "int"]
+            + ([] if "n" in exclude else ["hn", "hn"])
+            + (["bad"] if mode == "chaos" else [])
+        ),
+    }
+
+
+# What depends on --mode and --exclude is drawn through st.deferred, whose
+# definition runs at the strategy's first draw: after main() has set G.mode
+# and G.exclude, not when HostileMachine's rules are made (at import). It
+# runs once, so every run in the process draws under the same config.
+def _sampled(name: str) -> st.SearchStrategy:
+    return st.deferred(lambda: st.sampled_from(_choices()[name]))
+
+
+act = _sampled("call")
+del_act = _sampled("del")
+hook_act = _sampled("hook")
+key_st = st.tuples(
+    st.integers(0, 11),
+    _sampled("key"),
+    act,
+    act,
+    del_act,
+    st.sampled_from(["near", "asym"]),
+)
+keys_st = st.lists(key_st, max_size=6)
+chunk_st = st.tuples(st.sampled_from([-1, 0, 0, 1, 2]), _sampled("chunk"), del_act)
+where_st = st.sampled_from(
+    [("int",), ("float",), ("arith",), ("cmp",), ("int", "float", "arith", "cmp")]
+)
+target_st = st.deferred(
+    lambda: st.one_of(
+        st.integers(-2, 10),
+        st.floats(-2, 10, allow_nan=False),
+        st.tuples(st.integers(-4, 40), st.integers(1, 4), act, where_st),
+        *(
+            [st.sampled_from([float("nan"), float("inf"), "x", True, None, 10**400, -(10**400)])]
+            if G.mode == "chaos"
+            else []
+        ),
+    )
+)
+iter_kind_st = _sampled("iter")
+cont_kind_st = _sampled("cont")
+n_kind_st = _sampled("n")
 
 
 # One function per policy, so that a crash's stack (faulthandler) names it.
@@ -842,483 +907,442 @@ def in_vllm(fn, p):
 CALL_IN = {"cython": in_cython, "python": in_python, "vllm": in_vllm}
 
 
-def build_machine(mode: str, impls: tuple, exclude: set):
-    call_acts, del_acts, hook_acts = _pools(mode, exclude)
-    act = st.sampled_from(call_acts)
-    del_act = st.sampled_from(del_acts)
-    kinds = ["canon"] * 3 + ["fresh", "hostile", "hostile", "hostile"]
-    if mode == "chaos":
-        kinds += ["broken", "broken"]
-    key_st = st.tuples(
-        st.integers(0, 11),
-        st.sampled_from(kinds),
-        act,
-        act,
-        del_act,
-        st.sampled_from(["near", "asym"]),
-    )
-    keys_st = st.lists(key_st, max_size=6)
-    chunk_kinds = ["plain", "plain", "hchunk", "hchunk"]
-    if "liar_chunks" not in exclude:
-        chunk_kinds.append("liar")
-    if mode == "chaos" and "nonchunks" not in exclude:
-        chunk_kinds += ["none", "int", "str", "other", "union", "type", "array", "memoryview"]
-    chunk_st = st.tuples(st.sampled_from([-1, 0, 0, 1, 2]), st.sampled_from(chunk_kinds), del_act)
-    where_st = st.sampled_from(
-        [("int",), ("float",), ("arith",), ("cmp",), ("int", "float", "arith", "cmp")]
-    )
-    target_st = st.one_of(
-        st.integers(-2, 10),
-        st.floats(-2, 10, allow_nan=False),
-        st.tuples(st.integers(-4, 40), st.integers(1, 4), act, where_st),
-        *(
-            [st.sampled_from([float("nan"), float("inf"), "x", True, None, 10**400, -(10**400)])]
-            if mode == "chaos"
-            else []
-        ),
-    )
-    iter_kinds = ["list", "tuple"] + ([] if "iters" in exclude else ["hiter", "hgen"])
-    cont_kinds = ["set", "frozenset", "list"] + ([] if "iters" in exclude else ["hprot", "hprot"])
-    n_kinds = (
-        ["int", "int"]
-        + ([] if "n" in exclude else ["hn", "hn"])
-        + (["bad"] if mode == "chaos" else [])
-    )
+# --- the machine ----------------------------------------------------------
 
-    class HostileMachine(RuleBasedStateMachine):
-        @initialize(capacity=st.integers(0, 8), extra=st.integers(1, 5))
-        def setup(self, capacity, extra):
-            G.counts["examples"] += 1
-            G.armed = G.hooked = False
-            # The last example's garbage dies here, unarmed; what lives on
-            # (hypothesis's records) is frozen, so that collections stay
-            # as cheap in the thousandth example as in the first.
-            gc.collect()
-            gc.freeze()
-            G.failures.clear()
-            self.universe = min(12, capacity + extra + 1)
-            self.canon = [HKey(i) for i in range(12)]
-            factories = {"cython": CPolicy, "python": PyPolicy, "vllm": Oracle}
-            self.policies = {name: factories[name](capacity) for name in impls}
-            self.ref = self.policies[impls[-1]]
-            self.armed = True
-            self.hook_action = None
-            self.threshold = False
-            self.next_chunk = 0
 
-        # --- building objects (unarmed) ----------------------------------
+class HostileMachine(RuleBasedStateMachine):
+    """Every policy of a run, driven step by step on the same objects."""
 
-        def key(self, spec):
-            kid, kind, hact, eact, dact, how = spec
-            kid %= self.universe
-            if kind == "canon":
-                return self.canon[kid]
-            if kind == "fresh":
-                return HKey(kid)
-            if kind == "broken":
-                return CKey(kid, how, hact, eact, dact)
-            return HKey(kid, hact, eact, dact)
+    # The policies a run drives, by CALL_IN's names; the last is the
+    # reference the rules draw against. main() sets it per run, in a
+    # subclass: the runs of one process drive different policies.
+    impls: tuple[str, ...]
 
-        def chunk(self, spec):
-            ref, kind, dact = spec
-            self.next_chunk += 1
-            if kind in ("plain", "hchunk", "liar"):
-                chunk_type = {"plain": ChunkStatus, "hchunk": HChunk, "liar": LiarChunk}[kind]
-                c = chunk_type(self.next_chunk)
-                c.ref_cnt = ref
-                if kind == "hchunk" and "del" not in exclude:
-                    c.del_act = dact
-                return c
-            return {
-                "none": lambda: None,
-                "int": lambda: 0,
-                "str": lambda: "chunk",
-                "other": OtherLayout,
-                "union": RefUnion,
-                "type": lambda: ChunkStatus,
-                "array": lambda: (ctypes.c_int32 * 4)(),
-                "memoryview": lambda: memoryview(b"abcd"),
-            }[kind]()
+    @initialize(capacity=st.integers(0, 8), extra=st.integers(1, 5))
+    def setup(self, capacity, extra):
+        G.counts["examples"] += 1
+        G.armed = G.hooked = False
+        # The last example's garbage dies here, unarmed; what lives on
+        # (hypothesis's records) is frozen, so that collections stay
+        # as cheap in the thousandth example as in the first.
+        gc.collect()
+        gc.freeze()
+        G.failures.clear()
+        self.universe = min(12, capacity + extra + 1)
+        self.canon = [HKey(i) for i in range(12)]
+        factories = {"cython": CPolicy, "python": PyPolicy, "vllm": Oracle}
+        self.policies = {name: factories[name](capacity) for name in self.impls}
+        self.ref = self.policies[self.impls[-1]]
+        self.armed = True
+        self.hook_action = None
+        self.threshold = False
+        self.next_chunk = 0
 
-        def target(self, spec):
-            if isinstance(spec, tuple):
-                num, den, action, where = spec
-                if "targets" in exclude:
-                    return Fraction(num, den)
-                return HTarget(num, den, action=action, where=where)
-            return spec
+    # --- building objects (unarmed) --------------------------------------
 
-        def n(self, value, kind, action):
-            if kind == "hn":
-                return lambda: HN(value, action)
-            if kind == "bad":
-                return lambda: [1.5, None, -1, "1", 10**30][value % 5]
-            return lambda: value
+    def key(self, spec):
+        kid, kind, hact, eact, dact, how = spec
+        kid %= self.universe
+        if kind == "canon":
+            return self.canon[kid]
+        if kind == "fresh":
+            return HKey(kid)
+        if kind == "broken":
+            return CKey(kid, how, hact, eact, dact)
+        return HKey(kid, hact, eact, dact)
 
-        def iterable(self, keys, kind, action):
-            return {
-                "list": lambda: list(keys),
-                "tuple": lambda: tuple(keys),
-                "hiter": lambda: HIter(list(keys), action),
-                "hgen": lambda: hgen(list(keys), action),
-            }[kind]
-
-        def container(self, keys, kind, action):
-            if kind == "hprot":
-                return HProt(keys, action)
-            return {"set": set, "frozenset": frozenset, "list": list}[kind](keys)
-
-        def ctx(self, kind, action, keys, positions):
-            c = ReqContext(req_id="r") if kind == "plain" or "ctx" in exclude else HCtx(action)
-            for key, pos in zip(keys, positions):
-                if pos is not None:
-                    c.set_offload_key_position(key, pos)
+    def chunk(self, spec):
+        ref, kind, dact = spec
+        self.next_chunk += 1
+        if kind in ("plain", "hchunk", "liar"):
+            chunk_type = {"plain": ChunkStatus, "hchunk": HChunk, "liar": LiarChunk}[kind]
+            c = chunk_type(self.next_chunk)
+            c.ref_cnt = ref
+            if kind == "hchunk" and "del" not in G.exclude:
+                c.del_act = dact
             return c
+        return {
+            "none": lambda: None,
+            "int": lambda: 0,
+            "str": lambda: "chunk",
+            "other": OtherLayout,
+            "union": RefUnion,
+            "type": lambda: ChunkStatus,
+            "array": lambda: (ctypes.c_int32 * 4)(),
+            "memoryview": lambda: memoryview(b"abcd"),
+        }[kind]()
 
-        # --- the reference state (what rules draw against) ----------------
+    def target(self, spec):
+        if isinstance(spec, tuple):
+            num, den, action, where = spec
+            if "targets" in G.exclude:
+                return Fraction(num, den)
+            return HTarget(num, den, action=action, where=where)
+        return spec
 
-        def lists(self):
-            p = self.ref
-            if isinstance(p, Oracle):
-                v = p._v
-                return v.t1, v.t2, v.b1, v.b2
-            return p.t1, p.t2, p.b1, p.b2
+    def n(self, value, kind, action):
+        if kind == "hn":
+            return lambda: HN(value, action)
+        if kind == "bad":
+            return lambda: [1.5, None, -1, "1", 10**30][value % 5]
+        return lambda: value
 
-        def resident(self, pred=lambda c: True):
-            t1, t2, _, _ = self.lists()
-            return [k for k, c in [*t1.items(), *t2.items()] if pred(c)]
+    def iterable(self, keys, kind, action):
+        return {
+            "list": lambda: list(keys),
+            "tuple": lambda: tuple(keys),
+            "hiter": lambda: HIter(list(keys), action),
+            "hgen": lambda: hgen(list(keys), action),
+        }[kind]
 
-        def kids(self, which):
-            return {getattr(k, "kid", None) for k in self.lists()[which]}
+    def container(self, keys, kind, action):
+        if kind == "hprot":
+            return HProt(keys, action)
+        return {"set": set, "frozenset": frozenset, "list": list}[kind](keys)
 
-        # --- running one operation on every policy -------------------------
+    def ctx(self, kind, action, keys, positions):
+        c = ReqContext(req_id="r") if kind == "plain" or "ctx" in G.exclude else HCtx(action)
+        for key, pos in zip(keys, positions):
+            if pos is not None:
+                c.set_offload_key_position(key, pos)
+        return c
 
-        def call(self, pname, p, fn, *, quiet=False, no_key_raise=False):
-            G.policy, G.pname = p, pname
-            old = gc.get_threshold()
+    # --- the reference state (what rules draw against) --------------------
+
+    def lists(self):
+        p = self.ref
+        if isinstance(p, Oracle):
+            v = p._v
+            return v.t1, v.t2, v.b1, v.b2
+        return p.t1, p.t2, p.b1, p.b2
+
+    def resident(self, pred=lambda c: True):
+        t1, t2, _, _ = self.lists()
+        return [k for k, c in [*t1.items(), *t2.items()] if pred(c)]
+
+    def kids(self, which):
+        return {getattr(k, "kid", None) for k in self.lists()[which]}
+
+    # --- running one operation on every policy -----------------------------
+
+    def call(self, pname, p, fn, *, quiet=False, no_key_raise=False):
+        G.policy, G.pname = p, pname
+        old = gc.get_threshold()
+        try:
+            G.armed = self.armed
+            G.hooked = True
+            G.hook_action = self.hook_action
+            G.quiet = quiet
+            G.no_key_raise = no_key_raise
+            if self.threshold:
+                gc.set_threshold(1)
+            G.in_call = True
             try:
-                G.armed = self.armed
-                G.hooked = True
-                G.hook_action = self.hook_action
-                G.quiet = quiet
-                G.no_key_raise = no_key_raise
-                if self.threshold:
-                    gc.set_threshold(1)
-                G.in_call = True
-                try:
-                    result = ("ok", CALL_IN[pname](fn, p))
-                except ALLOWED as exc:
-                    result = ("raised", exc)
-                except BaseException as exc:
-                    if G.mode == "chaos" and not isinstance(exc, AssertionError):
-                        raise AssertionError(
-                            f"{pname}: {exc!r} is not an allowed exception"
-                        ) from exc
-                    raise
-                finally:
-                    G.in_call = False
+                result = ("ok", CALL_IN[pname](fn, p))
+            except ALLOWED as exc:
+                result = ("raised", exc)
+            except BaseException as exc:
+                if G.mode == "chaos" and not isinstance(exc, AssertionError):
+                    raise AssertionError(f"{pname}: {exc!r} is not an allowed exception") from exc
+                raise
             finally:
-                G.armed = G.hooked = G.quiet = G.no_key_raise = False
-                if self.threshold:
-                    gc.set_threshold(*old)
-            return result
+                G.in_call = False
+        finally:
+            G.armed = G.hooked = G.quiet = G.no_key_raise = False
+            if self.threshold:
+                gc.set_threshold(*old)
+        return result
 
-        def run(self, what, fn, **kw):
-            G.counts["steps"] += 1
-            outcomes = {}
-            for pname, p in self.policies.items():
-                outcomes[pname] = self.call(pname, p, fn, **kw)
-            assert not G.failures, (what, list(G.failures))
-            norm = {k: self.norm(v) for k, v in outcomes.items()}
-            for _k, v in outcomes.items():
-                if v[0] == "raised":
-                    G.counts["exc_" + type(v[1]).__name__] += 1
-            del outcomes
-            states = {}
-            for pname, p in self.policies.items():
-                if pname != "vllm":
-                    p._check_invariants()
-                states[pname] = self.state(p)
-            assert not G.failures, (what, list(G.failures))
-            if G.mode == "agree":
-                ref = norm["vllm"]
-                for pname in impls:
-                    assert norm[pname] == ref, (what, "result", pname, norm[pname], "vllm", ref)
-                for pname in impls:
-                    assert states[pname] == states["vllm"], (
-                        what,
-                        "state",
-                        pname,
-                        states[pname],
-                        "vllm",
-                        states["vllm"],
-                    )
-            return norm[impls[-1]]
-
-        @staticmethod
-        def norm(outcome):
-            kind, value = outcome
-            if kind == "raised":
-                return ("raised", type(value).__name__, str(value))
-            if isinstance(value, list):
-                return ("ok", [(getattr(k, "kid", k), id(k), id(c)) for k, c in value])
-            if isinstance(value, ctypes.Structure):
-                return ("ok", id(value))
-            return ("ok", value)
-
-        @staticmethod
-        def state(p):
-            def keyid(k):
-                return (getattr(k, "kid", repr(k)), id(k))
-
-            return (
-                [(keyid(k), id(c)) for k, c in p.t1.items()],
-                [(keyid(k), id(c)) for k, c in p.t2.items()],
-                [keyid(k) for k in p.b1],
-                [keyid(k) for k in p.b2],
-                p.target_t1_size,
-                type(p.target_t1_size),
-                p.cache_capacity,
-            )
-
-        # --- rules -----------------------------------------------------------
-
-        @rule(
-            armed=st.sampled_from([True, True, True, False]),
-            hook=st.sampled_from(hook_acts),
-            threshold=st.sampled_from([False, False, True]),
-        )
-        def arm(self, armed, hook, threshold):
-            self.armed = armed
-            self.hook_action = hook
-            self.threshold = threshold and "threshold" not in exclude
-
-        @rule(key=key_st, chunk=chunk_st)
-        def insert(self, key, chunk):
-            k, c = self.key(key), self.chunk(chunk)
-            if k.kid in self.kids(2) or k.kid in self.kids(3):
-                G.counts["ghost_reinsert"] += 1
-            self.run("insert", lambda p: p.insert(k, c, None))
-
-        @rule(i=st.integers(0, 20), key=key_st, chunk=chunk_st)
-        def reinsert_ghost(self, i, key, chunk):
-            ghosts = [*self.lists()[2], *self.lists()[3]]
-            if not ghosts:  # (no precondition: chaos-mode state may vary on replay)
-                return
-            kid = ghosts[i % len(ghosts)].kid
-            k = self.key((kid,) + key[1:])
-            c = self.chunk(chunk)
-            G.counts["ghost_reinsert"] += 1
-            self.run("reinsert_ghost", lambda p: p.insert(k, c, None))
-
-        @rule(start=st.integers(0, 11), ref=st.sampled_from([0, 0, -1, 1]))
-        def fill(self, start, ref):
-            for j in range(self.universe):
-                t1, t2, _, _ = self.lists()
-                if len(t1) + len(t2) >= self.ref.cache_capacity:
-                    break
-                k = self.canon[(start + j) % self.universe]
-                if k.kid not in self.kids(0) and k.kid not in self.kids(1):
-                    c = ChunkStatus(0)
-                    c.ref_cnt = ref
-                    self.run("fill", lambda p, k=k, c=c: p.insert(k, c, None))
-
-        @rule(i=st.integers(0, 20), value=st.sampled_from([-1, 0, 0, 1, 2]))
-        def set_ref(self, i, value):
-            t1, t2, _, _ = self.lists()
-            chunks = [c for _, c in [*t1.items(), *t2.items()] if isinstance(c, ctypes.Structure)]
-            if chunks:
-                try:
-                    chunks[i % len(chunks)].ref_cnt = value
-                except (TypeError, AttributeError):
-                    pass
-
-        @rule(keys=keys_st, kind=st.sampled_from(iter_kinds), action=act)
-        def touch(self, keys, kind, action):
-            ks = [self.key(s) for s in keys]
-            if any(k.kid in self.kids(2) | self.kids(3) for k in ks):
-                G.counts["ghost_hit"] += 1
-            make = self.iterable(ks, kind, action)
-            self.run("touch", lambda p: p.touch(make(), None))
-
-        @rule(idx=st.lists(st.integers(0, 20), max_size=6), action=act)
-        def touch_resident(self, idx, action):
-            res = self.resident()
-            if res:
-                ks = [res[i % len(res)] for i in idx]
-                make = self.iterable(ks, "hiter", action)
-                self.run("touch_resident", lambda p: p.touch(make(), None))
-
-        @rule(keys=keys_st, kind=st.sampled_from(iter_kinds), action=act)
-        def on_store_miss(self, keys, kind, action):
-            ks = [self.key(s) for s in keys]
-            if any(k.kid in self.kids(2) | self.kids(3) for k in ks):
-                G.counts["ghost_hit"] += 1
-            make = self.iterable(ks, kind, action)
-            self.run("on_store_miss", lambda p: p.on_store_miss(make(), None))
-
-        @rule(
-            groups=st.lists(keys_st, min_size=1, max_size=3),
-            ins=st.frozensets(st.integers(0, 11), max_size=6),
-            reused=st.frozensets(st.integers(0, 11), max_size=6),
-            ckind=st.sampled_from(cont_kinds),
-            cact=act,
-            xkind=st.sampled_from(["plain", "hctx"]),
-            xact=act,
-            positions=st.lists(st.one_of(st.none(), st.integers(0, 20)), max_size=18),
-        )
-        def on_request_finished(self, groups, ins, reused, ckind, cact, xkind, xact, positions):
-            key_groups = tuple(tuple(self.key(s) for s in g) for g in groups)
-            flat = [k for g in key_groups for k in g]
-            c = self.ctx(xkind, xact, flat, positions)
-            ins_c = self.container([self.canon[i % self.universe] for i in ins], ckind, cact)
-            reu_c = self.container([self.canon[i % self.universe] for i in reused], ckind, cact)
-            self.run(
-                "on_request_finished", lambda p: p.on_request_finished(key_groups, ins_c, reu_c, c)
-            )
-
-        @rule(
-            size=st.sampled_from(["one", "some", "some", "evictable", "all", "zero", "more"]),
-            j=st.integers(0, 16),
-            nkind=st.sampled_from(n_kinds),
-            nact=act,
-            prot=st.lists(key_st, max_size=4),
-            pkind=st.sampled_from(cont_kinds),
-            pact=act,
-        )
-        def evict(self, size, j, nkind, nact, prot, pkind, pact):
-            pkeys = [self.key(s) for s in prot]
-            pkids = {k.kid for k in pkeys}
-            t1, t2, _, _ = self.lists()
-            resident = len(t1) + len(t2)
-            ready = self.resident(lambda c: getattr(c, "ref_cnt", 1) == 0)
-            evictable = len([k for k in ready if k.kid not in pkids])
-            n = {
-                "zero": 0,
-                "one": min(1, resident),
-                "some": 1 + j % evictable if evictable else min(1, resident),
-                "evictable": evictable or min(1, resident),
-                "all": resident,
-                "more": resident + 1 + j % 3,
-            }[size]
-            self.do_evict(self.n(n, nkind, nact), lambda: self.container(pkeys, pkind, pact), pkids)
-
-        def do_evict(self, make_n, make_prot, pkids):
-            t1, t2, _, _ = self.lists()
-            before = [
-                [(k.kid, getattr(c, "ref_cnt", None)) for k, c in d.items()] for d in (t1, t2)
-            ]
-            full = self.ref.cache_capacity > 0 and len(t1) + len(t2) >= self.ref.cache_capacity
-            prot = make_prot()
-            result = self.run(
-                "evict", lambda p: p.evict(make_n(), prot), no_key_raise=G.mode == "agree"
-            )
-            if result[0] == "ok" and result[1]:
-                G.counts["evict_ok"] += 1
-                if full:
-                    G.counts["evict_full"] += 1
-                victims = {v[0] for v in result[1]}
-                for entries in before:
-                    last = max(
-                        (i for i, (kid, _) in enumerate(entries) if kid in victims), default=-1
-                    )
-                    skipped = entries[:last]
-                    if any(r != 0 for kid, r in skipped):
-                        G.counts["evict_pinned_skip"] += 1
-                    if any(r == 0 and kid in pkids and kid not in victims for kid, r in skipped):
-                        G.counts["evict_protected_skip"] += 1
-            elif result[0] == "ok" and result[1] is None:
-                G.counts["evict_none"] += 1
-
-        @rule(
-            idx=st.lists(st.integers(0, 11), min_size=1, max_size=8),
-            ref=st.sampled_from([0, 0, -1]),
-            pact=act,
-        )
-        def store(self, idx, ref, pact):
-            """The manager's store: ghost hits, evict to make room (the
-            request's keys protected), insert the missing keys."""
-            keys = list(dict.fromkeys(self.canon[i % self.universe] for i in idx))
-            resident = self.kids(0) | self.kids(1)
-            missing = [k for k in keys if k.kid not in resident]
-            cap = self.ref.cache_capacity
-            if not missing or len(missing) > cap:
-                return
-            if any(k.kid in self.kids(2) | self.kids(3) for k in missing):
-                G.counts["ghost_hit"] += 1
-            self.run("store_miss", lambda p: p.on_store_miss(missing, None))
-            t1, t2, _, _ = self.lists()
-            need = len(t1) + len(t2) + len(missing) - cap
-            if need > 0:
-                self.do_evict(
-                    lambda: need,
-                    lambda: HProt(keys, pact) if "iters" not in exclude else set(keys),
-                    {k.kid for k in keys},
+    def run(self, what, fn, **kw):
+        G.counts["steps"] += 1
+        outcomes = {}
+        for pname, p in self.policies.items():
+            outcomes[pname] = self.call(pname, p, fn, **kw)
+        assert not G.failures, (what, list(G.failures))
+        norm = {k: self.norm(v) for k, v in outcomes.items()}
+        for _k, v in outcomes.items():
+            if v[0] == "raised":
+                G.counts["exc_" + type(v[1]).__name__] += 1
+        del outcomes
+        states = {}
+        for pname, p in self.policies.items():
+            if pname != "vllm":
+                p._check_invariants()
+            states[pname] = self.state(p)
+        assert not G.failures, (what, list(G.failures))
+        if G.mode == "agree":
+            ref = norm["vllm"]
+            for pname in self.impls:
+                assert norm[pname] == ref, (what, "result", pname, norm[pname], "vllm", ref)
+            for pname in self.impls:
+                assert states[pname] == states["vllm"], (
+                    what,
+                    "state",
+                    pname,
+                    states[pname],
+                    "vllm",
+                    states["vllm"],
                 )
-                t1, t2, _, _ = self.lists()
-                if len(t1) + len(t2) + len(missing) > cap:
-                    return
-            for k in missing:
+        return norm[self.impls[-1]]
+
+    @staticmethod
+    def norm(outcome):
+        kind, value = outcome
+        if kind == "raised":
+            return ("raised", type(value).__name__, str(value))
+        if isinstance(value, list):
+            return ("ok", [(getattr(k, "kid", k), id(k), id(c)) for k, c in value])
+        if isinstance(value, ctypes.Structure):
+            return ("ok", id(value))
+        return ("ok", value)
+
+    @staticmethod
+    def state(p):
+        def keyid(k):
+            return (getattr(k, "kid", repr(k)), id(k))
+
+        return (
+            [(keyid(k), id(c)) for k, c in p.t1.items()],
+            [(keyid(k), id(c)) for k, c in p.t2.items()],
+            [keyid(k) for k in p.b1],
+            [keyid(k) for k in p.b2],
+            p.target_t1_size,
+            type(p.target_t1_size),
+            p.cache_capacity,
+        )
+
+    # --- rules ---------------------------------------------------------------
+
+    @rule(
+        armed=st.sampled_from([True, True, True, False]),
+        hook=hook_act,
+        threshold=st.sampled_from([False, False, True]),
+    )
+    def arm(self, armed, hook, threshold):
+        self.armed = armed
+        self.hook_action = hook
+        self.threshold = threshold and "threshold" not in G.exclude
+
+    @rule(key=key_st, chunk=chunk_st)
+    def insert(self, key, chunk):
+        k, c = self.key(key), self.chunk(chunk)
+        if k.kid in self.kids(2) or k.kid in self.kids(3):
+            G.counts["ghost_reinsert"] += 1
+        self.run("insert", lambda p: p.insert(k, c, None))
+
+    @rule(i=st.integers(0, 20), key=key_st, chunk=chunk_st)
+    def reinsert_ghost(self, i, key, chunk):
+        ghosts = [*self.lists()[2], *self.lists()[3]]
+        if not ghosts:  # (no precondition: chaos-mode state may vary on replay)
+            return
+        kid = ghosts[i % len(ghosts)].kid
+        k = self.key((kid,) + key[1:])
+        c = self.chunk(chunk)
+        G.counts["ghost_reinsert"] += 1
+        self.run("reinsert_ghost", lambda p: p.insert(k, c, None))
+
+    @rule(start=st.integers(0, 11), ref=st.sampled_from([0, 0, -1, 1]))
+    def fill(self, start, ref):
+        for j in range(self.universe):
+            t1, t2, _, _ = self.lists()
+            if len(t1) + len(t2) >= self.ref.cache_capacity:
+                break
+            k = self.canon[(start + j) % self.universe]
+            if k.kid not in self.kids(0) and k.kid not in self.kids(1):
                 c = ChunkStatus(0)
                 c.ref_cnt = ref
-                self.run("store_insert", lambda p, k=k, c=c: p.insert(k, c, None))
+                self.run("fill", lambda p, k=k, c=c: p.insert(k, c, None))
 
-        @rule(key=key_st)
-        def remove(self, key):
-            k = self.key(key)
-            self.run("remove", lambda p: p.remove(k))
+    @rule(i=st.integers(0, 20), value=st.sampled_from([-1, 0, 0, 1, 2]))
+    def set_ref(self, i, value):
+        t1, t2, _, _ = self.lists()
+        chunks = [c for _, c in [*t1.items(), *t2.items()] if isinstance(c, ctypes.Structure)]
+        if chunks:
+            try:
+                chunks[i % len(chunks)].ref_cnt = value
+            except (TypeError, AttributeError):
+                pass
 
-        @rule(go=st.integers(0, 7))
-        def clear(self, go):
-            if go == 0:
-                self.run("clear", lambda p: p.clear())
+    @rule(keys=keys_st, kind=iter_kind_st, action=act)
+    def touch(self, keys, kind, action):
+        ks = [self.key(s) for s in keys]
+        if any(k.kid in self.kids(2) | self.kids(3) for k in ks):
+            G.counts["ghost_hit"] += 1
+        make = self.iterable(ks, kind, action)
+        self.run("touch", lambda p: p.touch(make(), None))
 
-        @rule(value=target_st)
-        def set_target(self, value):
-            t = self.target(value)
-            self.run("set_target", lambda p: setattr(p, "target_t1_size", t))
+    @rule(idx=st.lists(st.integers(0, 20), max_size=6), action=act)
+    def touch_resident(self, idx, action):
+        res = self.resident()
+        if res:
+            ks = [res[i % len(res)] for i in idx]
+            make = self.iterable(ks, "hiter", action)
+            self.run("touch_resident", lambda p: p.touch(make(), None))
 
-        @precondition(lambda self: "reinit" not in exclude)
-        @rule(
-            cap=st.one_of(st.integers(-1, 8), st.tuples(st.integers(-1, 8), act), st.just(1.5)),
-            go=st.integers(0, 3),
+    @rule(keys=keys_st, kind=iter_kind_st, action=act)
+    def on_store_miss(self, keys, kind, action):
+        ks = [self.key(s) for s in keys]
+        if any(k.kid in self.kids(2) | self.kids(3) for k in ks):
+            G.counts["ghost_hit"] += 1
+        make = self.iterable(ks, kind, action)
+        self.run("on_store_miss", lambda p: p.on_store_miss(make(), None))
+
+    @rule(
+        groups=st.lists(keys_st, min_size=1, max_size=3),
+        ins=st.frozensets(st.integers(0, 11), max_size=6),
+        reused=st.frozensets(st.integers(0, 11), max_size=6),
+        ckind=cont_kind_st,
+        cact=act,
+        xkind=st.sampled_from(["plain", "hctx"]),
+        xact=act,
+        positions=st.lists(st.one_of(st.none(), st.integers(0, 20)), max_size=18),
+    )
+    def on_request_finished(self, groups, ins, reused, ckind, cact, xkind, xact, positions):
+        key_groups = tuple(tuple(self.key(s) for s in g) for g in groups)
+        flat = [k for g in key_groups for k in g]
+        c = self.ctx(xkind, xact, flat, positions)
+        ins_c = self.container([self.canon[i % self.universe] for i in ins], ckind, cact)
+        reu_c = self.container([self.canon[i % self.universe] for i in reused], ckind, cact)
+        self.run(
+            "on_request_finished", lambda p: p.on_request_finished(key_groups, ins_c, reu_c, c)
         )
-        def reinit(self, cap, go):
-            if go:
+
+    @rule(
+        size=st.sampled_from(["one", "some", "some", "evictable", "all", "zero", "more"]),
+        j=st.integers(0, 16),
+        nkind=n_kind_st,
+        nact=act,
+        prot=st.lists(key_st, max_size=4),
+        pkind=cont_kind_st,
+        pact=act,
+    )
+    def evict(self, size, j, nkind, nact, prot, pkind, pact):
+        pkeys = [self.key(s) for s in prot]
+        pkids = {k.kid for k in pkeys}
+        t1, t2, _, _ = self.lists()
+        resident = len(t1) + len(t2)
+        ready = self.resident(lambda c: getattr(c, "ref_cnt", 1) == 0)
+        evictable = len([k for k in ready if k.kid not in pkids])
+        n = {
+            "zero": 0,
+            "one": min(1, resident),
+            "some": 1 + j % evictable if evictable else min(1, resident),
+            "evictable": evictable or min(1, resident),
+            "all": resident,
+            "more": resident + 1 + j % 3,
+        }[size]
+        self.do_evict(self.n(n, nkind, nact), lambda: self.container(pkeys, pkind, pact), pkids)
+
+    def do_evict(self, make_n, make_prot, pkids):
+        t1, t2, _, _ = self.lists()
+        before = [[(k.kid, getattr(c, "ref_cnt", None)) for k, c in d.items()] for d in (t1, t2)]
+        full = self.ref.cache_capacity > 0 and len(t1) + len(t2) >= self.ref.cache_capacity
+        prot = make_prot()
+        result = self.run(
+            "evict", lambda p: p.evict(make_n(), prot), no_key_raise=G.mode == "agree"
+        )
+        if result[0] == "ok" and result[1]:
+            G.counts["evict_ok"] += 1
+            if full:
+                G.counts["evict_full"] += 1
+            victims = {v[0] for v in result[1]}
+            for entries in before:
+                last = max((i for i, (kid, _) in enumerate(entries) if kid in victims), default=-1)
+                skipped = entries[:last]
+                if any(r != 0 for kid, r in skipped):
+                    G.counts["evict_pinned_skip"] += 1
+                if any(r == 0 and kid in pkids and kid not in victims for kid, r in skipped):
+                    G.counts["evict_protected_skip"] += 1
+        elif result[0] == "ok" and result[1] is None:
+            G.counts["evict_none"] += 1
+
+    @rule(
+        idx=st.lists(st.integers(0, 11), min_size=1, max_size=8),
+        ref=st.sampled_from([0, 0, -1]),
+        pact=act,
+    )
+    def store(self, idx, ref, pact):
+        """The manager's store: ghost hits, evict to make room (the
+        request's keys protected), insert the missing keys."""
+        keys = list(dict.fromkeys(self.canon[i % self.universe] for i in idx))
+        resident = self.kids(0) | self.kids(1)
+        missing = [k for k in keys if k.kid not in resident]
+        cap = self.ref.cache_capacity
+        if not missing or len(missing) > cap:
+            return
+        if any(k.kid in self.kids(2) | self.kids(3) for k in missing):
+            G.counts["ghost_hit"] += 1
+        self.run("store_miss", lambda p: p.on_store_miss(missing, None))
+        t1, t2, _, _ = self.lists()
+        need = len(t1) + len(t2) + len(missing) - cap
+        if need > 0:
+            self.do_evict(
+                lambda: need,
+                lambda: HProt(keys, pact) if "iters" not in G.exclude else set(keys),
+                {k.kid for k in keys},
+            )
+            t1, t2, _, _ = self.lists()
+            if len(t1) + len(t2) + len(missing) > cap:
                 return
-            if isinstance(cap, tuple):
-                value, action = cap
-                make = lambda: HN(value, action)  # noqa: E731 -- a factory per branch, called per policy
-            else:
-                make = lambda: cap  # noqa: E731 -- a factory per branch, called per policy
-            self.run("__init__", lambda p: p.__init__(make()))
+        for k in missing:
+            c = ChunkStatus(0)
+            c.ref_cnt = ref
+            self.run("store_insert", lambda p, k=k, c=c: p.insert(k, c, None))
 
-        @precondition(lambda self: "gets" not in exclude)
-        @rule(key=key_st, which=st.sampled_from(["get", "t1", "t2", "b1", "b2", "getitem"]))
-        def read(self, key, which):
-            k = self.key(key)
-            if which == "get":
-                self.run("get", lambda p: p.get(k))
-            elif which == "getitem":
-                self.run("t1[key]", lambda p: p.t1[k])
-            else:
-                self.run(f"key in {which}", lambda p: k in getattr(p, which))
+    @rule(key=key_st)
+    def remove(self, key):
+        k = self.key(key)
+        self.run("remove", lambda p: p.remove(k))
 
-        @rule(which=st.sampled_from(["t1", "t2", "b1", "b2"]), items=st.booleans())
-        def iterate(self, which, items):
-            # Keys stay quiet: vLLM's and the twin's OrderedDict iteration
-            # hash every key it yields, the core's does not (gc hooks act).
-            def go(p):
-                view = getattr(p, which)
-                got = [k for k, _ in view.items()] if items else list(view)
-                return [getattr(k, "kid", None) for k in got], len(view)
+    @rule(go=st.integers(0, 7))
+    def clear(self, go):
+        if go == 0:
+            self.run("clear", lambda p: p.clear())
 
-            self.run(f"iterate {which}", go, quiet=True)
+    @rule(value=target_st)
+    def set_target(self, value):
+        t = self.target(value)
+        self.run("set_target", lambda p: setattr(p, "target_t1_size", t))
 
-        def teardown(self):
-            G.armed = G.hooked = False
+    @precondition(lambda self: "reinit" not in G.exclude)
+    @rule(
+        cap=st.one_of(st.integers(-1, 8), st.tuples(st.integers(-1, 8), act), st.just(1.5)),
+        go=st.integers(0, 3),
+    )
+    def reinit(self, cap, go):
+        if go:
+            return
+        if isinstance(cap, tuple):
+            value, action = cap
+            make = lambda: HN(value, action)  # noqa: E731 -- a factory per branch, called per policy
+        else:
+            make = lambda: cap  # noqa: E731 -- a factory per branch, called per policy
+        self.run("__init__", lambda p: p.__init__(make()))
 
-    return HostileMachine
+    @precondition(lambda self: "gets" not in G.exclude)
+    @rule(key=key_st, which=st.sampled_from(["get", "t1", "t2", "b1", "b2", "getitem"]))
+    def read(self, key, which):
+        k = self.key(key)
+        if which == "get":
+            self.run("get", lambda p: p.get(k))
+        elif which == "getitem":
+            self.run("t1[key]", lambda p: p.t1[k])
+        else:
+            self.run(f"key in {which}", lambda p: k in getattr(p, which))
+
+    @rule(which=st.sampled_from(["t1", "t2", "b1", "b2"]), items=st.booleans())
+    def iterate(self, which, items):
+        # Keys stay quiet: vLLM's and the twin's OrderedDict iteration
+        # hash every key it yields, the core's does not (gc hooks act).
+        def go(p):
+            view = getattr(p, which)
+            got = [k for k, _ in view.items()] if items else list(view)
+            return [getattr(k, "kid", None) for k in got], len(view)
+
+        self.run(f"iterate {which}", go, quiet=True)
+
+    def teardown(self):
+        G.armed = G.hooked = False
 
 
 PROFILES = {
@@ -1391,7 +1415,8 @@ def main(argv=None) -> int:
     rc = 0
     try:
         for impls in runs:
-            run_state_machine_as_test(build_machine(args.mode, impls, exclude), settings=prof)
+            machine = type("HostileMachine", (HostileMachine,), {"impls": impls})
+            run_state_machine_as_test(machine, settings=prof)
     except BaseException:
         G.armed = G.hooked = False
         import traceback
