@@ -74,18 +74,11 @@ from hypothesis.stateful import (
 
 from arc_cy._arc_c import ARCCachePolicy as CPolicy
 from arc_cy._arc_py import ARCCachePolicy as PyPolicy
-from arc_cy._common import (
-    MSG_DUPLICATE,
-    MSG_MUTATED,
-    MSG_NO_COPY,
-    MSG_REENTRANT,
-    ListView,
-    check_capacity,
-    check_evict_n,
-    check_target,
-    chunk_ref_offset,
-    order_request_keys,
-)
+from arc_cy._base import order_request_keys
+from arc_cy._checks import check_capacity, check_evict_n, check_target
+from arc_cy._chunks import chunk_ref_offset
+from arc_cy._messages import MSG_DUPLICATE, MSG_MUTATED, MSG_NO_COPY, MSG_REENTRANT
+from arc_cy._views import ListView
 from helpers import ChunkStatus, ReqContext, VllmARC
 
 
@@ -1176,7 +1169,8 @@ class HostileMachine(RuleBasedStateMachine):
         res = self.resident()
         if res:
             ks = [res[i % len(res)] for i in idx]
-            make = self.iterable(ks, "hiter", action)
+            kind = "list" if "iters" in G.exclude else "hiter"
+            make = self.iterable(ks, kind, action)
             self.run("touch_resident", lambda p: p.touch(make(), None))
 
     @rule(keys=keys_st, kind=iter_kind_st, action=act)
