@@ -231,6 +231,55 @@ cdef int by_stamp(const void *a, const void *b) noexcept nogil:
     return (x > y) - (x < y)
 
 
+cdef inline int _check_which(int which) except -1:
+    if not 0 <= which < 4:
+        raise IndexError(which)
+    return 0
+
+
+# Declared here, defined below: _ListIter, which ARCCore returns, holds one.
+cdef class ARCCore
+
+
+@cython.final
+cdef class _ListIter:
+    """(key, value) pairs of one list, LRU first; fails if the list changes.
+    Made only whole, from a live core and a list number it checks (also when
+    Python code calls it, or its __new__); nothing re-states it."""
+    cdef:
+        ARCCore core
+        int32_t pos
+        uint8_t which
+        bint done
+        uint64_t version
+
+    def __cinit__(self, ARCCore core not None, int which):
+        _check_which(which)
+        self.core = core
+        self.which = which
+        self.pos = core.head[which]
+        self.version = core.version[which]
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef Node *node
+        # Like OrderedDict's iterators: at the end, a change goes unnoticed.
+        if self.done or self.pos == EMPTY:
+            self.done = True
+            raise StopIteration
+        if self.core.version[self.which] != self.version:
+            raise RuntimeError(MSG_MUTATED)
+        node = &self.core.nodes[self.pos]
+        self.pos = node.next
+        # Owned references before the pair is made: making it may start a
+        # collection whose callbacks change the policy (no busy is held).
+        key = <object>node.key
+        value = None if node.chunk is NULL else <object>node.chunk
+        return (key, value)
+
+
 cdef class ARCCore:
     cdef:
         # The nodes: one per key the policy knows, and a free list.
@@ -1333,6 +1382,8 @@ cdef class ARCCore:
         return 0
 
 
+# --- the module's wiring, done before ARCCachePolicy subclasses ARCCore ---
+
 # The keys and chunks live in C arrays, out of the garbage collector's
 # sight; these slots show them to it, so a cycle through a key or a chunk
 # (one that refers back to its policy) can be collected.
@@ -1393,58 +1444,13 @@ def _check_layout():
 _check_layout()
 
 
-cdef inline int _check_which(int which) except -1:
-    if not 0 <= which < 4:
-        raise IndexError(which)
-    return 0
-
-
-@cython.final
-cdef class _ListIter:
-    """(key, value) pairs of one list, LRU first; fails if the list changes.
-    Made only whole, from a live core and a list number it checks (also when
-    Python code calls it, or its __new__); nothing re-states it."""
-    cdef:
-        ARCCore core
-        int32_t pos
-        uint8_t which
-        bint done
-        uint64_t version
-
-    def __cinit__(self, ARCCore core not None, int which):
-        _check_which(which)
-        self.core = core
-        self.which = which
-        self.pos = core.head[which]
-        self.version = core.version[which]
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        cdef Node *node
-        # Like OrderedDict's iterators: at the end, a change goes unnoticed.
-        if self.done or self.pos == EMPTY:
-            self.done = True
-            raise StopIteration
-        if self.core.version[self.which] != self.version:
-            raise RuntimeError(MSG_MUTATED)
-        node = &self.core.nodes[self.pos]
-        self.pos = node.next
-        # Owned references before the pair is made: making it may start a
-        # collection whose callbacks change the policy (no busy is held).
-        key = <object>node.key
-        value = None if node.chunk is NULL else <object>node.chunk
-        return (key, value)
-
-
-class ARCCachePolicy(ARCCore, CachePolicy):
-    __doc__ = _twin.ARCCachePolicy.__doc__  # one text, the twin's
-
-
 # The Cython that generated this module (recorded by setup.py at build time).
 CYTHON_VERSION = ARC_CY_CYTHON_VERSION.decode("ascii")
 
 # Bytes of one entry's node in the core's node array (private: bench/evict.py
 # reads it for the bytes its scan reads per entry).
 _NODE_SIZE = sizeof(Node)
+
+
+class ARCCachePolicy(ARCCore, CachePolicy):
+    __doc__ = _twin.ARCCachePolicy.__doc__  # one text, the twin's
