@@ -7,7 +7,10 @@
 #     ARC_CY_BENCH_BASE=$old:$new bench/run.sh --only evict,store_latency --out /tmp/ab
 # Prints the directory (under /tmp) that holds the package. Compare two
 # revisions built this way (same Cython, same flags): the installed arc_cy
-# was built by pip with the Cython its isolated build fetched.
+# was built by pip with the Cython its isolated build fetched. The order of
+# the contenders counts: on the large-cache evict tables one revision ran
+# up to 25% slower last than first (bench/reference/NOTES.md); to claim a
+# gap that small, run both orders.
 set -euo pipefail
 rev=${1:?usage: bench/base.sh REV [NAME]}
 name=${2:-arc_cy_base}
