@@ -10,8 +10,8 @@
 # ARC_CY_BASE_PYTHON (python3 if unset) pins, with the pins they need from
 # it. They live in a small environment of their own, without vLLM (seconds
 # to make): ${XDG_CACHE_HOME:-~/.cache}/arc_cy/lint-py<X.Y>, or
-# ARC_CY_LINT_ENV, made again whenever those pins move. pre-commit runs the
-# same two linters (.pre-commit-config.yaml).
+# ARC_CY_LINT_ENV, made again whenever those pins move. pre-commit runs
+# this script (.pre-commit-config.yaml), so the pins have one place.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"

@@ -98,9 +98,12 @@ def test_lock_satisfies_pyproject(version: str) -> None:
             )
 
 
-def test_every_python_tests_the_same_vllm_and_torch() -> None:
+def test_every_python_tests_the_same_vllm_and_torch_and_lints_alike() -> None:
+    # The linters too: .ci/lint.sh (and pre-commit, which runs it) takes
+    # them from the lock of whichever Python it runs on.
+    names = ("vllm", "torch", "ruff", "cython-lint")
     stacks = {
-        v: {n: locked(LOCK_DIR / f"requirements-py{v}.lock")[n] for n in ("vllm", "torch")}
+        v: {n: locked(LOCK_DIR / f"requirements-py{v}.lock")[n] for n in names}
         for v in lock_versions()
     }
     assert len({tuple(s.items()) for s in stacks.values()}) == 1, stacks
@@ -235,26 +238,6 @@ def test_extra_brings_what_is_imported(extra: str, folder: str) -> None:
         if not owners & brought:
             missing[module] = sorted(owners) or "not installed"
     assert not missing, f"imported by {folder}/ but not brought by [{extra}]: {missing}"
-
-
-# The linters: one release, pinned in every lock and in the pre-commit config.
-PRE_COMMIT_REPOS = {
-    "https://github.com/astral-sh/ruff-pre-commit": "ruff",
-    "https://github.com/MarcoGorelli/cython-lint": "cython-lint",
-}
-
-
-def test_pre_commit_runs_the_locked_linters() -> None:
-    text = (REPO / ".pre-commit-config.yaml").read_text()  # in the sdist too (MANIFEST.in)
-    revs = dict(re.findall(r"^\s*-\s*repo:\s*(\S+)\s*\n\s*rev:\s*(\S+)\s*$", text, re.M))
-    assert set(revs) == set(PRE_COMMIT_REPOS), revs
-    for version in lock_versions():
-        pins = locked(LOCK_DIR / f"requirements-py{version}.lock")
-        for repo, dist in PRE_COMMIT_REPOS.items():
-            assert revs[repo] == f"v{pins[dist]}", (
-                f".pre-commit-config.yaml runs {dist} {revs[repo]}, "
-                f"requirements-py{version}.lock pins {pins[dist]}"
-            )
 
 
 def test_a_build_packs_only_what_it_makes(tmp_path: Path) -> None:
