@@ -402,10 +402,7 @@ class ARCCachePolicy(CachePolicy):
                     return None
                 picked = (entry, True, picked)
                 virtual_t1_size -= 1
-            victims: _Chain = ()  # the same cells, first victim first
-            while picked:
-                entry, from_t1, picked = picked
-                victims = (entry, from_t1, victims)
+            victims = _reversed(picked)  # first victim first
             cell = victims
             while cell:
                 (key, _), from_t1, cell = cell
@@ -419,12 +416,7 @@ class ARCCachePolicy(CachePolicy):
             for ghost in (b1, b2):
                 for _ in range(len(ghost) - self._capacity):
                     released = (ghost.popitem(last=False), released)
-            result = []
-            cell = victims
-            while cell:  # the list never holds a NULL item, unlike a tuple being filled
-                entry, _, cell = cell
-                result.append(entry)
-            return result
+            return _entries(victims)
         finally:
             _end(self, call)
 
@@ -535,13 +527,32 @@ def _end(policy: ARCCachePolicy, call: _Call) -> None:
 # A chain: () or (item, rest), one tuple cell per item, each made whole in
 # one step (rule 4), so nothing that runs meanwhile (a key's __eq__, a
 # collection) can see it half made or change it. A call pushes with
-# `chain = (item, chain)`, and walks it with `item, chain = chain` written
-# out, not through a generator, which cost evict() a quarter more: the
+# `chain = (item, chain)` and walks it with `item, chain = chain`: the
 # victims evict() picks (its cells flat, (entry, from_t1, rest)), and
 # `released`, what a call drops (a forgotten ghost's key, a removed entry, a
 # replaced key object), released when the call returns, after busy is
-# given back.
+# given back. evict()'s walks are loops in a function, not generators: a
+# generator over the cells cost evict() a quarter more.
 _Chain = tuple[Any, ...]
+
+
+def _reversed(cells: _Chain) -> _Chain:
+    """evict()'s cells (entry, from_t1, rest), in the other order."""
+    out: _Chain = ()
+    while cells:
+        entry, from_t1, cells = cells
+        out = (entry, from_t1, out)
+    return out
+
+
+def _entries(cells: _Chain) -> list[Any]:
+    """The entries of evict()'s cells, in order: a list, which never holds
+    a NULL item, unlike a tuple being filled."""
+    out = []
+    while cells:
+        entry, _, cells = cells
+        out.append(entry)
+    return out
 
 
 def _held(keys: Iterable[Any]) -> tuple[Any, ...]:
