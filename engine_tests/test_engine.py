@@ -17,12 +17,17 @@ from typing import Any
 import pytest
 from engines import BLOCK_SIZE, NUM_GPU_BLOCKS
 
-# Loading a prefix instead of recomputing it moves a logprob by float noise:
-# about 1e-5 on one machine, 1.03e-4 on another (an Intel Xeon, 2026-12),
-# as the CPU's kernels sum in another order. A wrong or missing block moves
-# it by far more, and changes tokens; the worker's checksums of every
-# loaded block and the tokens are the exact checks.
-LOGPROB_TOLERANCE = 1e-3
+# A logprob differs from the reference's by float noise (most likely: a
+# load's timing changes which requests share a step, and so the order the
+# CPU's kernels sum in; not traced further). Measured here (an Intel Xeon,
+# 2026-12, 6 runs of every contender, 48 requests each): at most 6e-5,
+# except a jump of 3.89e-3, the same value each time, on one request in 3 of
+# 30 contender runs, the policy's decisions checked equal in lockstep. The
+# negative control, a skipped load (skip_one_load), changes tokens in every
+# run and moves same-token logprobs by 8.4e-3 and 2.7e-2. The tolerance
+# sits between the two; the exact checks are the tokens and the worker's
+# checksum of every loaded block.
+LOGPROB_TOLERANCE = 5e-3
 
 # What the guard prints when it refuses (arc_cy/_fingerprint.py's
 # refused_message), matched on its stable part, and vLLM's own refusal of an
