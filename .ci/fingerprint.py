@@ -1,65 +1,61 @@
 #!/usr/bin/env python3
-"""Print the fingerprints arc_cy's vLLM code guard compares, as entries of
-arc_cy/_compat.py's VERIFIED_VLLM, and check the policy's callers:
+"""Judge vLLM releases as arc_cy's guard does, and print arc_cy/_verified.py's
+table with them added:
 
     .ci/fingerprint.py                      the vLLM this Python imports
-    .ci/fingerprint.py vllm-0.33.0-*.whl    a wheel (read in place)
-    .ci/fingerprint.py DIR                  a tree holding vllm/ (a checkout, site-packages)
+    .ci/fingerprint.py vllm-0.34.0-*.whl    a wheel or an sdist (read in place)
+    .ci/fingerprint.py DIR ...              trees holding vllm/ (a checkout,
+                                            site-packages, tests/data/vllm/X)
 
-For each vLLM: the fingerprints of its cpu/policies/arc.py and base.py
-(arc_cy/_fingerprint.py: sha256 of the AST, docstrings dropped), then
-whether the CPU manager's and the tiering primary tier's code uses a name
-that vLLM's ARC policy has beyond base.py's CachePolicy, or a computed
-attribute name (arc_cy._fingerprint.DYNAMIC). Exits 1 if one does.
-.ci/vllm_compat.sh runs it on the release it verified; only the
-fingerprints of releases that passed belong in VERIFIED_VLLM.
+For each vLLM: which verified ARC code its own is (arc_cy._fingerprint
+splits arc.py and base.py into the objects ARC runs and reads), and what
+its callers use of the names the guard forbids, with arc_cy's policy names
+(arc_cy._guard.POLICY_NAMES), as the guard scans. Then the table: VERIFIED
+with each release joined to the entry of its ARC code (a new entry if none
+has it) and its callers' fingerprints added. A caller in the table is
+accepted as it shipped, whatever the scan finds, so add a release only
+after .ci/vllm_compat.sh passed on it. Exits 1 if a release cannot be read.
+
+It imports arc_cy._fingerprint, _guard and _verified by name: the installed
+arc_cy, else this checkout's.
 """
 
 from __future__ import annotations
 
-import ast
-import importlib.util
+import io
 import os
 import sys
+import tarfile
 import zipfile
 from collections.abc import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.append(ROOT)  # after site-packages: an installed arc_cy comes first
 
+from arc_cy import _fingerprint as fp  # noqa: E402
+from arc_cy._guard import POLICY_NAMES  # noqa: E402
+from arc_cy._verified import VERIFIED  # noqa: E402
 
-def _load_fingerprint_module():  # type: ignore[no-untyped-def]
-    # By path, not `import arc_cy`: the analysis is standard library only,
-    # and importing the package would need its compiled core (or warn).
-    path = os.path.join(ROOT, "arc_cy", "_fingerprint.py")
-    spec = importlib.util.spec_from_file_location("_arc_cy_fingerprint", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-fp = _load_fingerprint_module()
+MODULES = (fp.ARC_MODULE, fp.BASE_MODULE, *fp.CALLER_MODULES)
 
 
 def _file_name(module: str) -> str:
     return module.replace(".", "/") + ".py"
 
 
-def _readers(target: str | None) -> tuple[str, Callable[[str], bytes | None], str]:
+def _version_of(text: str) -> str:
+    ns: dict[str, object] = {}
+    exec(text, ns)
+    return str(ns.get("__version__", "unknown"))
+
+
+def _reader(target: str | None) -> tuple[str, Callable[[str], bytes | None], str]:
     """(version, read(module) -> source or None, where) for one vLLM."""
     if target is None:
         import vllm
 
-        def read(module: str) -> bytes | None:
-            spec = fp.module_spec(module)
-            if spec is None:
-                return None
-            path = str(spec.origin)
-            with open(path, "rb") as f:
-                return f.read()
-
-        return str(vllm.__version__), read, os.path.dirname(vllm.__file__)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(vllm.__file__)))
+        return str(vllm.__version__), _reader(root)[1], os.path.dirname(vllm.__file__)
     if os.path.isdir(target):
 
         def read(module: str) -> bytes | None:
@@ -69,65 +65,123 @@ def _readers(target: str | None) -> tuple[str, Callable[[str], bytes | None], st
             with open(path, "rb") as f:
                 return f.read()
 
-        ns: dict[str, object] = {}
         version_file = os.path.join(target, "vllm", "_version.py")
+        version = "unknown"
         if os.path.exists(version_file):
             with open(version_file) as f:
-                exec(f.read(), ns)
-        return str(ns.get("__version__", "unknown")), read, target
+                version = _version_of(f.read())
+        return (
+            os.path.basename(os.path.normpath(target)) if version == "unknown" else version,
+            read,
+            target,
+        )
+    name = os.path.basename(target)
+    version = name.split("-")[1].removesuffix(".tar.gz")
+    if name.endswith(".tar.gz"):
+        tar = tarfile.open(target)
+        members = {m.name.split("/", 1)[-1]: m for m in tar.getmembers() if m.isfile()}
+
+        def read(module: str) -> bytes | None:
+            member = members.get(_file_name(module))
+            return None if member is None else tar.extractfile(member).read()  # type: ignore[union-attr]
+
+        return version, read, target
     wheel = zipfile.ZipFile(target)
     names = set(wheel.namelist())
 
-    def read(module: str) -> bytes | None:
+    def read_wheel(module: str) -> bytes | None:
         name = _file_name(module)
         return wheel.read(name) if name in names else None
 
-    return os.path.basename(target).split("-")[1], read, target
+    return version, read_wheel, target
 
 
-def report(target: str | None) -> bool:
-    version, read, where = _readers(target)
+def judge(target: str | None, table: list[dict]) -> bool:
+    """Report on one vLLM and join it to table; False if it cannot be read."""
+    version, read, where = _reader(target)
     print(f"vLLM {version} ({where}):")
-    sources = {}
-    for module in (*fp.FINGERPRINTED.values(), *fp.CALLER_MODULES):
-        source = read(module)
-        if source is not None:
-            sources[module] = source
-    missing = [m for m in fp.FINGERPRINTED.values() if m not in sources]
+    sources = {m: s for m in MODULES if (s := read(m)) is not None}
+    paths = {m: f"{where}/{_file_name(m)}" for m in sources}
+    missing = [m for m in (fp.ARC_MODULE, fp.BASE_MODULE) if m not in sources]
     if missing:
         print(f"    no source for {', '.join(missing)}")
         return False
-    trees = {m: ast.parse(sources[m]) for m in fp.FINGERPRINTED.values()}
-    print(f'    "{version}": {{')
-    for name, module in fp.FINGERPRINTED.items():
-        print(f'        "{name}": "{fp.fingerprint(trees[module])}",')
-    print("    },")
-    beyond = fp.beyond_base(trees[fp.ARC_MODULE], trees[fp.BASE_MODULE])
-    ok = True
+    import ast
+
+    code = fp.arc_code(ast.parse(sources[fp.ARC_MODULE]), ast.parse(sources[fp.BASE_MODULE]))
+    found = fp.judge_sources(version, sources, paths, VERIFIED, POLICY_NAMES)
+    if found.verified_as is not None:
+        print(f"    its ARC code is verified vLLM {found.verified_as}'s")
+    else:
+        print(f"    its ARC code is none the table verified (nearest: vLLM {found.nearest}'s):")
+        for change in found.changes:
+            print(f"        {change.name} {change.how}")
+    forbidden = fp.forbidden_names(code, POLICY_NAMES)
+    callers = {}
     for module in fp.CALLER_MODULES:
-        name = _file_name(module)
+        name = fp.FILES[module]
         if module not in sources:
             print(f"    {name}: not in this release")
             continue
-        uses = fp.caller_uses(compile(sources[module], name, "exec", dont_inherit=True), beyond)
+        tree = ast.parse(sources[module])
+        callers[name] = fp.fingerprint(tree)
+        compiled = compile(sources[module], paths[module], "exec", dont_inherit=True)
+        uses = fp.names_used(tree, compiled, forbidden)
         if uses:
-            ok = False
             print(
-                f"    {name} uses what base.py's CachePolicy does not define: "
-                + ", ".join(f"{n!r} (line {line})" for n, line in uses)
+                f"    {name} uses what the guard forbids callers outside the table: "
+                + ", ".join(f"{n!r} (line {line})" for n, line in sorted(uses.items()))
+                + "; check that none is a call on the policy (.ci/vllm_compat.sh drove it)"
             )
         else:
-            print(
-                f"    {name} uses nothing that vLLM's ARC policy has beyond "
-                "base.py's CachePolicy, and no computed attribute name"
-            )
-    return ok
+            print(f"    {name} uses nothing the guard forbids")
+
+    entry = next((e for e in table if e["arc"] == dict(code.objects)), None)
+    if entry is None:
+        entry = {"releases": (), "arc": dict(code.objects), "callers": {}}
+        table.append(entry)
+    if version not in entry["releases"]:
+        entry["releases"] = tuple(sorted({*entry["releases"], version}, key=fp.release_key))
+    for name, mine in callers.items():
+        entry["callers"][name] = tuple(sorted({*entry["callers"].get(name, ()), mine}))
+    return True
+
+
+def _tuple(values: tuple[str, ...]) -> str:
+    # As ruff formats it: a trailing comma only where one item needs it.
+    items = ", ".join(f'"{v}"' for v in values)
+    return f"({items},)" if len(values) == 1 else f"({items})"
 
 
 def main(argv: list[str]) -> int:
     targets: list[str | None] = list(argv) or [None]
-    results = [report(t) for t in targets]
-    return 0 if all(results) else 1
+    table = [
+        {"releases": e["releases"], "arc": dict(e["arc"]), "callers": dict(e["callers"])}
+        for e in VERIFIED
+    ]
+    ok = all([judge(t, table) for t in targets])
+    table.sort(key=lambda e: fp.release_key(e["releases"][0]))
+    releases = sorted((r for e in table for r in e["releases"]), key=fp.release_key)
+    newest = fp.release_key(releases[-1])
+    out = io.StringIO()
+    out.write(f'SUPPORTED_VLLM = ">={releases[0]},<{newest[0]}.{newest[1] + 1}"\n')
+    out.write("VERIFIED: tuple[dict, ...] = (\n")
+    for entry in table:
+        out.write("    {\n")
+        out.write(f'        "releases": {_tuple(entry["releases"])},\n')
+        out.write('        "arc": {\n')
+        for name, value in sorted(entry["arc"].items()):
+            out.write(f'            "{name}": "{value}",\n')
+        out.write("        },\n")
+        out.write('        "callers": {\n')
+        for name, values in sorted(entry["callers"].items()):
+            out.write(f'            "{name}": {_tuple(values)},\n')
+        out.write("        },\n")
+        out.write("    },\n")
+    out.write(")\n")
+    print("\narc_cy/_verified.py, with these releases:\n")
+    print(out.getvalue())
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 ``ARC_CY_NO_EXTENSIONS`` is true (``1``, ``true``, ``yes``, ``on``;
 ``arc_cy._env.env_flag``), which selects the pure-Python twin
 (``arc_cy._arc_py``). Both make the decisions of vLLM's ``ARCCachePolicy``
-on the vLLM releases arc_cy verified (``arc_cy._compat.VERIFIED_VLLM``).
+on the vLLM code arc_cy verified (``arc_cy._verified``, ``arc_cy._guard``).
 
 The implementation (and vLLM's base classes) load on first use of one of
 the names below, so ``import arc_cy`` alone, and ``python -m arc_cy
@@ -18,8 +18,8 @@ import platform
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from ._compat import SUPPORTED_VLLM
 from ._env import env_flag
+from ._verified import SUPPORTED_VLLM
 
 __all__ = [
     "ARCCachePolicy",

@@ -2,7 +2,7 @@
 
 Prints which implementation ``import arc_cy`` selected and where it was
 imported from, the Cython that built the compiled core, the versions of vLLM
-(and which verified release its policy code is, ``arc_cy._fingerprint``) and
+(and which verified release's ARC code it runs, ``arc_cy._guard``) and
 Python, whether vLLM's general plugins register the ``"arc_cy"`` cache
 policy name, and the result of one store/evict cycle: through vLLM's
 ``CPUOffloadingManager`` with ``cache_policy="arc_cy"`` (as an operator
@@ -28,8 +28,16 @@ from pathlib import Path
 from typing import Any
 
 import arc_cy
-from arc_cy._compat import OVERRIDE_ENV, SUPPORTED_VLLM, VERIFIED_VLLM, override_set, vllm_guard
-from arc_cy._fingerprint import matched_message, overridden_message, refused_message
+from arc_cy._fingerprint import BASE_MODULE, release_key
+from arc_cy._guard import (
+    OVERRIDE_ENV,
+    overridden_message,
+    override_set,
+    refused_message,
+    verified_message,
+    vllm_guard,
+)
+from arc_cy._verified import SUPPORTED_VLLM, VERIFIED
 
 
 def _built_with() -> str:
@@ -70,38 +78,44 @@ def _package_report() -> tuple[bool, str]:
 
 
 def _vllm_report() -> tuple[bool, list[str]]:
-    """(ok, lines) about the installed vLLM: importable, and its policy code
+    """(ok, lines) about the installed vLLM: importable, and its ARC code
     one that arc_cy verified?"""
-    from arc_cy._base import HAVE_VLLM, VLLM_IMPORT_ERROR
+    from arc_cy import _base
 
-    if VLLM_IMPORT_ERROR is not None:
-        err = VLLM_IMPORT_ERROR
-        if isinstance(err, ModuleNotFoundError) and (err.name or "").startswith("vllm."):
-            # vllm imports, but lacks the modules arc_cy builds on.
-            vllm = sys.modules.get("vllm")
-            version = getattr(vllm, "__version__", None) or metadata.version("vllm")
-            releases = sorted(VERIFIED_VLLM, key=lambda v: tuple(map(int, v.split("."))))
-            oldest, newest = releases[0], releases[-1]
+    err = _base.VLLM_IMPORT_ERROR
+    if not _base.VLLM_IMPORTED:
+        if err is None:
+            return True, ["vLLM: not installed"]
+        return False, [f"vLLM: installed but failed to import: {type(err).__name__}: {err}"]
+    code = vllm_guard.result()
+    assert code is not None  # vLLM imports
+    version = code.version
+    if not _base.HAVE_VLLM:
+        missing = getattr(err, "name", None) or ""
+        if isinstance(err, ModuleNotFoundError) and (
+            BASE_MODULE == missing or BASE_MODULE.startswith(missing + ".")
+        ):
+            # vllm imports, but has no module arc_cy builds on: too old or too new.
+            releases = sorted((r for e in VERIFIED for r in e["releases"]), key=release_key)
             return False, [
                 f"vLLM: {version} is outside the range arc_cy supports ({SUPPORTED_VLLM}: "
-                f"vLLM {oldest} to {newest}); it has no {err.name}. Install a vLLM in "
-                "that range (pip install 'arc_cy[vllm]')"
+                f"vLLM {releases[0]} to {releases[-1]}); it has no {missing}. Install a vLLM "
+                "in that range (pip install 'arc_cy[vllm]')"
             ]
-        return False, [f"vLLM: installed but failed to import: {type(err).__name__}: {err}"]
-    if not HAVE_VLLM:
-        return True, ["vLLM: not installed"]
-    code = vllm_guard.result()
-    version = code.version
+        return False, [
+            f"vLLM: {version} is broken: its policy module {BASE_MODULE} does not import "
+            f"what arc_cy needs: {type(err).__name__}: {err}"
+        ]
     if code.ok:
-        return True, [f"vLLM: {version} ({matched_message(code)})"]
+        return True, [f"vLLM: {version} ({verified_message(code)})"]
     if override_set():
         return True, [
             f"vLLM: {version} NOT VERIFIED, used anyway because {OVERRIDE_ENV} is set",
-            f"warning: {overridden_message(code, OVERRIDE_ENV)}",
+            f"warning: {overridden_message(code)}",
         ]
     return False, [
         f"vLLM: {version} NOT VERIFIED",
-        f"error: {refused_message(code, OVERRIDE_ENV)}",
+        f"error: {refused_message(code)}",
     ]
 
 
@@ -276,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run() -> int:
     try:
         status = main()
-        sys.stdout.flush()
+        if sys.stdout is not None:  # None: started with stdout closed (`>&-`)
+            sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away (`python -m arc_cy | head -1`): stop quietly,
         # with the shell's status for it; nothing is left to flush.

@@ -96,7 +96,7 @@ from arc_cy._checks import (
     missing_arguments,
 )
 from arc_cy._chunks import chunk_ref_offset, dead_ref
-from arc_cy._compat import vllm_guard
+from arc_cy._guard import vllm_guard
 from arc_cy._messages import (
     MSG_CHUNK_SIZE,
     MSG_DUPLICATE,

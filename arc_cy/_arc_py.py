@@ -36,7 +36,7 @@ from typing import Any
 from ._base import CachePolicy, ChunkStatus, order_request_keys
 from ._checks import MAX_ENTRIES, check_capacity, check_evict_n, check_max_entries, check_target
 from ._chunks import chunk_ref_offset, dead_ref, read_ref_cnt
-from ._compat import vllm_guard
+from ._guard import vllm_guard
 from ._messages import MSG_DUPLICATE, MSG_FULL, MSG_MUTATED, MSG_REENTRANT
 from ._views import LIST_NAMES, ListView
 

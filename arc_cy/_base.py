@@ -10,22 +10,36 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 VLLM_IMPORT_ERROR: BaseException | None = None
-"""Why vLLM failed to import when it is installed but broken (else None)."""
+"""Why vLLM, or its policy module, failed to import when vLLM is installed
+(else None)."""
 
 if TYPE_CHECKING:
     # Type checkers see the stand-ins, vLLM or not: same layout, same calls.
     from ._standins import CachePolicy, ChunkStatus, order_request_keys
 
     HAVE_VLLM: bool
+    VLLM_IMPORTED: bool
 else:
+    # VLLM_IMPORTED: `import vllm` works, so this can be a vLLM process and
+    # the guard judges its code. HAVE_VLLM: arc_cy also has vLLM's classes.
     try:
+        import vllm  # noqa: F401
+
+        VLLM_IMPORTED = True
+    except Exception as exc:  # any: a broken vLLM must not break arc_cy
+        VLLM_IMPORTED = False
+        if not (isinstance(exc, ModuleNotFoundError) and exc.name == "vllm"):
+            VLLM_IMPORT_ERROR = exc  # installed, but failed to import
+    try:
+        if not VLLM_IMPORTED:
+            raise ImportError
         from vllm.v1.kv_offload.cpu.policies.base import CachePolicy, ChunkStatus
 
         HAVE_VLLM = True
-    except Exception as exc:  # any: a broken vLLM must not break arc_cy
+    except Exception as exc:  # any, as above: the guard refuses such a vLLM
         HAVE_VLLM = False
-        if not (isinstance(exc, ModuleNotFoundError) and exc.name == "vllm"):
-            VLLM_IMPORT_ERROR = exc  # installed, but failed to import
+        if VLLM_IMPORTED:
+            VLLM_IMPORT_ERROR = exc
         # `X as X`: a re-export (arc_cy and the twins import it from here).
         from ._standins import CachePolicy as CachePolicy
         from ._standins import ChunkStatus as ChunkStatus

@@ -1,52 +1,52 @@
-"""The vLLM code guard: is the code this Python runs for vLLM's policies
-code that arc_cy has verified?
+"""The analysis behind arc_cy's vLLM code guard (``arc_cy._guard``, whose
+docstring states the rule): which ARC code a vLLM runs, and whether its
+callers ask of the policy only what ``CachePolicy`` declares.
 
-arc_cy's decisions equal vLLM arc's under any sequence of ``CachePolicy``
-calls (the differential tests). So what its correctness depends on is not
-vLLM's version string but vLLM's code:
+Standard library only: ``.ci/fingerprint.py`` imports it by name (``import
+arc_cy`` loads nothing else), and the table it checks against is handed in.
 
-- ``cpu/policies/arc.py`` (the oracle) and ``cpu/policies/base.py`` (the
-  contract): their fingerprints must be a release's in
-  ``arc_cy._compat.VERIFIED_VLLM``. A fingerprint is sha256 of the AST,
-  docstrings dropped, so comments and formatting do not count.
-- What Python runs for arc.py and base.py is the code object their loader
-  gives (``loader.get_code``: a ``.pyc`` when its header matches). It must
-  equal the code compiled from the fingerprinted source: a stale ``.pyc``
-  never runs unverified.
-- The callers (the CPU manager, the tiering primary tier) are judged by the
-  code their loader gives, with no data flow: it may use no name (an
-  attribute, a global, a word in a string) that an ARC policy, vLLM's or
-  arc_cy's, has beyond base.py's ``CachePolicy``, and none in ``DYNAMIC``
-  (a computed attribute name). Through whatever name or route a caller
-  holds its policy, any other attribute is one that neither ARC policy has,
-  so it behaves the same on both (it is missing on both).
-
-Nothing is cached: each check reads and parses the files afresh. This
-module uses the standard library only (``.ci/fingerprint.py`` loads it on
-any Python).
+- :func:`arc_code` splits ``cpu/policies/arc.py`` and ``base.py`` into the
+  objects ARC runs and reads, each with a fingerprint: sha256 of its AST,
+  string statements (docstrings) and positions dropped, so comments,
+  docstrings and formatting do not count.
+- :func:`judge_sources` judges a vLLM from its source files alone (the
+  release files of ``tests/data`` are judged so).
+- :func:`check_vllm_code` judges this process's vLLM: the sources of its
+  modules, and that the code which runs is compiled from them (the module
+  objects in ``sys.modules``, and what their loaders give). It never raises:
+  what it cannot judge, it reports as such.
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import dis
+import gc
 import hashlib
 import importlib.util
+import os
 import re
-from collections.abc import Iterable, Mapping
+import stat
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from importlib.machinery import ModuleSpec
-from types import CodeType
+from types import CodeType, FunctionType
+from typing import Any
 
 ARC_MODULE = "vllm.v1.kv_offload.cpu.policies.arc"
 BASE_MODULE = "vllm.v1.kv_offload.cpu.policies.base"
-# A release without the tiering module has no such caller.
-CALLER_MODULES = (
-    "vllm.v1.kv_offload.cpu.manager",
-    "vllm.v1.kv_offload.tiering.manager",
-)
-FINGERPRINTED = {"arc.py": ARC_MODULE, "base.py": BASE_MODULE}
-"""The files whose fingerprints must be a verified release's, by file name."""
+CPU_MANAGER = "vllm.v1.kv_offload.cpu.manager"
+TIERING_MANAGER = "vllm.v1.kv_offload.tiering.manager"
+CALLER_MODULES = (CPU_MANAGER, TIERING_MANAGER)
+"""The policy's callers. A release without the tiering module has no such caller."""
+FILES = {
+    ARC_MODULE: "arc.py",
+    BASE_MODULE: "base.py",
+    CPU_MANAGER: "cpu/manager.py",
+    TIERING_MANAGER: "tiering/manager.py",
+}
+"""Each judged module by the short name that the table and messages use."""
 
 DYNAMIC = frozenset(
     {
@@ -60,48 +60,32 @@ DYNAMIC = frozenset(
         "attrgetter",
         "methodcaller",
         "getattr_static",
+        "getmembers",
+        "getmembers_static",
+        "format",
+        "format_map",
+        "vformat",
+        "get_field",
         "eval",
         "exec",
         "compile",
     }
 )
-"""What reaches an attribute by a computed name: a caller may use none."""
+"""What reaches an attribute by a computed name (a format string's field
+included): a caller may use none."""
 _WORD = re.compile(r"[A-Za-z_]\w*")
+_MODULE_CODE = "<module code>"
 
 
-def fingerprint(tree: ast.Module) -> str:
-    """sha256 of a module's AST without docstrings and positions, leaving
-    out fields that are None or empty (Python releases add such fields, and
-    a fingerprint must not depend on the Python that computes it)."""
-    out: list[str] = []
-
-    def walk(node: object) -> None:
-        if isinstance(node, ast.AST):
-            out.append(type(node).__name__ + "(")
-            for name in node._fields:
-                value = getattr(node, name, None)
-                if name == "body" and isinstance(value, list):
-                    value = [s for s in value if not _is_docstring(s)] or [ast.Pass()]
-                if value is None or value == []:
-                    continue
-                out.append(name + "=")
-                walk(value)
-                out.append(",")
-            out.append(")")
-        elif isinstance(node, list):
-            out.append("[")
-            for item in node:
-                walk(item)
-                out.append(",")
-            out.append("]")
-        else:
-            out.append(repr(node))
-
-    walk(tree)
-    return hashlib.sha256("".join(out).encode()).hexdigest()
+class Unjudged(Exception):
+    """The code cannot be judged (the guard refuses it)."""
 
 
-def _is_docstring(stmt: object) -> bool:
+# --- fingerprints ---------------------------------------------------------------
+
+
+def _is_string_statement(stmt: object) -> bool:
+    # A docstring, or any other string statement: it does nothing.
     return (
         isinstance(stmt, ast.Expr)
         and isinstance(stmt.value, ast.Constant)
@@ -109,16 +93,124 @@ def _is_docstring(stmt: object) -> bool:
     )
 
 
+class _Token(str):
+    __slots__ = ()
+
+
+_CLOSE, _SEP, _LIST, _END = map(_Token, (")", ",", "[", "]"))
+
+
+def fingerprint(node: object) -> str:
+    """sha256 (128 bits, hex) of an AST node, or a list of them, without
+    string statements and positions, leaving out fields that are None or
+    empty (Python releases add such fields, and a fingerprint must not depend
+    on the Python that computes it). Iterative: any depth the parser takes."""
+    out: list[str] = []
+    stack: list[object] = [node]
+    push, pop, append = stack.append, stack.pop, out.append
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is _Token:
+            append(item)  # type: ignore[arg-type]
+        elif isinstance(item, ast.AST):
+            push(_CLOSE)
+            for name in reversed(item._fields):
+                value = getattr(item, name, None)
+                if value is None or value == []:
+                    continue
+                if kind is not ast.Constant and isinstance(value, list):
+                    if isinstance(value[0], ast.stmt):
+                        value = [s for s in value if not _is_string_statement(s)] or [ast.Pass()]
+                push(_SEP)
+                push(value)
+                push(_Token(name + "="))
+            push(_Token(kind.__name__))
+        elif kind is list:
+            push(_END)
+            for value in reversed(item):  # type: ignore[call-overload]
+                push(_SEP)
+                push(value)
+            push(_LIST)
+        else:
+            append(repr(item))
+    return hashlib.sha256("\x00".join(out).encode()).hexdigest()[:32]
+
+
 def fingerprint_source(source: str | bytes) -> str:
+    """The fingerprint of a whole module (a caller's, in the table)."""
     return fingerprint(ast.parse(source))
 
 
-def class_attributes(tree: ast.Module, name: str) -> frozenset[str] | None:
-    """What class ``name`` of a module defines: its methods, class attributes
-    and what its methods assign to ``self`` (None if there is no such class)."""
-    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
-    if cls is None:
-        return None
+# --- what ARC runs and reads ----------------------------------------------------
+
+
+def _store_names(node: ast.AST) -> Iterator[str]:
+    # The module-level names a statement binds (not inside functions or classes).
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield item.name
+            continue
+        if isinstance(item, ast.Name) and isinstance(item.ctx, (ast.Store, ast.Del)):
+            yield item.id
+        elif isinstance(item, ast.alias):
+            yield (item.asname or item.name).split(".")[0]
+        elif isinstance(item, ast.ExceptHandler) and item.name:
+            yield item.name
+        stack.extend(ast.iter_child_nodes(item))
+
+
+def _bindings(tree: ast.Module) -> dict[str, list[ast.stmt]]:
+    """Each module-level name with the statements that bind it; statements
+    that bind nothing under _MODULE_CODE."""
+    out: dict[str, list[ast.stmt]] = {}
+    for stmt in tree.body:
+        if _is_string_statement(stmt):
+            continue
+        names = set(_store_names(stmt))
+        for name in sorted(names) or [_MODULE_CODE]:
+            binding = stmt
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                # One import binding, as if it were a statement of its own.
+                binding = copy.copy(stmt)
+                binding.names = [
+                    a for a in stmt.names if (a.asname or a.name).split(".")[0] == name
+                ]
+            out.setdefault(name, []).append(binding)
+    return out
+
+
+def _referenced(nodes: Iterable[ast.AST]) -> set[str]:
+    return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _split_class(
+    cls: ast.ClassDef,
+) -> tuple[ast.ClassDef, dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]]:
+    # (the class without its functions, its functions by name)
+    methods: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+    header = copy.copy(cls)
+    header.body = []
+    for stmt in cls.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            methods.setdefault(stmt.name, []).append(stmt)
+        else:
+            header.body.append(stmt)
+    return header, methods
+
+
+def _one_class(bindings: Mapping[str, list[ast.stmt]], name: str, file: str) -> ast.ClassDef:
+    found = bindings.get(name, [])
+    if len(found) != 1 or not isinstance(found[0], ast.ClassDef):
+        raise Unjudged(f"{file} does not define {name} as one class")
+    return found[0]
+
+
+def class_attributes(cls: ast.ClassDef) -> frozenset[str]:
+    """What a class defines: its methods, class attributes and what its
+    methods assign to ``self``."""
     names = {
         n.attr
         for n in ast.walk(cls)
@@ -128,116 +220,211 @@ def class_attributes(tree: ast.Module, name: str) -> frozenset[str] | None:
         and n.value.id == "self"
     }
     for stmt in cls.body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            names.add(stmt.name)
-        for target in getattr(stmt, "targets", [getattr(stmt, "target", None)]):
-            if isinstance(target, ast.Name):
-                names.add(target.id)
+        names.update(_store_names(stmt))
     return frozenset(names)
 
 
-def _code_objects(code: CodeType) -> Iterable[CodeType]:
-    yield code
-    for const in code.co_consts:
-        if isinstance(const, CodeType):
-            yield from _code_objects(const)
-
-
-def mentions(code: CodeType) -> dict[str, CodeType]:
-    """Every name a module's code uses (attributes, globals) and every
-    identifier in its strings, each with the first code object using it."""
-    names: dict[str, CodeType] = {}
-    for obj in _code_objects(code):
-        for name in obj.co_names:
-            names.setdefault(name, obj)
-        for const in obj.co_consts:
-            if isinstance(const, str):
-                for word in _WORD.findall(const):
-                    names.setdefault(word, obj)
-    return names
-
-
-def _line(code: CodeType, name: str) -> int:
-    # The first line of code that uses name (a refusal's message only).
-    for ins in dis.get_instructions(code):
-        if isinstance(ins.argval, str) and name in _WORD.findall(ins.argval):
-            if ins.positions and ins.positions.lineno:
-                return ins.positions.lineno
-    return code.co_firstlineno
-
-
-def beyond_base(
-    arc: ast.Module, base: ast.Module, policy_names: Iterable[str] = ()
-) -> frozenset[str]:
-    """The names a caller may not use: DYNAMIC, and what vLLM arc's
-    ARCCachePolicy (or one with policy_names) has beyond base.py's
-    CachePolicy, dunders aside."""
-    ours = (class_attributes(arc, "ARCCachePolicy") or frozenset()) | set(policy_names)
-    base_names = (class_attributes(base, "CachePolicy") or frozenset()) | set(dir(object))
-    return DYNAMIC | {n for n in ours - base_names if not (n.startswith("__") and n.endswith("__"))}
-
-
-def caller_uses(code: CodeType, beyond: frozenset[str]) -> list[tuple[str, int]]:
-    """(name, line) of each name in beyond that a caller's code uses."""
-    return sorted(
-        ((n, _line(obj, n)) for n, obj in mentions(code).items() if n in beyond),
-        key=lambda use: (use[1], use[0]),
-    )
-
-
-def module_spec(module: str) -> ModuleSpec | None:
-    # The imported module's spec if it is imported, else what an import
-    # would load (None if there is no such module).
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.has_location or not spec.origin:
-        return None
-    if not hasattr(spec.loader, "get_code"):
-        raise ImportError(f"{spec.origin} is not loaded from Python code")
-    return spec
-
-
-def load_source(spec: ModuleSpec) -> tuple[ast.Module, str | None]:
-    """(the AST of a module's source, the bytecode file its loader runs
-    instead of that source's code, or None). Raises OSError, SyntaxError,
-    ValueError or ImportError when it cannot be read."""
-    with open(str(spec.origin), "rb") as f:
-        source = f.read()
-    runs = spec.loader.get_code(spec.name)  # type: ignore[union-attr]
-    compiled = compile(source, str(spec.origin), "exec", dont_inherit=True)
-    return ast.parse(source), None if runs == compiled else (spec.cached or "its bytecode")
+def _super_calls(nodes: Iterable[ast.AST], base: str) -> set[str]:
+    # Base methods reached through super().X or Base.X.
+    out = set()
+    for node in nodes:
+        for n in ast.walk(node):
+            if not isinstance(n, ast.Attribute):
+                continue
+            value = n.value
+            if (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Name)
+                and value.func.id == "super"
+            ) or (isinstance(value, ast.Name) and value.id == base):
+                out.add(n.attr)
+    return out
 
 
 @dataclass(frozen=True)
-class CodeCheck:
-    """What :func:`check_vllm_code` found."""
+class ArcCode:
+    """What :func:`arc_code` found in arc.py and base.py."""
 
-    version: str
-    """The installed vLLM's version string (reported, never decisive)."""
-    matches: tuple[str, ...]
-    """The verified releases whose arc.py and base.py the installed ones are."""
-    differing: tuple[tuple[str, str], ...] = ()
-    """(file name, path) of each fingerprinted file that is not the nearest
-    verified release's."""
-    nearest: str | None = None
-    """The verified release nearest the installed code, when none matches."""
-    unknown_uses: tuple[tuple[str, str, int], ...] = ()
-    """(name, caller path, line) of each name in DYNAMIC, or an ARC policy
-    has beyond base.py's CachePolicy, that a caller's code uses."""
-    unreadable: tuple[str, ...] = ()
-    """Modules whose source could not be found or read."""
-    stale: tuple[tuple[str, str], ...] = ()
-    """(source, bytecode) of each file whose loaded code is not its source's."""
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.matches) and not (self.unknown_uses or self.unreadable or self.stale)
+    objects: Mapping[str, str]
+    """Each object ARC runs or reads ("arc.py:ARCCachePolicy.evict",
+    "base.py:ChunkStatus", ...) with its fingerprint."""
+    methods: frozenset[str]
+    """The names of ARCCachePolicy's methods."""
+    arc_names: frozenset[str]
+    """What vLLM's ARCCachePolicy defines (methods, attributes)."""
+    base_names: frozenset[str]
+    """What base.py's CachePolicy defines."""
+    uses: frozenset[str]
+    """Every attribute and name that ARC's own code uses."""
 
 
-def _release_key(version: str) -> tuple[int, ...]:
-    # The release numbers of a version ("0.33.0rc1+local" -> (0, 33, 0)).
+def arc_code(arc: ast.Module, base: ast.Module) -> ArcCode:
+    """The code ARC runs and reads: ARCCachePolicy's methods and the rest of
+    its class; the CachePolicy methods it inherits and does not override,
+    or reaches through super(); the rest of CachePolicy's class; what
+    arc.py binds at module level; and what base.py binds that this code
+    uses, ChunkStatus always (its layout is what arc_cy reads).
+    Raises Unjudged when a class is missing."""
+    arc_bindings, base_bindings = _bindings(arc), _bindings(base)
+    arc_cls = _one_class(arc_bindings, "ARCCachePolicy", "arc.py")
+    base_cls = _one_class(base_bindings, "CachePolicy", "base.py")
+    _one_class(base_bindings, "ChunkStatus", "base.py")
+    nodes: dict[str, list[ast.AST]] = {}
+
+    arc_header, arc_methods = _split_class(arc_cls)
+    nodes["arc.py:ARCCachePolicy"] = [arc_header]
+    for name, defs in arc_methods.items():
+        nodes[f"arc.py:ARCCachePolicy.{name}"] = list(defs)
+    for name, stmts in arc_bindings.items():
+        if name != "ARCCachePolicy":
+            nodes[f"arc.py:{name}"] = list(stmts)
+
+    base_header, base_methods = _split_class(base_cls)
+    arc_defined = set(arc_methods) | class_attributes(arc_header)
+    reached = _super_calls([arc_cls], base_cls.name)
+    nodes["base.py:CachePolicy"] = [base_header]
+    for name, defs in base_methods.items():
+        if name not in arc_defined or name in reached:
+            nodes[f"base.py:CachePolicy.{name}"] = list(defs)
+
+    # base.py's module-level objects that this code uses, transitively.
+    imported_from_base = {
+        (a.asname or a.name)
+        for stmt in arc.body
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == BASE_MODULE
+        for a in stmt.names
+    }
+    base_nodes = [n for k, v in nodes.items() if k.startswith("base.py:") for n in v]
+    todo = (_referenced(base_nodes) | imported_from_base | {"ChunkStatus"}) - {"CachePolicy"}
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in base_bindings:
+            continue
+        seen.add(name)
+        nodes[f"base.py:{name}"] = list(base_bindings[name])
+        todo |= _referenced(base_bindings[name]) - {"CachePolicy"}
+
+    uses = {
+        n.attr if isinstance(n, ast.Attribute) else n.id
+        for v in nodes.values()
+        for node in v
+        for n in ast.walk(node)
+        if isinstance(n, (ast.Attribute, ast.Name))
+    }
+    return ArcCode(
+        objects={k: fingerprint(v) for k, v in sorted(nodes.items())},
+        methods=frozenset(arc_methods),
+        arc_names=class_attributes(arc_cls),
+        base_names=class_attributes(base_cls),
+        uses=frozenset(uses),
+    )
+
+
+# --- the callers ----------------------------------------------------------------
+
+
+def _code_objects(code: CodeType) -> Iterator[CodeType]:
+    stack = [code]
+    while stack:
+        obj = stack.pop()
+        yield obj
+        stack.extend(c for c in obj.co_consts if isinstance(c, CodeType))
+
+
+def _docstring_texts(tree: ast.Module) -> set[str]:
+    """The texts of a module's string statements (its docstrings), found
+    through its statements alone (no expression is walked)."""
+    texts: set[str] = set()
+    todo: list[list[ast.stmt]] = [tree.body]
+    while todo:
+        for stmt in todo.pop():
+            if _is_string_statement(stmt):
+                texts.add(stmt.value.value)  # type: ignore[attr-defined]
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                value = getattr(stmt, field, None)
+                if isinstance(value, list):
+                    todo.append(value)
+            for part in getattr(stmt, "handlers", None) or getattr(stmt, "cases", None) or ():
+                todo.append(part.body)
+    return texts
+
+
+def _words(const: object, skip: set[str], out: set[str]) -> None:
+    # The identifiers in a constant's strings, tuples (keyword names, class
+    # patterns) and frozensets included; skip: docstring texts.
+    todo = [const]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            if item not in skip:
+                out.update(_WORD.findall(item))
+        elif isinstance(item, (tuple, frozenset)):
+            todo.extend(item)
+
+
+def names_used(tree: ast.Module, code: CodeType, wanted: Iterable[str]) -> dict[str, int]:
+    """Which of ``wanted`` a module's code uses, each with the first line
+    using it: the attributes and globals of its code, the identifiers in
+    its strings (a format string's fields), keyword names and class-pattern
+    attributes. A string statement (a docstring) is not a use."""
+    wanted = frozenset(wanted)
+    skip = _docstring_texts(tree)
+    hits: set[str] = set()
+    for obj in _code_objects(code):
+        hits |= wanted.intersection(obj.co_names)
+        words: set[str] = set()
+        for const in obj.co_consts:
+            if not isinstance(const, CodeType):
+                _words(const, skip, words)
+        hits |= wanted.intersection(words)
+    return _first_lines(tree, code, hits) if hits else {}
+
+
+def _first_lines(tree: ast.Module, code: CodeType, names: set[str]) -> dict[str, int]:
+    # The first line using each name (only for a refusal's message, and
+    # only when something was found: it reads every instruction and node).
+    used: dict[str, int] = {}
+
+    def add(name: str, line: int) -> None:
+        if name in names and (name not in used or line < used[name]):
+            used[name] = line
+
+    for obj in _code_objects(code):
+        for ins in dis.get_instructions(obj):
+            if isinstance(ins.argval, str) and ins.argval in obj.co_names:
+                add(ins.argval, (ins.positions.lineno if ins.positions else None) or 0)
+    skip = _docstring_texts(tree)
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        words: set[str] = set()
+        if isinstance(node, ast.Constant):
+            _words(node.value, skip, words)
+        elif isinstance(node, ast.keyword) and node.arg:
+            words.add(node.arg)
+        elif isinstance(node, ast.MatchClass):
+            words.update(node.kwd_attrs)
+        for word in words:
+            add(word, line)
+    for name in names - used.keys():
+        used[name] = code.co_firstlineno
+    return used
+
+
+def forbidden_names(code: ArcCode, policy_names: Iterable[str]) -> frozenset[str]:
+    """DYNAMIC, and what an ARC policy (vLLM's, or one with policy_names)
+    has beyond base.py's CachePolicy, dunders aside."""
+    ours = code.arc_names | set(policy_names)
+    base = code.base_names | set(dir(object))
+    return DYNAMIC | {n for n in ours - base if not (n.startswith("__") and n.endswith("__"))}
+
+
+# --- the verdict ----------------------------------------------------------------
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    """The release numbers of a version ("0.33.0rc1+local" -> (0, 33, 0))."""
     parts = []
     for part in version.split("+")[0].split("."):
         digits = len(part) - len(part.lstrip("0123456789"))
@@ -248,132 +435,390 @@ def _release_key(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _nearest(
-    found: Mapping[str, str], verified: Mapping[str, Mapping[str, str]], version: str
-) -> str:
-    # The verified release sharing the most fingerprinted files with the
-    # installed code; among those, the newest not newer than the installed
-    # version, else the oldest.
-    def shared(release: str) -> int:
-        return sum(verified[release].get(f) == fp for f, fp in found.items())
+def _closest(releases: Iterable[str], version: str) -> str:
+    # The release named version; else the newest not newer than it; else the oldest.
+    ordered = sorted(releases, key=release_key)
+    if version in ordered:
+        return version
+    older = [r for r in ordered if release_key(r) <= release_key(version)]
+    return older[-1] if older else ordered[0]
 
-    best = max(map(shared, verified))
-    candidates = sorted((r for r in verified if shared(r) == best), key=_release_key)
-    older = [r for r in candidates if _release_key(r) <= _release_key(version)]
-    return older[-1] if older else candidates[0]
+
+@dataclass(frozen=True)
+class Change:
+    """One object of the installed ARC code that is not the verified one."""
+
+    name: str
+    """The object, e.g. "arc.py:ARCCachePolicy.evict"."""
+    path: str
+    how: str
+    """"differs" or "new" (the nearest verified code has no such object)."""
+
+
+@dataclass(frozen=True)
+class Use:
+    """A name a caller (or ARC's own code) must not use, where it uses it."""
+
+    name: str
+    path: str
+    line: int
+    why: str
+    """"dynamic", "beyond" (an ARC policy has it beyond CachePolicy) or
+    "gone" (a verified ARC has it, the installed one does not)."""
+    release: str | None = None
+    """For "gone": the verified release whose ARC has it."""
+
+
+@dataclass(frozen=True)
+class CodeCheck:
+    """What the guard found for one vLLM."""
+
+    version: str
+    """The vLLM's version string (reported, never decisive)."""
+    verified_as: str | None = None
+    """The verified release whose ARC code this is; None if it is none's."""
+    nearest: str | None = None
+    """When it is none's: the verified release whose ARC code is nearest."""
+    changes: tuple[Change, ...] = ()
+    uses: tuple[Use, ...] = ()
+    not_source: tuple[tuple[str, str], ...] = ()
+    """(path, what) where the code that runs is not compiled from the source."""
+    unjudged: tuple[str, ...] = ()
+    """Why (part of) the code could not be judged."""
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.verified_as is not None
+            and not self.changes
+            and not self.uses
+            and not self.not_source
+            and not self.unjudged
+        )
+
+
+def judge_sources(
+    version: str,
+    sources: Mapping[str, bytes],
+    paths: Mapping[str, str],
+    verified: Sequence[Mapping[str, Any]],
+    policy_names: Iterable[str],
+    compiled: Mapping[str, tuple[ast.Module, CodeType]] | None = None,
+) -> CodeCheck:
+    """Judge a vLLM from the sources of its modules (by module name; the
+    tiering caller may be absent). ``verified`` is the table
+    (``arc_cy._verified.VERIFIED``); ``policy_names`` arc_cy's policy's
+    names; ``compiled`` each module's AST and code, when already made."""
+    compiled = dict(compiled or {})
+    for module, source in sources.items():
+        if module not in compiled:
+            tree = ast.parse(source)
+            compiled[module] = (tree, compile(tree, paths[module], "exec", dont_inherit=True))
+    trees = {m: tree for m, (tree, _) in compiled.items()}
+    code = arc_code(trees[ARC_MODULE], trees[BASE_MODULE])
+    installed = code.objects
+
+    def shared(entry: Mapping[str, Any]) -> int:
+        return sum(entry["arc"].get(k) == v for k, v in installed.items())
+
+    matching = [e for e in verified if shared(e) == len(installed)]
+    releases_of = {r: e for e in verified for r in e["releases"]}
+    if matching:
+        # The entry that is this code exactly, if one is; else the nearest
+        # release of those that hold it (one that lost a method, say).
+        exact = [e for e in matching if e["arc"] == installed] or matching
+        verified_as = _closest([r for e in exact for r in e["releases"]], version)
+        nearest, changes = None, []
+    else:
+        best = max(map(shared, verified), default=0)
+        candidates = [r for e in verified if shared(e) == best for r in e["releases"]]
+        verified_as, nearest = None, _closest(candidates, version) if candidates else None
+        near = releases_of[nearest]["arc"] if nearest else {}
+        changes = [
+            Change(k, paths[ARC_MODULE if k.startswith("arc.py:") else BASE_MODULE], how)
+            for k, v in installed.items()
+            if near.get(k) != v
+            for how in ["new" if k not in near else "differs"]
+        ]
+
+    # Methods a verified ARC has and this one lacks: no code may use them.
+    against = matching or ([releases_of[nearest]] if nearest else [])
+    prefix = "arc.py:ARCCachePolicy."
+    gone: dict[str, str] = {}  # name: the verified release whose ARC has it
+    for entry in against:
+        for key in entry["arc"]:
+            name = key[len(prefix) :]
+            if key.startswith(prefix) and name not in code.methods:
+                gone.setdefault(name, _closest(entry["releases"], version))
+    forbidden = forbidden_names(code, policy_names) | gone.keys()
+    uses: list[Use] = []
+    for name in sorted(gone.keys() & code.uses):
+        uses.append(Use(name, paths[ARC_MODULE], 0, "gone", gone[name]))
+    for module in CALLER_MODULES:
+        if module not in sources:
+            continue
+        tree, caller = compiled[module]
+        found = names_used(tree, caller, forbidden)
+        trusted = bool(found) and any(  # fingerprinted only when it matters
+            fingerprint(tree) in e["callers"].get(FILES[module], ()) for e in matching
+        )
+        for name, line in sorted(found.items(), key=lambda u: (u[1], u[0])):
+            why = "gone" if name in gone else "dynamic" if name in DYNAMIC else "beyond"
+            if trusted and why != "gone":
+                continue  # a verified caller, as that release shipped it
+            uses.append(Use(name, paths[module], line, why, gone.get(name)))
+    return CodeCheck(version, verified_as, nearest, tuple(changes), tuple(uses))
+
+
+# --- the code that runs ---------------------------------------------------------
+
+_CODE_FIELDS = (
+    "co_argcount",
+    "co_posonlyargcount",
+    "co_kwonlyargcount",
+    "co_nlocals",
+    "co_stacksize",
+    "co_flags",
+    "co_code",
+    "co_names",
+    "co_varnames",
+    "co_freevars",
+    "co_cellvars",
+    "co_filename",
+    "co_name",
+    "co_qualname",
+    "co_firstlineno",
+    "co_linetable",
+    "co_exceptiontable",
+)
+
+
+def _same_constant(a: object, b: object) -> bool:
+    if type(a) is not type(b):
+        return False
+    if type(a) is tuple:
+        return len(a) == len(b) and all(map(_same_constant, a, b))  # type: ignore[arg-type]
+    if type(a) in (float, complex, frozenset):
+        return (
+            repr(a) == repr(b)
+            if type(a) is not frozenset
+            else sorted(map(repr, a))
+            == sorted(
+                map(repr, b)  # type: ignore[call-overload]
+            )
+        )
+    return a == b
+
+
+def same_code(a: CodeType, b: CodeType, *, fresh: bool) -> bool:
+    """Whether two code objects run the same, field by field, nested code
+    included (``==`` ignores co_stacksize, co_qualname and co_filename, and
+    reads specialised opcodes as their base). ``fresh``: neither has run,
+    so their adaptive bytecode, specialisations and caches included, must
+    match byte for byte too."""
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if type(x) is not CodeType or type(y) is not CodeType:
+            return False
+        if any(getattr(x, f) != getattr(y, f) for f in _CODE_FIELDS):
+            return False
+        if fresh and x._co_code_adaptive != y._co_code_adaptive:  # type: ignore[attr-defined]
+            return False
+        if len(x.co_consts) != len(y.co_consts):
+            return False
+        for c, d in zip(x.co_consts, y.co_consts):
+            if isinstance(c, CodeType) or isinstance(d, CodeType):
+                stack.append((c, d))
+            elif not _same_constant(c, d):
+                return False
+    return True
+
+
+def _functions(obj: object) -> list[object]:
+    """The functions behind a namespace entry, through staticmethod,
+    classmethod, property and wrappers (``__wrapped__``, ``func``): each a
+    list of the candidates along one wrapper chain, outermost first."""
+    chains: list[object] = []
+    todo = [obj]
+    while todo and len(chains) < 16:
+        item = todo.pop()
+        if isinstance(item, (staticmethod, classmethod)):
+            todo.append(item.__func__)
+        elif isinstance(item, property):
+            todo += [f for f in (item.fget, item.fset, item.fdel) if f is not None]
+        else:
+            chain = []
+            for _ in range(16):
+                if item is None:
+                    break
+                chain.append(item)
+                item = getattr(item, "__wrapped__", None) or getattr(item, "func", None)
+            chains.append(chain)
+    return chains
+
+
+def _is_code_entry(value: object) -> bool:
+    # A class namespace entry that runs when called or read.
+    return callable(value) or isinstance(value, (staticmethod, classmethod, property))
+
+
+def _live_problems(module: str, live: object, tree: ast.Module, compiled: CodeType) -> list[str]:
+    """What in a module object does not run its source's code: each
+    function and method the source defines must be there with the code
+    compiled from it; each import binding must be what it imports; and
+    ARC's and CachePolicy's classes hold no other function."""
+    by_qualname: dict[str, list[CodeType]] = {}
+    for code in _code_objects(compiled):
+        by_qualname.setdefault(code.co_qualname, []).append(code)
+    namespace = getattr(live, "__dict__", None)
+    if not isinstance(namespace, dict):
+        return ["it is not a module"]
+    problems: list[str] = []
+
+    def check(entry: object, qualname: str) -> None:
+        # Each chain of wrappers must reach, through any wrappers, a
+        # function with the code compiled for that name from the source.
+        candidates = by_qualname.get(qualname, ())
+        for chain in _functions(entry):
+            if not any(
+                isinstance(f, FunctionType)
+                and isinstance(f.__code__, CodeType)
+                and any(same_code(f.__code__, c, fresh=False) for c in candidates)
+                for f in chain
+            ):
+                problems.append(f"{qualname} runs code that is not its source's")
+                return
+
+    def walk_class(node: ast.ClassDef, cls: object, prefix: str) -> None:
+        ns = getattr(cls, "__dict__", None)
+        if not isinstance(cls, type) or ns is None:
+            problems.append(f"{prefix} is not the class its source defines")
+            return
+        defined = set()
+        for stmt in node.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defined.add(stmt.name)
+                if stmt.name not in ns:
+                    problems.append(f"{prefix}.{stmt.name} is missing")
+                else:
+                    check(ns[stmt.name], f"{prefix}.{stmt.name}")
+            elif isinstance(stmt, ast.ClassDef) and stmt.name in ns:
+                walk_class(stmt, ns[stmt.name], f"{prefix}.{stmt.name}")
+        if module in (ARC_MODULE, BASE_MODULE) and node.name in ("ARCCachePolicy", "CachePolicy"):
+            for name, value in ns.items():
+                if name not in defined and _is_code_entry(value):
+                    problems.append(f"{prefix}.{name} is not in its source")
+
+    counts: dict[str, int] = {}
+    for stmt in tree.body:
+        for name in set(_store_names(stmt)):
+            counts[name] = counts.get(name, 0) + 1
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if stmt.name in namespace:
+                check(namespace[stmt.name], stmt.name)
+            else:
+                problems.append(f"{stmt.name} is missing")
+        elif isinstance(stmt, ast.ClassDef):
+            if stmt.name in namespace:
+                walk_class(stmt, namespace[stmt.name], stmt.name)
+            else:
+                problems.append(f"{stmt.name} is missing")
+        elif isinstance(stmt, ast.ImportFrom) and not stmt.level:
+            source = sys.modules.get(stmt.module or "")
+            for alias in stmt.names:
+                bound = alias.asname or alias.name
+                if alias.name == "*" or counts.get(bound) != 1:
+                    continue
+                if source is None or namespace.get(bound, _MISSING) is not getattr(
+                    source, alias.name, _OTHER
+                ):
+                    problems.append(f"{bound} is not what it imports")
+    return problems
+
+
+_MISSING, _OTHER = object(), object()
+
+
+def _source_of(module: str) -> tuple[str, object, Any]:
+    """(the source path, the module object in sys.modules or None, its
+    loader) of a judged module. Raises Unjudged."""
+    live = sys.modules.get(module)
+    if live is not None:
+        spec = getattr(live, "__spec__", None)
+        origin = getattr(spec, "origin", None) if spec is not None else None
+        origin = origin or getattr(live, "__file__", None)
+        loader = getattr(spec, "loader", None)
+        if not isinstance(origin, str) or not origin.endswith(".py"):
+            raise Unjudged(f"{module} is a module object with no Python source file")
+    else:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError) as exc:
+            raise Unjudged(f"{module} cannot be found ({type(exc).__name__}: {exc})") from None
+        if spec is None:
+            raise LookupError(module)
+        origin, loader = spec.origin, spec.loader
+        if not isinstance(origin, str) or not origin.endswith(".py"):
+            raise Unjudged(f"{module} is not loaded from a Python source file")
+    if not hasattr(loader, "get_code"):
+        loader = importlib.util.spec_from_file_location(module, origin).loader  # type: ignore[union-attr]
+    return origin, live, loader
 
 
 def check_vllm_code(
-    version: str,
-    verified: Mapping[str, Mapping[str, str]] | None = None,
-    policy_names: Iterable[str] = (),
+    version: str, verified: Sequence[Mapping[str, Any]], policy_names: Iterable[str]
 ) -> CodeCheck:
-    """Check the vLLM code this Python runs (see the module docstring).
+    """Judge the vLLM this process runs (the module docstring). Never raises.
 
-    ``version`` is only reported; ``verified`` defaults to
-    ``arc_cy._compat.VERIFIED_VLLM``; ``policy_names`` are arc_cy's policy's
-    attributes (vLLM arc's come from arc.py).
-    """
-    if verified is None:
-        from ._compat import VERIFIED_VLLM as verified
-    trees: dict[str, ast.Module] = {}
-    callers: list[tuple[str, CodeType]] = []
-    unreadable, stale = [], []
-    for module in (*FINGERPRINTED.values(), *CALLER_MODULES):
+    The collector is paused while it runs: the ASTs and code it makes hold
+    no cycles and go with their last reference, and in a process that has
+    imported vLLM and torch, a full collection that they would set off
+    costs ten times the check."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _check_vllm_code(version, verified, policy_names)
+    except Unjudged as exc:
+        return CodeCheck(version, unjudged=(str(exc),))
+    except (Exception, RecursionError, MemoryError) as exc:
+        return CodeCheck(version, unjudged=(f"{type(exc).__name__}: {exc}",))
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _check_vllm_code(
+    version: str, verified: Sequence[Mapping[str, Any]], policy_names: Iterable[str]
+) -> CodeCheck:
+    sources: dict[str, bytes] = {}
+    paths: dict[str, str] = {}
+    compiled: dict[str, tuple[ast.Module, CodeType]] = {}
+    not_source: list[tuple[str, str]] = []
+    for module in (ARC_MODULE, BASE_MODULE, *CALLER_MODULES):
         try:
-            spec = module_spec(module)
-            if spec is None:
-                if module in FINGERPRINTED.values():
-                    unreadable.append(module)
-            elif module in CALLER_MODULES:
-                callers.append((str(spec.origin), spec.loader.get_code(module)))  # type: ignore[union-attr]
-            else:
-                trees[module], pyc = load_source(spec)
-                if pyc:
-                    stale.append((str(spec.origin), pyc))
-        except (OSError, SyntaxError, ValueError, ImportError, EOFError, RecursionError):
-            unreadable.append(module)
-    if unreadable:
-        return CodeCheck(version, (), unreadable=tuple(unreadable))
-    paths = {n: str(module_spec(m).origin) for n, m in FINGERPRINTED.items()}  # type: ignore[union-attr]
-    found = {n: fingerprint(trees[m]) for n, m in FINGERPRINTED.items()}
-    matches = tuple(
-        sorted(
-            (r for r, fps in verified.items() if all(fps.get(n) == fp for n, fp in found.items())),
-            key=_release_key,
-        )
-    )
-    nearest = None if matches else _nearest(found, verified, version)
-    differing = tuple(
-        (n, paths[n]) for n in FINGERPRINTED if nearest and verified[nearest].get(n) != found[n]
-    )
-    beyond = beyond_base(trees[ARC_MODULE], trees[BASE_MODULE], policy_names)
-    unknown = [
-        (name, path, line) for path, code in callers for name, line in caller_uses(code, beyond)
-    ]
-    return CodeCheck(
-        version,
-        matches,
-        differing,
-        nearest,
-        tuple(sorted(unknown, key=lambda u: (u[1], u[2], u[0]))),
-        stale=tuple(stale),
-    )
-
-
-def _releases(releases: Iterable[str]) -> str:
-    names = [f"vLLM {r}" for r in releases]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
-def matched_message(result: CodeCheck) -> str:
-    """E.g. "its ARC and policy interface are those of verified vLLM 0.33.0"."""
-    return f"its ARC and policy interface are those of verified {_releases(result.matches)}"
-
-
-def _reasons(result: CodeCheck) -> str:
-    reasons = []
-    if result.unreadable:
-        reasons.append("arc_cy cannot read the source of " + ", ".join(result.unreadable))
-    reasons += [
-        f"its {name} ({path}) differs from that of vLLM {result.nearest}, "
-        "the nearest verified release"
-        for name, path in result.differing
-    ]
-    reasons += [
-        f"the code Python runs for {path} ({pyc}) is not compiled from that source"
-        for path, pyc in result.stale
-    ]
-    reasons += [
-        f"{path}:{line} uses {name!r}, "
-        + (
-            "which reaches attributes by a computed name"
-            if name in DYNAMIC
-            else "which an ARC policy has beyond base.py's CachePolicy"
-        )
-        for name, path, line in result.unknown_uses
-    ]
-    return "; ".join(reasons)
-
-
-def refused_message(result: CodeCheck, override_env: str) -> str:
-    """Why the installed vLLM's code is refused, and what to do about it."""
-    from ._compat import VERIFIED_VLLM
-
-    verified = ", ".join(sorted(VERIFIED_VLLM, key=_release_key))
-    return (
-        f"arc_cy: vLLM {result.version}'s policy code is not what arc_cy has "
-        f"verified: {_reasons(result)}. arc_cy reproduces vLLM arc decision "
-        f"for decision on the code of the releases it verified ({verified}). "
-        "Install one of them, or verify this vLLM from an arc_cy checkout with "
-        "`.ci/vllm_compat.sh VERSION` (docs/usage.md#vllm-versions), or set "
-        f"{override_env}=1 to use arc_cy anyway, unverified."
-    )
-
-
-def overridden_message(result: CodeCheck, override_env: str) -> str:
-    """What the operator reads when the override lets unverified code in."""
-    return (
-        f"arc_cy: using arc_cy on vLLM {result.version}'s unverified policy "
-        f"code because {override_env} is set ({_reasons(result)})"
-    )
+            path, live, loader = _source_of(module)
+        except LookupError:
+            if module in CALLER_MODULES:
+                continue  # a release without this caller
+            raise Unjudged(f"{module} cannot be found") from None
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would never answer
+                raise OSError(f"{path} is not a regular file")
+            with open(path, "rb") as f:
+                source = f.read()
+            tree = ast.parse(source)
+            code = compile(tree, path, "exec", dont_inherit=True)
+        except (OSError, SyntaxError, ValueError) as exc:
+            raise Unjudged(f"cannot read {path} ({type(exc).__name__}: {exc})") from None
+        sources[module], paths[module], compiled[module] = source, path, (tree, code)
+        runs = loader.get_code(module)
+        if not (isinstance(runs, CodeType) and same_code(runs, code, fresh=True)):
+            not_source.append((path, "the code its loader gives is not compiled from it"))
+        if live is not None:
+            not_source += [(path, p) for p in _live_problems(module, live, tree, code)]
+    result = judge_sources(version, sources, paths, verified, policy_names, compiled)
+    if not_source:
+        result = CodeCheck(**{**result.__dict__, "not_source": tuple(not_source)})
+    return result

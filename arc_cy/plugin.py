@@ -6,7 +6,7 @@ Declared as a ``vllm.general_plugins`` entry point, so vLLM runs
 
 from __future__ import annotations
 
-from arc_cy._compat import logger
+from arc_cy._guard import logger
 
 POLICY_NAME: str = "arc_cy"
 __all__ = ["POLICY_NAME", "logger", "register"]
@@ -15,23 +15,32 @@ __all__ = ["POLICY_NAME", "logger", "register"]
 def register() -> None:
     """Register ``arc_cy`` with vLLM's CachePolicyFactory (idempotent).
 
-    Only when the installed vLLM's policy code is that of a release arc_cy
-    has verified (``arc_cy._fingerprint``; its version string does not
-    count): else it logs an error and registers nothing, unless
-    ``ARC_CY_ALLOW_UNVERIFIED_VLLM=1``. The check is the one both
-    constructors run (``arc_cy._compat.vllm_guard``), once per process.
+    Only when the guard accepts this vLLM's code (``arc_cy._guard``, the
+    check both constructors run, once per process): else it logs why and
+    registers nothing, unless ``ARC_CY_ALLOW_UNVERIFIED_VLLM=1``. vLLM calls
+    general plugins without a ``try``, so nothing here raises but a name
+    taken by another policy, which must not be shadowed silently.
     """
-    from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
-
     import arc_cy
-    from arc_cy._compat import OVERRIDE_ENV, vllm_guard
-    from arc_cy._fingerprint import matched_message, refused_message
+    from arc_cy._guard import refused_message, verified_message, vllm_guard
 
-    code = vllm_guard.result()
-    if not vllm_guard.allowed():
+    try:
+        from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+
+        allowed = vllm_guard.allowed()
+    except Exception as exc:  # a broken vLLM, or a bad override value
         logger.error(
-            "%s The 'arc_cy' cache policy is NOT registered.", refused_message(code, OVERRIDE_ENV)
+            "arc_cy: %s: %s. The 'arc_cy' cache policy is NOT registered.",
+            type(exc).__name__,
+            exc,
         )
+        return
+    code = vllm_guard.result()
+    if code is None:
+        logger.error("arc_cy: vLLM does not import. The 'arc_cy' cache policy is NOT registered.")
+        return
+    if not allowed:
+        logger.error("%s The 'arc_cy' cache policy is NOT registered.", refused_message(code))
         return
     try:
         CachePolicyFactory.register_cache_policy(POLICY_NAME, "arc_cy", "ARCCachePolicy")
@@ -50,5 +59,5 @@ def register() -> None:
         POLICY_NAME,
         arc_cy.IMPLEMENTATION,
         code.version,
-        matched_message(code) if code.ok else "UNVERIFIED code",
+        verified_message(code) if code.ok else "UNVERIFIED code",
     )

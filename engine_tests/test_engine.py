@@ -29,10 +29,11 @@ from engines import BLOCK_SIZE, NUM_GPU_BLOCKS
 # checksum of every loaded block.
 LOGPROB_TOLERANCE = 5e-3
 
-# What the guard prints when it refuses (arc_cy/_fingerprint.py's
-# refused_message), matched on its stable part, and vLLM's own refusal of an
-# unregistered name.
-GUARD_REFUSAL = re.compile(r"arc_cy\b.*(not what arc_cy has verified|unverified|not verified)")
+# What the guard prints when it refuses (arc_cy/_guard.py's refused_message)
+# a changed evict, and vLLM's own refusal of an unregistered name.
+GUARD_REFUSAL = re.compile(
+    r"arc_cy: vLLM \S+'s ARC code is not code arc_cy verified: `ARCCachePolicy\.evict`"
+)
 UNKNOWN_POLICY = "Unknown cache policy: 'arc_cy'"
 # The plugin's registration line (arc_cy/plugin.py), with vLLM's process prefix.
 REGISTERED = re.compile(

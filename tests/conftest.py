@@ -7,8 +7,8 @@ import gc
 
 import pytest
 
-from arc_cy._compat import vllm_guard
 from arc_cy._env import env_flag
+from arc_cy._guard import vllm_guard
 from helpers import IMPLEMENTATIONS, load_policy_class
 
 

@@ -16,7 +16,11 @@ from packaging.version import Version
 
 import arc_cy
 from arc_cy import _arc_c
+from arc_cy._fingerprint import release_key
+from arc_cy._verified import SUPPORTED_VLLM, VERIFIED
 from helpers import REPO, build_requirement
+
+NEWEST = max((r for e in VERIFIED for r in e["releases"]), key=release_key)
 
 # The Cython range of pyproject.toml's [build-system] requires.
 BUILD_CYTHON = build_requirement("Cython").specifier
@@ -56,23 +60,25 @@ RUNS = {
     # VLLM_PLUGINS is vLLM's allowlist: naming only another plugin keeps
     # arc_cy's entry point from running, as a misconfigured deployment would.
     "plugin_excluded": {"VLLM_PLUGINS": "lora_filesystem_resolver"},
-    # A fake vLLM (see SITECUSTOMIZE): the installed 0.33.0's code under a
+    # A fake vLLM (see SITECUSTOMIZE): the installed release's code under a
     # version arc_cy never verified must register ...
-    "vllm_newer": {"FAKE_VLLM_VERSION": "0.34.0"},
+    "vllm_newer": {"FAKE_VLLM_VERSION": "0.35.0"},
+    # ... and so must one that cannot say its version ...
+    "vllm_unversioned": {"FAKE_VLLM_VERSION": "-"},
     # ... and a local build whose arc.py differs in one line of decision
     # code must not, unless overridden.
-    "vllm_patched": {"FAKE_VLLM_VERSION": "0.33.0+local", "FAKE_VLLM_OVERLAY": "1"},
+    "vllm_patched": {"FAKE_VLLM_VERSION": "0.35.0+local", "FAKE_VLLM_OVERLAY": "1"},
     "vllm_patched_overridden": {
-        "FAKE_VLLM_VERSION": "0.33.0+local",
+        "FAKE_VLLM_VERSION": "0.35.0+local",
         "FAKE_VLLM_OVERLAY": "1",
         "ARC_CY_ALLOW_UNVERIFIED_VLLM": "1",
     },
 }
 
 # tests/progs/fake_vllm_sitecustomize.py, copied as sitecustomize.py into
-# the fake vLLM's folder: sets vllm.__version__ to $FAKE_VLLM_VERSION and,
-# with $FAKE_VLLM_OVERLAY set, imports vllm's modules from that folder
-# where it has a file.
+# the fake vLLM's folder: sets vllm.__version__ to $FAKE_VLLM_VERSION ("-":
+# no version at all) and, with $FAKE_VLLM_OVERLAY set, imports vllm's
+# modules from that folder where it has a file.
 SITECUSTOMIZE = Path(__file__).resolve().parent / "progs" / "fake_vllm_sitecustomize.py"
 ARC_FILE = ("vllm", "v1", "kv_offload", "cpu", "policies", "arc.py")
 # One changed line of ARC decision code.
@@ -83,10 +89,12 @@ ARC_DECISION = (
 
 
 def _fake_vllm_dir(root: Path) -> Path:
-    from arc_cy._fingerprint import ARC_MODULE, module_spec
+    from importlib.util import find_spec
+
+    from arc_cy._fingerprint import ARC_MODULE
 
     shutil.copy(SITECUSTOMIZE, root / "sitecustomize.py")
-    source = Path(str(module_spec(ARC_MODULE).origin)).read_text()  # type: ignore[union-attr]
+    source = Path(str(find_spec(ARC_MODULE).origin)).read_text()  # type: ignore[union-attr]
     assert source.count(ARC_DECISION[0]) == 1
     arc = root.joinpath(*ARC_FILE)
     arc.parent.mkdir(parents=True)
@@ -160,7 +168,7 @@ def test_report_and_self_check(
     assert Version(_arc_c.CYTHON_VERSION) in SpecifierSet(BUILD_CYTHON)
     assert f["package"] == str(Path(arc_cy.__file__).parent)
     version = metadata.version("vllm")
-    matched = f"its ARC and policy interface are those of verified vLLM {version}"
+    matched = f"its ARC code is verified vLLM {version}'s"
     assert f["vLLM"] == f"{version} ({matched})"
     assert f["Python"].startswith(platform.python_version() + " (")
     assert f["plugin"] == f'"arc_cy" registered -> {module}.ARCCachePolicy'
@@ -183,19 +191,20 @@ def test_fails_when_vllm_does_not_load_the_plugin(
     assert f["self-check"].startswith('FAILED: vLLM does not know "arc_cy"')
 
 
+@pytest.mark.parametrize(
+    ("run", "version"), [("vllm_newer", "0.35.0"), ("vllm_unversioned", "unknown")]
+)
 def test_a_verified_releases_code_under_another_version(
-    runs: dict[str, tuple[int, str, str]],
+    runs: dict[str, tuple[int, str, str]], run: str, version: str
 ) -> None:
-    returncode, stdout, stderr = runs["vllm_newer"]
+    returncode, stdout, stderr = runs[run]
     assert returncode == 0, stdout + stderr
     f = fields(stdout)
-    version = metadata.version("vllm")
-    assert f["vLLM"] == (
-        f"0.34.0 (its ARC and policy interface are those of verified vLLM {version})"
-    )
+    installed = metadata.version("vllm")
+    assert f["vLLM"] == f"{version} (its ARC code is verified vLLM {installed}'s)"
     assert f["plugin"] == '"arc_cy" registered -> arc_cy._arc_c.ARCCachePolicy'
     assert f["plugin log"].endswith(
-        f"on vLLM 0.34.0: its ARC and policy interface are those of verified vLLM {version}"
+        f"on vLLM {version}: its ARC code is verified vLLM {installed}'s"
     )
     assert f["self-check"].startswith("ok: ")
 
@@ -204,11 +213,11 @@ def test_refuses_a_patched_vllm(runs: dict[str, tuple[int, str, str]]) -> None:
     returncode, stdout, stderr = runs["vllm_patched"]
     assert returncode == 1, stdout + stderr
     f = fields(stdout)
-    assert f["vLLM"] == "0.33.0+local NOT VERIFIED"
+    assert f["vLLM"] == "0.35.0+local NOT VERIFIED"
     assert f["error"].startswith(
-        "arc_cy: vLLM 0.33.0+local's policy code is not what arc_cy has verified: "
-        f"its arc.py ({runs['overlay'][1]}) differs from that of vLLM 0.33.0, "
-        "the nearest verified release."
+        "arc_cy: vLLM 0.35.0+local's ARC code is not code arc_cy verified: "
+        f"`ARCCachePolicy.evict` ({runs['overlay'][1]}) differs from verified vLLM "
+        f"{metadata.version('vllm')}'s."
     )
     assert "`.ci/vllm_compat.sh VERSION`" in f["error"]
     assert "ARC_CY_ALLOW_UNVERIFIED_VLLM=1" in f["error"]
@@ -222,14 +231,14 @@ def test_patched_vllm_override(runs: dict[str, tuple[int, str, str]]) -> None:
     assert returncode == 0, stdout + stderr
     f = fields(stdout)
     assert f["vLLM"] == (
-        "0.33.0+local NOT VERIFIED, used anyway because ARC_CY_ALLOW_UNVERIFIED_VLLM is set"
+        "0.35.0+local NOT VERIFIED, used anyway because ARC_CY_ALLOW_UNVERIFIED_VLLM is set"
     )
     assert f["warning"].startswith(
-        "arc_cy: using arc_cy on vLLM 0.33.0+local's unverified policy code "
-        f"because ARC_CY_ALLOW_UNVERIFIED_VLLM is set (its arc.py ({runs['overlay'][1]})"
+        "arc_cy: using arc_cy on vLLM 0.35.0+local's unverified code because "
+        f"ARC_CY_ALLOW_UNVERIFIED_VLLM is set (`ARCCachePolicy.evict` ({runs['overlay'][1]})"
     )
     assert f["plugin"] == '"arc_cy" registered -> arc_cy._arc_c.ARCCachePolicy'
-    assert f["plugin log"].endswith("on vLLM 0.33.0+local: UNVERIFIED code")
+    assert f["plugin log"].endswith("on vLLM 0.35.0+local: UNVERIFIED code")
     # (The patched line does not change the self-check's two-chunk cycle.)
     assert f["self-check"].startswith("ok: ")
 
@@ -308,10 +317,60 @@ def test_an_old_vllm_is_outside_the_supported_range(tmp_path: Path) -> None:
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 1, stdout + stderr
     assert fields(stdout)["vLLM"] == (
-        "0.8.5 is outside the range arc_cy supports (>=0.30.0,<0.34: vLLM 0.30.0 "
-        "to 0.33.0); it has no vllm.v1. Install a vLLM in that range "
+        f"0.8.5 is outside the range arc_cy supports ({SUPPORTED_VLLM}: vLLM 0.30.0 "
+        f"to {NEWEST}); it has no vllm.v1. Install a vLLM in that range "
         "(pip install 'arc_cy[vllm]')"
     )
+
+
+def test_a_vllm_whose_policy_module_fails_to_import_is_broken(tmp_path: Path) -> None:
+    # A verified release whose base.py fails on one of vLLM's own modules
+    # (a missing vllm._C): broken, with the import error, never "outside
+    # the range"; the plugin registers nothing and does not raise.
+    from importlib.util import find_spec
+
+    from arc_cy._fingerprint import BASE_MODULE
+
+    shutil.copy(SITECUSTOMIZE, tmp_path / "sitecustomize.py")
+    source = Path(str(find_spec(BASE_MODULE).origin)).read_text()  # type: ignore[union-attr]
+    base = tmp_path.joinpath(*BASE_MODULE.split(".")).with_suffix(".py")
+    base.parent.mkdir(parents=True)
+    base.write_text("import vllm._C_for_arc_cy_tests  # noqa: F401\n" + source)
+    proc = start_main(tmp_path, {"FAKE_VLLM_OVERLAY": "1"}, pythonpath=str(tmp_path))
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 1, stdout + stderr
+    f = fields(stdout)
+    assert f["vLLM"] == (
+        f"{metadata.version('vllm')} is broken: its policy module {BASE_MODULE} does not "
+        "import what arc_cy needs: ModuleNotFoundError: No module named "
+        "'vllm._C_for_arc_cy_tests'"
+    )
+    assert f["self-check"].startswith("not run")
+
+
+@pytest.mark.parametrize("closed", [1, 2], ids=["stdout", "stderr"])
+def test_a_closed_stream_is_no_crash(closed: int, tmp_path: Path) -> None:
+    # `python -m arc_cy >&-` (or `2>&-`): Python starts with that stream None.
+    path = _fake_vllm(
+        tmp_path, "raise ModuleNotFoundError(\"No module named 'vllm'\", name='vllm')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ARC_CY_NO_EXTENSIONS"}
+    env["PYTHONPATH"] = path
+    proc = subprocess.run(
+        [sys.executable, "-P", "-m", "arc_cy"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE if closed == 2 else None,
+        stderr=subprocess.PIPE if closed == 1 else None,
+        preexec_fn=lambda: os.close(closed),
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    if closed == 1:
+        assert proc.stderr == ""
+    else:
+        assert "self-check: ok" in proc.stdout
 
 
 # A vllm whose import stops the process: what runs without importing vLLM

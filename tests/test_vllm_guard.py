@@ -1,78 +1,81 @@
-"""The vLLM code guard: arc_cy runs on the vLLM code it verified, not on a
-version string, whichever route builds its policy.
+"""The vLLM code guard (arc_cy._guard): arc_cy runs where the code that
+ARC runs and reads is code it verified, whatever the version string says,
+and whichever route builds its policy.
 
-The fake vLLMs here are the installed vLLM (0.33.0) with some of its policy
-modules replaced by files in a temporary tree: those modules, as
-``sys.modules`` holds them, are the temporary files (tests/test_self_check.py does
-the same through an overlay on PYTHONPATH, in subprocesses).
+Each fake vLLM here is the installed vLLM with its four judged modules
+(arc.py, base.py, the CPU manager, the tiering manager) replaced, in
+``sys.modules``, by copies executed from a temporary tree, some of them
+edited, and labelled as a release arc_cy never verified. Each is judged by
+both routes with no override: the plugin (``"eviction_policy": "arc_cy"``)
+and the module path (``cache_policy_module_path``, which builds the
+implementation under test through the fake's own ``CPUOffloadingManager``).
 """
 
 from __future__ import annotations
 
+import importlib.abc
 import importlib.util
 import logging
+import marshal
+import opcode
 import os
 import subprocess
 import sys
+import textwrap
+from dataclasses import dataclass
 from importlib import metadata
 from importlib._bootstrap_external import _code_to_timestamp_pyc  # type: ignore[attr-defined]
 from pathlib import Path
+from types import CodeType, ModuleType
 
 import pytest
 
 pytest.importorskip("vllm")
 
+import dis
+
 import vllm
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+import vllm.v1.kv_offload.cpu.manager
+import vllm.v1.kv_offload.tiering.manager
 from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 
 import arc_cy
-from arc_cy import _fingerprint, plugin
-from arc_cy._compat import (
-    DEPRECATED_OVERRIDE_ENV,
-    OVERRIDE_ENV,
-    SUPPORTED_VLLM,
-    VERIFIED_VLLM,
-    vllm_guard,
-)
+from arc_cy import _base, _fingerprint, _guard, plugin
 from arc_cy._fingerprint import (
     ARC_MODULE,
     BASE_MODULE,
-    CALLER_MODULES,
-    check_vllm_code,
-    fingerprint_source,
+    CPU_MANAGER,
+    TIERING_MANAGER,
 )
-from helpers import REPO
+from arc_cy._guard import DEPRECATED_OVERRIDE_ENV, OVERRIDE_ENV, vllm_guard
+from arc_cy._verified import VERIFIED
+from helpers import MODULES, REPO
 
-CPU_MANAGER, TIERING_MANAGER = CALLER_MODULES
-MODULES = (ARC_MODULE, BASE_MODULE, *CALLER_MODULES)
-# The installed (real) files, found before any test replaces a module.
-REAL = {m: Path(str(_fingerprint.module_spec(m).origin)) for m in MODULES}  # type: ignore[union-attr]
-INSTALLED_VLLM = metadata.version("vllm")
+JUDGED = (BASE_MODULE, ARC_MODULE, CPU_MANAGER, TIERING_MANAGER)  # in import order
+REAL = {m: Path(str(importlib.util.find_spec(m).origin)) for m in JUDGED}  # type: ignore[union-attr]
+INSTALLED = metadata.version("vllm")
+WITHOUT_INSTALLED = tuple(e for e in VERIFIED if INSTALLED not in e["releases"])
+"""The table as it was before the installed release joined it."""
+PREVIOUS = max((r for e in WITHOUT_INSTALLED for r in e["releases"]), key=_fingerprint.release_key)
 
-# One changed line of ARC decision code: T1 is chosen only when strictly
-# larger than its target.
-ARC_DECISION = (
+# One comparison of evict's decision: T1 only when strictly over its target.
+EVICT_COMPARISON = (
     "if virtual_t1_size >= int(self.target_t1_size):",
     "if virtual_t1_size > int(self.target_t1_size):",
 )
-# vLLM PR 57813's shape: evict takes the chunks to evict last.
-BASE_EVICT = (
-    "self, n: int, protected: set[OffloadKey]\n",
-    "self, n: int, protected: set[OffloadKey], "
-    "deprioritized: frozenset[OffloadKey] = frozenset()\n",
+GHOST_ADAPTATION = (
+    "delta = max(1, len(self.b2) / len(self.b1))",
+    "delta = max(2, len(self.b2) / len(self.b1))",
 )
-# A caller that reads the ARC policy's own state (what vLLM's arc.py has
-# beyond base.py's CachePolicy).
-MANAGER_CALL = (
-    "self._policy.touch(keys, req_context)",
-    "len(self._policy.t1); self._policy.touch(keys, req_context)",
+KEY_ORDER = (
+    "keys.sort(key=positions.__getitem__)",
+    "keys.sort(key=positions.__getitem__, reverse=True)",
 )
-PRIMARY_TIER_CALL = (
-    "return self._prepare_load(keys, req_context, record_access=False)",
-    "len(self._policy.t1); return self._prepare_load(keys, req_context, record_access=False)",
+FIELD_ORDER = (
+    '_fields_ = [("ref_cnt", ctypes.c_int32), ("chunk_id", ctypes.c_int64)]',
+    '_fields_ = [("chunk_id", ctypes.c_int64), ("ref_cnt", ctypes.c_int32)]',
 )
+ORDERED_DICT = ("from collections import OrderedDict", "from typing import OrderedDict")
 
 
 def _edit(source: str, old: str, new: str) -> str:
@@ -80,49 +83,60 @@ def _edit(source: str, old: str, new: str) -> str:
     return source.replace(old, new)
 
 
-@pytest.fixture
-def registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
-    """vLLM's policy registry, emptied of arc_cy, and the guard, not yet
-    run, for this test only."""
-    fresh = {k: v for k, v in CachePolicyFactory._registry.items() if k != "arc_cy"}
-    monkeypatch.setattr(CachePolicyFactory, "_registry", fresh)
-    monkeypatch.delenv(OVERRIDE_ENV, raising=False)
-    monkeypatch.delenv(DEPRECATED_OVERRIDE_ENV, raising=False)
-    for name, value in (("pending", True), ("_result", None), ("_warned", False)):
-        monkeypatch.setattr(vllm_guard, name, value)
-    return fresh
+def _method_body(source: str, name: str, new_body: str) -> str:
+    """source with method ``name``'s last line (its body: ``return``)
+    replaced by new_body, at the same indentation."""
+    lines = source.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if f"def {name}(" in line)
+    end = next(i for i in range(start, len(lines)) if lines[i].strip() == "return")
+    indent = lines[end][: len(lines[end]) - len(lines[end].lstrip())]
+    lines[end] = textwrap.indent(textwrap.dedent(new_body), indent)
+    return "".join(lines)
+
+
+# --- the fake vLLMs -------------------------------------------------------------
 
 
 class FakeVllm:
-    """The installed vLLM, with its policy modules (arc.py, base.py and the
-    callers) replaced by copies in a temporary tree, some of them edited."""
+    """The installed vLLM under another version, its judged modules
+    replaced by copies in a temporary tree (edited or not), executed as
+    vLLM would import them."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
         self.monkeypatch = monkeypatch
         self.root = root
         self.files: dict[str, Path] = {}
 
-    def install(
+    def write(
         self,
-        version: str,
         edits: dict[str, tuple[str, str]] | None = None,
         appended: dict[str, str] | None = None,
+        sources: dict[str, str] | None = None,
     ) -> FakeVllm:
-        self.monkeypatch.setattr(vllm, "__version__", version)
-        for module in MODULES:
-            source = REAL[module].read_text()
+        for module in JUDGED:
+            source = (sources or {}).get(module) or REAL[module].read_text()
             if edits and module in edits:
                 source = _edit(source, *edits[module])
             source += (appended or {}).get(module, "")
             path = self.root.joinpath(*module.split(".")).with_suffix(".py")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(source)
-            spec = importlib.util.spec_from_file_location(module, path)
-            assert spec is not None
-            # Not executed: the guard reads a module's file and the code its
-            # loader gives, never the module's objects.
-            self.monkeypatch.setitem(sys.modules, module, importlib.util.module_from_spec(spec))
             self.files[module] = path
+        return self
+
+    def install(self, version: str, **changes: dict) -> FakeVllm:
+        """write(**changes), then load(version)."""
+        return self.write(**changes).load(version)
+
+    def load(self, version: str) -> FakeVllm:
+        """Import the copies written, in place of vLLM's modules."""
+        self.monkeypatch.setattr(vllm, "__version__", version)
+        for module in JUDGED:
+            spec = importlib.util.spec_from_file_location(module, self.files[module])
+            assert spec is not None and spec.loader is not None
+            fake = importlib.util.module_from_spec(spec)
+            self.monkeypatch.setitem(sys.modules, module, fake)
+            spec.loader.exec_module(fake)
         return self
 
 
@@ -131,461 +145,281 @@ def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeVllm:
     return FakeVllm(monkeypatch, tmp_path / "site")
 
 
+def reset_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in (("pending", True), ("_result", None), ("_checked", False)):
+        monkeypatch.setattr(vllm_guard, name, value)
+    monkeypatch.setattr(vllm_guard, "_warned", False)
+
+
+@pytest.fixture
+def registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    """vLLM's policy registry without arc_cy, the guard not yet run, no
+    override, and the table as it is, for this test only."""
+    fresh = {k: v for k, v in CachePolicyFactory._registry.items() if k != "arc_cy"}
+    monkeypatch.setattr(CachePolicyFactory, "_registry", fresh)
+    monkeypatch.delenv(OVERRIDE_ENV, raising=False)
+    monkeypatch.delenv(DEPRECATED_OVERRIDE_ENV, raising=False)
+    monkeypatch.setattr(_guard, "VERIFIED", VERIFIED)
+    reset_guard(monkeypatch)
+    return fresh
+
+
+@pytest.fixture
+def policy_module(impl: str) -> str:
+    """cache_policy_module_path for the implementation under test."""
+    return MODULES[impl]
+
+
 def register(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    caplog.clear()
     with caplog.at_level(logging.INFO, logger=plugin.logger.name):
         plugin.register()
     return [r for r in caplog.records if r.name == plugin.logger.name]
 
 
-def registered() -> bool:
-    return "arc_cy" in CachePolicyFactory._registry
+@dataclass
+class Routes:
+    """What each route did on one vLLM."""
+
+    registered: bool
+    log: str
+    """The plugin's one log line."""
+    built: str | None
+    """None if the module path built the manager, else its RuntimeError."""
 
 
-def refusal(records: list[logging.LogRecord]) -> str:
-    """The plugin's refusal (it registered nothing), less its last sentence."""
-    assert not registered()
-    [record] = records
-    assert record.levelno == logging.ERROR
-    message, sep, _ = record.getMessage().rpartition(" The 'arc_cy' cache policy")
-    assert sep and record.getMessage().endswith("cache policy is NOT registered.")
-    assert "`.ci/vllm_compat.sh VERSION`" in message
-    assert f"{OVERRIDE_ENV}=1" in message
+def routes(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, module_path: str
+) -> Routes:
+    """Both routes on the vLLM in sys.modules, each in a fresh process's
+    state (the guard not yet run)."""
+    reset_guard(monkeypatch)
+    records = register(caplog)
+    assert len(records) == 1, [r.getMessage() for r in records]
+    registered = "arc_cy" in CachePolicyFactory._registry
+    assert (records[0].levelno == logging.INFO) == registered
+    CachePolicyFactory._registry.pop("arc_cy", None)
+    reset_guard(monkeypatch)
+    manager_cls = sys.modules[CPU_MANAGER].CPUOffloadingManager
+    try:
+        manager = manager_cls(
+            num_chunks=4, cache_policy="ARCCachePolicy", cache_policy_module_path=module_path
+        )
+    except RuntimeError as exc:
+        built: str | None = str(exc)
+    else:
+        built = None
+        assert type(manager._policy).__module__ == module_path
+    return Routes(registered, records[0].getMessage(), built)
+
+
+def accepted(r: Routes, version: str, verified_as: str) -> None:
+    assert r.registered and r.built is None, r
+    assert r.log == (
+        "arc_cy: registered CPU offloading cache policy 'arc_cy' "
+        f"({arc_cy.IMPLEMENTATION} implementation) on vLLM {version}: its ARC code "
+        f"is verified vLLM {verified_as}'s"
+    )
+
+
+def refused(r: Routes) -> str:
+    """The refusal both routes gave (the same message), less its advice."""
+    assert not r.registered and r.built is not None, r
+    assert r.log == r.built + " The 'arc_cy' cache policy is NOT registered."
+    message, sep, advice = r.built.partition(" arc_cy reproduces vLLM arc decision")
+    assert sep and "`.ci/vllm_compat.sh VERSION`" in advice and f"{OVERRIDE_ENV}=1" in advice
     return message
 
 
-# --- registration -------------------------------------------------------------
+# --- what registers ---------------------------------------------------------------
 
 
-def test_registers_on_the_installed_vllm(
-    registry: dict[str, object], caplog: pytest.LogCaptureFixture
-) -> None:
-    [record] = register(caplog)
-    assert CachePolicyFactory.get_cache_policy_cls("arc_cy") is arc_cy.ARCCachePolicy
-    assert record.levelno == logging.INFO
-    assert record.getMessage() == (
-        "arc_cy: registered CPU offloading cache policy 'arc_cy' "
-        f"({arc_cy.IMPLEMENTATION} implementation) on vLLM {INSTALLED_VLLM}: its "
-        f"ARC and policy interface are those of verified vLLM {INSTALLED_VLLM}"
-    )
-
-
-@pytest.mark.parametrize("version", ["0.34.0", "0.29.1", "0.35.0.dev12+g0123abc", "unknown"])
-def test_a_verified_releases_code_registers_whatever_the_version(
-    version: str,
-    registry: dict[str, object],
-    fake: FakeVllm,
+def test_the_installed_vllm_registers(
+    registry: dict,
+    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    policy_module: str,
 ) -> None:
-    fake.install(version)
-    [record] = register(caplog)
-    assert registered()
-    assert record.levelno == logging.INFO
-    assert record.getMessage().endswith(
-        f"on vLLM {version}: its ARC and policy interface are those of verified vLLM 0.33.0"
+    accepted(routes(monkeypatch, caplog, policy_module), INSTALLED, INSTALLED)
+
+
+def test_release_day_a_new_release_with_verified_arc_code_registers(
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    policy_module: str,
+) -> None:
+    # The installed release's code, before its entry joined the table: its
+    # ARC code is the previous release's less a method nothing calls now
+    # (0.34.0's touch), its callers are new and ask only what CachePolicy has.
+    monkeypatch.setattr(_guard, "VERIFIED", WITHOUT_INSTALLED)
+    fake.install("0.35.0")
+    accepted(routes(monkeypatch, caplog, policy_module), "0.35.0", PREVIOUS)
+
+
+def test_defaults_of_base_methods_that_arc_overrides_do_not_count(
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    policy_module: str,
+) -> None:
+    base = REAL[BASE_MODULE].read_text()
+    base = _method_body(base, "on_store_miss", "for _ in keys:\n    pass\n")
+    base = _edit(
+        base, "    @abstractmethod\n    def on_request_finished(", "    def on_request_finished("
     )
+    fake.install("0.35.0", sources={BASE_MODULE: base})
+    accepted(routes(monkeypatch, caplog, policy_module), "0.35.0", INSTALLED)
+
+
+def test_a_caller_line_that_uses_base_names_only_registers(
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    policy_module: str,
+) -> None:
+    fake.install(
+        "0.35.0",
+        appended={
+            CPU_MANAGER: "\n\ndef _resident(manager, key):\n"
+            "    return manager._policy.get(key) is not None\n"
+        },
+    )
+    accepted(routes(monkeypatch, caplog, policy_module), "0.35.0", INSTALLED)
 
 
 def test_comments_docstrings_and_formatting_do_not_count(
-    registry: dict[str, object], fake: FakeVllm, caplog: pytest.LogCaptureFixture
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    policy_module: str,
 ) -> None:
+    old, _ = GHOST_ADAPTATION
     fake.install(
-        "0.34.0",
-        {
+        "0.35.0",
+        edits={
             ARC_MODULE: (
-                "delta = max(1, len(self.b2) / len(self.b1))",
-                "delta = max(1,\n                        len(self.b2)/len(self.b1))  # reformatted",
+                old,
+                "delta = max(1,\n                len(self.b2)/len(self.b1))  # reflowed",
             ),
             BASE_MODULE: (
                 '"""Find chunk in data structures. Returns None if not present."""',
-                '"""Another docstring."""\n        # and a comment',
+                '"""Another docstring, naming t1 and touch."""\n        # and a comment',
             ),
         },
     )
-    register(caplog)
-    assert registered()
+    accepted(routes(monkeypatch, caplog, policy_module), "0.35.0", INSTALLED)
 
 
-def test_a_changed_line_of_arc_decision_code_is_refused(
-    registry: dict[str, object], fake: FakeVllm, caplog: pytest.LogCaptureFixture
-) -> None:
-    fake.install("0.33.0+local", {ARC_MODULE: ARC_DECISION})
-    message = refusal(register(caplog))
-    assert message.startswith(
-        "arc_cy: vLLM 0.33.0+local's policy code is not what arc_cy has verified: "
-        f"its arc.py ({fake.files[ARC_MODULE]}) differs from that of vLLM "
-        "0.33.0, the nearest verified release."
-    )
-    assert "base.py" not in message.partition(". ")[0]
-
-
-def test_a_base_that_adds_a_parameter_to_evict_is_refused(
-    registry: dict[str, object], fake: FakeVllm, caplog: pytest.LogCaptureFixture
-) -> None:
-    fake.install("0.33.0", {BASE_MODULE: BASE_EVICT})
-    message = refusal(register(caplog))
-    assert (
-        f"its base.py ({fake.files[BASE_MODULE]}) differs from that of vLLM 0.33.0, "
-        "the nearest verified release." in message
-    )
-    assert "arc.py" not in message
+# --- what is refused, by what changed ---------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("caller", "edit"),
-    [(CPU_MANAGER, MANAGER_CALL), (TIERING_MANAGER, PRIMARY_TIER_CALL)],
-    ids=["cpu-manager", "tiering-primary-tier"],
+    ("module", "edit", "obj"),
+    [
+        (ARC_MODULE, EVICT_COMPARISON, "ARCCachePolicy.evict"),
+        (ARC_MODULE, GHOST_ADAPTATION, "ARCCachePolicy._adapt_to_ghost_hit"),
+        (BASE_MODULE, KEY_ORDER, "order_request_keys"),
+        (BASE_MODULE, FIELD_ORDER, "ChunkStatus"),
+        (ARC_MODULE, ORDERED_DICT, "OrderedDict"),
+    ],
+    ids=["evict", "ghost-hit", "order_request_keys", "ChunkStatus", "OrderedDict"],
 )
-def test_a_caller_that_uses_what_base_lacks_is_refused(
-    caller: str,
+def test_a_changed_object_is_refused_by_name(
+    module: str,
     edit: tuple[str, str],
-    registry: dict[str, object],
-    fake: FakeVllm,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    fake.install("0.33.0", {caller: edit})
-    message = refusal(register(caplog))
-    line = next(
-        i
-        for i, text in enumerate(fake.files[caller].read_text().splitlines(), 1)
-        if "self._policy.t1" in text
-    )
-    assert (
-        f"verified: {fake.files[caller]}:{line} uses 't1', which an ARC policy "
-        "has beyond base.py's CachePolicy." in message
-    )
-    assert "differs" not in message  # arc.py and base.py are 0.33.0's
-
-
-def test_the_nearest_verified_release(fake: FakeVllm) -> None:
-    # A table where 0.31.0's arc.py is the patched one: the installed pair
-    # (patched arc.py, 0.33.0's base.py) mixes two verified releases, each
-    # sharing one file with it. The nearest is the newest of those that is
-    # not newer than the version (else the oldest).
-    fake.install("0.33.0", {ARC_MODULE: ARC_DECISION})
-    patched = fingerprint_source(fake.files[ARC_MODULE].read_text())
-    table = {**VERIFIED_VLLM, "0.31.0": {**VERIFIED_VLLM["0.31.0"], "arc.py": patched}}
-    for version, nearest, differing in [
-        ("0.33.0+local", "0.33.0", "arc.py"),
-        ("0.32.5", "0.31.0", "base.py"),
-        ("0.29.0", "0.31.0", "base.py"),
-    ]:
-        result = check_vllm_code(version, table)
-        assert not result.ok and result.matches == ()
-        assert result.nearest == nearest, version
-        assert [name for name, _ in result.differing] == [differing], version
-    assert check_vllm_code("0.33.0").nearest == "0.33.0"
-
-
-def test_override_registers_with_a_warning(
-    registry: dict[str, object],
+    obj: str,
+    registry: dict,
     fake: FakeVllm,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    policy_module: str,
 ) -> None:
-    fake.install("0.33.0+local", {ARC_MODULE: ARC_DECISION})
-    monkeypatch.setenv(OVERRIDE_ENV, "1")
-    records = register(caplog)
-    assert CachePolicyFactory.get_cache_policy_cls("arc_cy") is arc_cy.ARCCachePolicy
-    assert [r.levelno for r in records] == [logging.WARNING, logging.INFO]
-    warning = records[0].getMessage()
-    assert warning.startswith(
-        "arc_cy: using arc_cy on vLLM 0.33.0+local's unverified policy code "
-        f"because {OVERRIDE_ENV} is set (its arc.py "
+    fake.install("0.35.0", edits={module: edit})
+    message = refused(routes(monkeypatch, caplog, policy_module))
+    assert message == (
+        "arc_cy: vLLM 0.35.0's ARC code is not code arc_cy verified: "
+        f"`{obj}` ({fake.files[module]}) differs from verified vLLM {INSTALLED}'s."
     )
-    assert records[1].getMessage().endswith("on vLLM 0.33.0+local: UNVERIFIED code")
 
 
-@pytest.mark.parametrize("value", ["0", "false", "no", "off", ""])
-def test_override_false_is_off(
-    value: str,
-    registry: dict[str, object],
+def test_an_inherited_no_op_that_gains_a_body_is_refused(
+    registry: dict,
     fake: FakeVllm,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    policy_module: str,
 ) -> None:
-    fake.install("0.33.0", {BASE_MODULE: BASE_EVICT})
-    monkeypatch.setenv(OVERRIDE_ENV, value)
-    refusal(register(caplog))
+    base = _method_body(
+        REAL[BASE_MODULE].read_text(), "on_request_access", "for key in keys:\n    self.get(key)\n"
+    )
+    fake.install("0.35.0", sources={BASE_MODULE: base})
+    message = refused(routes(monkeypatch, caplog, policy_module))
+    assert message.endswith(
+        f"`CachePolicy.on_request_access` ({fake.files[BASE_MODULE]}) differs from "
+        f"verified vLLM {INSTALLED}'s."
+    )
 
 
-def test_the_old_override_name_works_and_warns(
-    registry: dict[str, object],
+def test_a_new_method_is_refused_by_name(
+    registry: dict,
     fake: FakeVllm,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    policy_module: str,
 ) -> None:
-    fake.install("0.33.0+local", {ARC_MODULE: ARC_DECISION})
-    monkeypatch.setenv(DEPRECATED_OVERRIDE_ENV, "1")
-    with pytest.warns(
-        FutureWarning, match=f"{DEPRECATED_OVERRIDE_ENV} is deprecated; set {OVERRIDE_ENV} instead"
-    ):
-        register(caplog)
-    assert registered()
-
-
-# --- the fingerprints -----------------------------------------------------------
-
-
-def test_fingerprint_is_of_the_code() -> None:
-    source = REAL[ARC_MODULE].read_text()
-    same = fingerprint_source(source)
-    assert fingerprint_source(source.replace("\n", "  # a comment\n", 3)) == same
-    assert fingerprint_source(source.replace("B1/B2", "the ghost lists", 1)) == same
-    assert fingerprint_source(source.encode()) == same
-    assert fingerprint_source(_edit(source, *ARC_DECISION)) != same
-
-
-def test_the_table_has_the_installed_release() -> None:
-    # The fingerprints of the vLLM that the suite runs on, as installed,
-    # are that release's entry: the table is the code, not a guess.
-    result = check_vllm_code(INSTALLED_VLLM)
-    assert result.ok, result
-    assert INSTALLED_VLLM in result.matches
-
-
-def test_the_table_and_supported_vllm_agree() -> None:
-    # SUPPORTED_VLLM (what the [vllm] extra installs) spans exactly the
-    # verified releases: from the oldest to the newest's minor series, with
-    # every minor series in between verified.
-    releases = sorted(map(Version, VERIFIED_VLLM))
-    oldest, newest = releases[0], releases[-1]
-    assert SpecifierSet(SUPPORTED_VLLM) == SpecifierSet(
-        f">={oldest},<{newest.major}.{newest.minor + 1}"
+    fake.install(
+        "0.35.0",
+        appended={ARC_MODULE: "\n    def pin(self, key):\n        self.t1.move_to_end(key)\n"},
     )
-    assert all(r in SpecifierSet(SUPPORTED_VLLM) for r in releases)
-    assert {(r.major, r.minor) for r in releases} == {
-        (oldest.major, m) for m in range(oldest.minor, newest.minor + 1)
-    }
-    for fingerprints in VERIFIED_VLLM.values():
-        assert sorted(fingerprints) == ["arc.py", "base.py"]
-
-
-def test_fingerprint_script_prints_the_installed_releases_entry(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-P", str(REPO / ".ci" / "fingerprint.py")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    entry = VERIFIED_VLLM[INSTALLED_VLLM]
-    assert (
-        f'    "{INSTALLED_VLLM}": {{\n'
-        f'        "arc.py": "{entry["arc.py"]}",\n'
-        f'        "base.py": "{entry["base.py"]}",\n'
-        "    },\n"
-    ) in proc.stdout
-    assert (
-        "cpu/manager.py uses nothing that vLLM's ARC policy has beyond base.py's "
-        "CachePolicy, and no computed attribute name" in proc.stdout
+    message = refused(routes(monkeypatch, caplog, policy_module))
+    assert message.endswith(
+        f"`ARCCachePolicy.pin` ({fake.files[ARC_MODULE]}) is not in verified vLLM {INSTALLED}'s."
     )
 
 
-def test_fingerprint_script_fails_on_a_caller_that_uses_what_base_lacks(
-    tmp_path: Path,
-) -> None:
-    for module in MODULES:
-        path = tmp_path.joinpath(*module.split(".")).with_suffix(".py")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        source = REAL[module].read_text()
-        path.write_text(_edit(source, *MANAGER_CALL) if module == CPU_MANAGER else source)
-    proc = subprocess.run(
-        [sys.executable, "-P", str(REPO / ".ci" / "fingerprint.py"), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "cpu/manager.py uses what base.py's CachePolicy does not define: 't1'" in proc.stdout
-
-
-# --- both routes: the constructors -------------------------------------------
-
-
-def test_the_module_path_route_refuses_unverified_code(
-    registry: dict[str, object],
-    fake: FakeVllm,
-    policy_cls: type,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    # "eviction_policy": "ARCCachePolicy", "cache_policy_module_path":
-    # "arc_cy" never runs the plugin: the constructor refuses, with the
-    # plugin's message and override.
-    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
-
-    fake.install("0.33.0+local", {ARC_MODULE: ARC_DECISION})
-    with pytest.raises(RuntimeError) as refused:
-        CPUOffloadingManager(
-            num_chunks=4, cache_policy="ARCCachePolicy", cache_policy_module_path="arc_cy"
-        )
-    with pytest.raises(RuntimeError) as direct:
-        policy_cls(4)
-    assert str(direct.value) == str(refused.value)
-    assert str(refused.value) == refusal(register(caplog))
-    assert f"its arc.py ({fake.files[ARC_MODULE]}) differs" in str(refused.value)
-
-
-def test_the_override_lets_the_constructor_build(
-    registry: dict[str, object],
-    fake: FakeVllm,
-    policy_cls: type,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    fake.install("0.33.0+local", {ARC_MODULE: ARC_DECISION})
-    monkeypatch.setenv(OVERRIDE_ENV, "1")
-    with caplog.at_level(logging.INFO, logger=plugin.logger.name):
-        policy_cls(4)
-        policy_cls(4)
-    [warning] = [r for r in caplog.records if r.name == plugin.logger.name]
-    assert warning.levelno == logging.WARNING
-    assert warning.getMessage().startswith("arc_cy: using arc_cy on vLLM 0.33.0+local")
-
-
-def test_the_check_runs_once_per_process(
-    registry: dict[str, object],
-    policy_cls: type,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    calls = []
-    real = _fingerprint.check_vllm_code
-
-    def counted(*args: object, **kwargs: object) -> object:
-        calls.append(args)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(_fingerprint, "check_vllm_code", counted)
-    register(caplog)
-    assert registered() and vllm_guard.pending
-    policy_cls(4)
-    assert not vllm_guard.pending
-    policy_cls(4)
-    register(caplog)
-    assert len(calls) == 1
-
-
-def test_without_vllm_nothing_is_checked() -> None:
-    # A Python where vllm does not import: arc_cy's stand-ins, and no check.
-    code = (
-        "import sys; sys.modules['vllm'] = None\n"
-        "import arc_cy, arc_cy._fingerprint as f, arc_cy._arc_py as py\n"
-        "from arc_cy._compat import vllm_guard\n"
-        "def boom(*a, **k): raise AssertionError('checked')\n"
-        "f.check_vllm_code = boom\n"
-        "arc_cy.ARCCachePolicy(2); py.ARCCachePolicy(2)\n"
-        "assert not arc_cy.HAVE_VLLM and not vllm_guard.pending\n"
-        "print('ok', vllm_guard.result())\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "ok None\n"
-
-
-# --- no cache: each check reads the files -------------------------------------
-
-
-def test_a_same_size_edit_that_keeps_the_timestamp_is_refused(
-    registry: dict[str, object], fake: FakeVllm
-) -> None:
-    # As `cp -p`, `rsync -t` or a normalising image build leave it.
-    fake.install("0.34.0")
-    assert check_vllm_code("0.34.0").ok
-    arc = fake.files[ARC_MODULE]
-    before = arc.stat()
-    old, new = ARC_DECISION
-    arc.write_text(_edit(arc.read_text(), old, new + " "))
-    os.utime(arc, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert arc.stat().st_size == before.st_size
-    result = check_vllm_code("0.34.0")
-    assert not result.ok and [n for n, _ in result.differing] == ["arc.py"]
-
-
-def test_no_cache_file_is_read_or_written(
-    registry: dict[str, object],
+@pytest.mark.parametrize(
+    ("caller", "line", "name", "why"),
+    [
+        (CPU_MANAGER, "manager._policy._adapt_to_ghost_hit(key)", "_adapt_to_ghost_hit", "beyond"),
+        (TIERING_MANAGER, "len(manager._policy.t1)", "t1", "beyond"),
+        (CPU_MANAGER, "manager._policy.touch([key], None)", "touch", "gone"),
+    ],
+    ids=["arc-only-method", "arc-only-state", "a-method-arc-lost"],
+)
+def test_a_caller_that_asks_more_than_cache_policy_is_refused(
+    caller: str,
+    line: str,
+    name: str,
+    why: str,
+    registry: dict,
     fake: FakeVllm,
     monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
+    policy_module: str,
 ) -> None:
-    # What a damaged cache (deep JSON, a FIFO) could do needs a cache file.
-    home = tmp_path / "home"
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "xdg"))
-    fake.install("0.34.0")
-    opened: list[str] = []
-    with _recording_opens(opened):
-        register(caplog)
-        policy = arc_cy.ARCCachePolicy(4)
-    assert registered() and policy.cache_capacity == 4
-    assert not home.exists()
-    assert opened and not [p for p in opened if p.startswith(str(home))]
-    assert set(map(str, fake.files.values())) & set(opened)
-
-
-_OPENS: list[list[str]] = []
-
-
-def _audit(event: str, args: tuple[object, ...]) -> None:
-    if event == "open" and _OPENS and isinstance(args[0], str):
-        _OPENS[-1].append(os.path.abspath(args[0]))
-
-
-sys.addaudithook(_audit)  # audit hooks cannot be removed; it records only in the block
-
-
-class _recording_opens:
-    def __init__(self, into: list[str]) -> None:
-        self.into = into
-
-    def __enter__(self) -> None:
-        _OPENS.append(self.into)
-
-    def __exit__(self, *exc: object) -> None:
-        _OPENS.pop()
-
-
-# --- the code that runs: a stale .pyc -------------------------------------------
-
-
-def test_a_stale_pyc_that_changes_decisions_is_refused(
-    registry: dict[str, object],
-    fake: FakeVllm,
-    policy_cls: type,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    # arc.py is the verified source, but its .pyc, whose header matches that
-    # source's mtime and size, holds changed evict decisions: it is what
-    # Python runs.
-    fake.install("0.34.0")
-    arc = fake.files[ARC_MODULE]
-    changed = compile(_edit(arc.read_text(), *ARC_DECISION), str(arc), "exec")
-    spec = importlib.util.spec_from_file_location(ARC_MODULE, arc)
-    assert spec is not None and spec.cached is not None and spec.loader is not None
-    st = arc.stat()
-    Path(spec.cached).parent.mkdir(exist_ok=True)
-    Path(spec.cached).write_bytes(_code_to_timestamp_pyc(changed, int(st.st_mtime), st.st_size))
-    assert spec.loader.get_code(ARC_MODULE) == changed  # type: ignore[attr-defined]
-    assert fingerprint_source(arc.read_text()) == VERIFIED_VLLM["0.33.0"]["arc.py"]
-
-    message = refusal(register(caplog))
-    assert message.startswith(
-        "arc_cy: vLLM 0.34.0's policy code is not what arc_cy has verified: the "
-        f"code Python runs for {arc} ({spec.cached}) is not compiled from that source."
+    fake.install("0.35.0", appended={caller: f"\n\ndef _probe(manager, key):\n    {line}\n"})
+    message = refused(routes(monkeypatch, caplog, policy_module))
+    number = len(fake.files[caller].read_text().splitlines())
+    reason = {
+        "beyond": "which an ARC policy has beyond base.py's CachePolicy",
+        "gone": f"which verified vLLM {PREVIOUS}'s ARC has and this one does not",
+    }[why]
+    assert message == (
+        f"arc_cy: vLLM 0.35.0's ARC code is verified vLLM {INSTALLED}'s, but "
+        f"{fake.files[caller]}:{number} uses {name!r}, {reason}."
     )
-    with pytest.raises(RuntimeError, match="is not compiled from that source"):
-        policy_cls(4)
 
 
-# --- the callers: no scan to escape ---------------------------------------------
+# --- the callers: every way to reach the policy's names --------------------------
 
-# Ways a caller in vLLM's style reaches its policy, each reading t1 (vLLM
-# arc's own state); the first four escaped the scan of attribute chains.
 REACHES = {
-    "annotated-parameter": "def _probe(policy: CachePolicy) -> int:\n    return len(policy.t1)\n",
+    # the four caller forms of issue 26
+    "annotated-parameter": "def _probe(policy: 'CachePolicy') -> int:\n    return len(policy.t1)\n",
     "walrus": "def _probe(manager):\n"
     "    if (policy := manager._policy) is not None:\n"
     "        return policy.t1\n",
@@ -595,35 +429,43 @@ REACHES = {
     "for-target": "def _probe(managers):\n"
     "    for policy in (m._policy for m in managers):\n"
     "        return policy.t1\n",
-    "helper-argument": "def _probe(manager):\n"
-    "    return _helper(manager._policy)\n\n\n"
-    "def _helper(x):\n"
-    "    return x.t1\n",
+    "helper-argument": "def _probe(manager):\n    return _helper(manager._policy)\n\n\n"
+    "def _helper(x):\n    return x.t1\n",
     "string-attribute": "def _probe(manager):\n"
     "    return operator.attrgetter('t1')(manager._policy)\n",
     "arc_cy-only-attribute": "def _probe(manager):\n"
     "    return manager._policy._check_invariants()\n",
+    # a class pattern keeps its keyword names in a tuple constant
+    "class-pattern": "def _probe(manager):\n"
+    "    match manager._policy:\n"
+    "        case object(t1=lru):\n"
+    "            return lru\n",
+    # format strings reach attributes through their fields
+    "format-field": "def _probe(manager):\n    return '{0.t1}'.format(manager._policy)\n",
+    "formatter-field": "def _probe(manager):\n"
+    "    import string\n"
+    "    return string.Formatter().get_field('0.t1', (manager._policy,), {})\n",
 }
 
 
-@pytest.mark.parametrize("caller", CALLER_MODULES, ids=["cpu-manager", "tiering"])
+@pytest.mark.parametrize("caller", [CPU_MANAGER, TIERING_MANAGER], ids=["cpu-manager", "tiering"])
 @pytest.mark.parametrize("reach", sorted(REACHES))
 def test_every_way_a_caller_reaches_the_policy_is_refused(
     reach: str,
     caller: str,
-    registry: dict[str, object],
+    registry: dict,
     fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    code = "\n\n" + REACHES[reach]
-    fake.install("0.33.0", appended={caller: code})
-    message = refusal(register(caplog))
+    fake.install("0.35.0", appended={caller: "\n\n" + REACHES[reach]})
+    message = refused(routes(monkeypatch, caplog, MODULES["cython"]))
     name = "_check_invariants" if reach == "arc_cy-only-attribute" else "t1"
     lines = fake.files[caller].read_text().splitlines()
-    line = max(i for i, text in enumerate(lines, 1) if name in text)
+    line = next(i for i, text in enumerate(lines, 1) if name in text and i > len(lines) - 8)
     assert (
-        f"{fake.files[caller]}:{line} uses {name!r}, which an ARC "
-        "policy has beyond base.py's CachePolicy." in message
+        f"{fake.files[caller]}:{line} uses {name!r}, which an ARC policy has beyond "
+        "base.py's CachePolicy" in message
     )
 
 
@@ -634,28 +476,463 @@ def test_every_way_a_caller_reaches_the_policy_is_refused(
         "hasattr(manager._policy, name)",
         "vars(manager._policy)",
         "manager._policy.__dict__",
+        "('{0.' + name + '}').format(manager._policy)",
+        "'{p.x}'.format_map({'p': manager._policy})",
     ],
 )
 def test_a_computed_attribute_name_is_refused(
-    call: str, registry: dict[str, object], fake: FakeVllm, caplog: pytest.LogCaptureFixture
+    call: str,
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     fake.install(
-        "0.33.0",
-        appended={CALLER_MODULES[0]: f"\n\ndef _probe(manager, name):\n    return {call}\n"},
+        "0.35.0", appended={CPU_MANAGER: f"\n\ndef _probe(manager, name):\n    return {call}\n"}
     )
-    message = refusal(register(caplog))
+    message = refused(routes(monkeypatch, caplog, MODULES["cython"]))
     assert "which reaches attributes by a computed name" in message
 
 
 def test_a_name_no_arc_policy_has_behaves_alike_on_both(
-    registry: dict[str, object], fake: FakeVllm, caplog: pytest.LogCaptureFixture
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # Missing on vLLM's arc and on arc_cy alike: nothing that arc_cy could
-    # decide differently (a release that adds it to arc.py or base.py
-    # changes their fingerprints).
-    fake.install(
-        "0.33.0", {CPU_MANAGER: (MANAGER_CALL[0], "self._policy.pin(keys); " + MANAGER_CALL[0])}
-    )
-    register(caplog)
-    assert registered()
+    # Missing on vLLM's arc and on arc_cy alike: nothing arc_cy could decide
+    # differently (a release that adds it to ARC changes ARC's code).
+    fake.install("0.35.0", appended={CPU_MANAGER: "\n\ndef _probe(m):\n    m._policy.pin(1)\n"})
+    accepted(routes(monkeypatch, caplog, MODULES["cython"]), "0.35.0", INSTALLED)
     assert not hasattr(arc_cy.ARCCachePolicy, "pin")
+
+
+# --- what cannot be judged is refused, and nothing raises -------------------------
+
+
+def test_a_vllm_whose_policy_module_lacks_what_arc_cy_needs_is_refused(
+    registry: dict, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # vllm imports, but its base.py gives no ChunkStatus (arc_cy fell back
+    # to its stand-ins): unverified, never "no vLLM", and register() does
+    # not raise (vLLM calls general plugins without a try).
+    monkeypatch.setattr(_base, "HAVE_VLLM", False)
+    monkeypatch.setattr(_base, "VLLM_IMPORT_ERROR", ImportError("cannot import name 'ChunkStatus'"))
+    r = routes(monkeypatch, caplog, MODULES["python"])
+    assert refused(r) == (
+        f"arc_cy: vLLM {INSTALLED}'s ARC code is not code arc_cy verified: arc_cy cannot "
+        "judge it: its policy module does not give arc_cy CachePolicy and ChunkStatus "
+        "(ImportError: cannot import name 'ChunkStatus')."
+    )
+
+
+def _loaded_from(monkeypatch: pytest.MonkeyPatch, module: str, path: Path) -> None:
+    """module is not imported yet, and an import would load it from path:
+    the guard judges what that import would run."""
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, target_path=None, target=None):  # type: ignore[no-untyped-def]
+            return importlib.util.spec_from_file_location(name, path) if name == module else None
+
+    monkeypatch.setattr(sys, "meta_path", [Finder(), *sys.meta_path])
+    monkeypatch.delitem(sys.modules, module)
+
+
+def test_a_deep_ast_is_refused_without_raising(
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake.write(appended={ARC_MODULE: "\nLIMIT = " + "- " * 1500 + "1\n"})
+    _loaded_from(monkeypatch, ARC_MODULE, fake.files[ARC_MODULE])
+    reset_guard(monkeypatch)
+    [record] = register(caplog)
+    assert record.levelno == logging.ERROR and "NOT registered" in record.getMessage()
+    result = vllm_guard.result()
+    assert result is not None and not result.ok
+    assert result.unjudged or [c.name for c in result.changes] == ["arc.py:LIMIT"]
+    with pytest.raises(RuntimeError):
+        arc_cy.ARCCachePolicy(4)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "binary", "fifo", "directory", "missing"])
+def test_a_damaged_source_neither_crashes_nor_hangs(
+    damage: str,
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake.write()
+    arc = fake.files[ARC_MODULE]
+    if damage == "truncated":
+        source = arc.read_text()
+        arc.write_text(source[: source.index("def evict") + len("def ev")])
+    elif damage == "binary":
+        arc.write_bytes(b"\x00\xff" * 100)
+    else:
+        arc.unlink()
+        if damage == "fifo":
+            os.mkfifo(arc)
+        elif damage == "directory":
+            arc.mkdir()
+    _loaded_from(monkeypatch, ARC_MODULE, arc)
+    reset_guard(monkeypatch)
+    [record] = register(caplog)  # a FIFO's open would block: the guard never opens it
+    assert record.levelno == logging.ERROR
+    result = vllm_guard.result()
+    assert result is not None and result.unjudged and not result.ok
+
+
+# --- what runs is what was judged --------------------------------------------------
+
+
+def _pyc_for(path: Path, code: CodeType | bytes) -> Path:
+    """Write code as path's bytecode, with a header that matches path."""
+    spec = importlib.util.spec_from_file_location("x", path)
+    assert spec is not None and spec.cached is not None
+    st = path.stat()
+    data = code if isinstance(code, bytes) else marshal.dumps(code)
+    header = _code_to_timestamp_pyc(compile("", "", "exec"), int(st.st_mtime), st.st_size)[:16]
+    Path(spec.cached).parent.mkdir(exist_ok=True)
+    Path(spec.cached).write_bytes(header + data)
+    return Path(spec.cached)
+
+
+def _replace_code(code: CodeType, qualname: str, **changes: object) -> CodeType:
+    """code with the nested code object named qualname replaced."""
+    if code.co_qualname == qualname:
+        return code.replace(**changes)  # type: ignore[arg-type]
+    consts = tuple(
+        _replace_code(c, qualname, **changes) if isinstance(c, CodeType) else c
+        for c in code.co_consts
+    )
+    return code.replace(co_consts=consts)
+
+
+def _specialised(code: CodeType) -> bytes:
+    """code marshalled, with evict's first LOAD_ATTR written as one of its
+    specialised forms (what ``==`` and ``co_code`` read as the base)."""
+    names = getattr(opcode, "_specialized_opmap", None) or getattr(dis, "_all_opmap", {})
+    special = next(v for k, v in names.items() if k.startswith("LOAD_ATTR_"))
+    data = marshal.dumps(code)
+    evict = _find(code, "ARCCachePolicy.evict")
+    raw = evict.co_code
+    at = next(i for i in range(0, len(raw), 2) if raw[i] == opcode.opmap["LOAD_ATTR"])
+    assert data.count(raw) == 1
+    return data.replace(raw, raw[:at] + bytes([special]) + raw[at + 1 :])
+
+
+def _find(code: CodeType, qualname: str) -> CodeType:
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        if c.co_qualname == qualname:
+            return c
+        todo += [k for k in c.co_consts if isinstance(k, CodeType)]
+    raise LookupError(qualname)
+
+
+@pytest.mark.parametrize("craft", ["changed-decision", "stacksize", "qualname", "specialised"])
+@pytest.mark.parametrize("imported", [False, True], ids=["not-imported", "imported"])
+def test_bytecode_that_does_not_run_its_source_is_refused(
+    craft: str,
+    imported: bool,
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # arc.py is the verified source; its .pyc, whose header matches it, runs
+    # otherwise. Code equality (==) would pass all but the first.
+    fake.write()
+    arc = fake.files[ARC_MODULE]
+    source = arc.read_text()
+    good = compile(source, str(arc), "exec", dont_inherit=True)
+    if craft == "changed-decision":
+        pyc = _pyc_for(arc, compile(_edit(source, *EVICT_COMPARISON), str(arc), "exec"))
+    elif craft == "stacksize":
+        stack = _find(good, "ARCCachePolicy.evict").co_stacksize
+        pyc = _pyc_for(arc, _replace_code(good, "ARCCachePolicy.evict", co_stacksize=stack - 1))
+    elif craft == "qualname":
+        pyc = _pyc_for(arc, _replace_code(good, "ARCCachePolicy.evict", co_qualname="evict"))
+    else:
+        pyc = _pyc_for(arc, _specialised(good))
+    spec = importlib.util.spec_from_file_location(ARC_MODULE, arc)
+    runs = spec.loader.get_code(ARC_MODULE)  # type: ignore[union-attr]
+    if craft != "changed-decision":
+        assert runs == good  # what the old check compared
+    if imported:
+        fake.load("0.35.0")  # imports arc.py: from that .pyc
+        assert sys.modules[ARC_MODULE].__spec__.cached == str(pyc)
+    else:
+        _loaded_from(monkeypatch, ARC_MODULE, arc)
+    message = refused(routes(monkeypatch, caplog, MODULES["cython"]))
+    assert (
+        f"the code that runs for {arc} is not its source's: the code its loader gives is "
+        "not compiled from it" in message
+    )
+
+
+def test_a_monkeypatched_method_is_refused(
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake.install("0.35.0")
+    arc = sys.modules[ARC_MODULE]
+    monkeypatch.setattr(arc.ARCCachePolicy, "evict", lambda self, n, protected: None)
+    message = refused(routes(monkeypatch, caplog, MODULES["cython"]))
+    assert message.endswith(
+        f"the code that runs for {fake.files[ARC_MODULE]} is not its source's: "
+        "ARCCachePolicy.evict runs code that is not its source's."
+    )
+
+
+@pytest.mark.parametrize("swap", ["no-spec", "no-file", "real-spec"])
+def test_a_caller_module_swapped_into_sys_modules_is_judged_by_what_runs(
+    swap: str,
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake.install("0.35.0", appended={CPU_MANAGER: "\n\ndef _probe(m):\n    return m._policy.t1\n"})
+    module = sys.modules[CPU_MANAGER]
+    if swap == "no-spec":
+        monkeypatch.setattr(module, "__spec__", None)  # __file__ remains: judged by it
+        expected = "uses 't1', which an ARC policy has beyond base.py's CachePolicy"
+    elif swap == "no-file":
+        monkeypatch.setattr(module, "__spec__", None)
+        monkeypatch.delattr(module, "__file__")
+        expected = f"cannot judge it: {CPU_MANAGER} is a module object with no Python source file"
+    else:
+        # The module that runs carries the real manager's spec and file.
+        swapped = ModuleType(CPU_MANAGER)
+        swapped.__dict__.update(module.__dict__)
+        swapped.__spec__ = importlib.util.spec_from_file_location(CPU_MANAGER, REAL[CPU_MANAGER])
+        swapped.__file__ = str(REAL[CPU_MANAGER])
+        monkeypatch.setitem(sys.modules, CPU_MANAGER, swapped)
+        expected = "CPUOffloadingManager.__init__ runs code that is not its source's"
+    reset_guard(monkeypatch)
+    [record] = register(caplog)
+    assert record.levelno == logging.ERROR
+    assert expected in record.getMessage()
+
+
+def test_a_same_size_edit_that_keeps_the_timestamp_is_refused(
+    registry: dict, fake: FakeVllm
+) -> None:
+    # As `cp -p`, `rsync -t` or a normalising image build leave it: the
+    # check reads the source, not its size and time.
+    fake.install("0.35.0")
+    assert _guard.check_vllm_code().ok  # type: ignore[union-attr]
+    arc = fake.files[ARC_MODULE]
+    before = arc.stat()
+    old, new = EVICT_COMPARISON
+    arc.write_text(_edit(arc.read_text(), old, new + " "))
+    os.utime(arc, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert arc.stat().st_size == before.st_size
+    result = _guard.check_vllm_code()
+    assert result is not None and not result.ok
+    assert [c.name for c in result.changes] == ["arc.py:ARCCachePolicy.evict"]
+
+
+_OPENS: list[list[str]] = []
+
+
+def _audit(event: str, args: tuple[object, ...]) -> None:
+    if event == "open" and _OPENS and isinstance(args[0], str):
+        _OPENS[-1].append(os.path.abspath(args[0]))
+
+
+sys.addaudithook(_audit)  # audit hooks cannot be removed; it records only when asked
+
+
+def test_no_cache_file_is_read_or_written(
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "xdg"))
+    fake.install("0.35.0")
+    opened: list[str] = []
+    _OPENS.append(opened)
+    try:
+        register(caplog)
+        policy = arc_cy.ARCCachePolicy(4)
+    finally:
+        _OPENS.pop()
+    assert "arc_cy" in CachePolicyFactory._registry and policy.cache_capacity == 4
+    assert not home.exists()
+    assert set(map(str, fake.files.values())) <= set(opened)
+
+
+# --- the override, once per process, and no vLLM -----------------------------------
+
+
+def test_override_registers_with_a_warning(
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
+    monkeypatch.setenv(OVERRIDE_ENV, "1")
+    records = register(caplog)
+    assert CachePolicyFactory.get_cache_policy_cls("arc_cy") is arc_cy.ARCCachePolicy
+    assert [r.levelno for r in records] == [logging.WARNING, logging.INFO]
+    assert (
+        records[0]
+        .getMessage()
+        .startswith(
+            f"arc_cy: using arc_cy on vLLM 0.35.0's unverified code because {OVERRIDE_ENV} is set "
+            f"(`ARCCachePolicy.evict` ({fake.files[ARC_MODULE]}) differs"
+        )
+    )
+    assert records[1].getMessage().endswith("on vLLM 0.35.0: UNVERIFIED code")
+
+
+@pytest.mark.parametrize("value", ["0", "false", "no", "off", ""])
+def test_override_false_is_off(
+    value: str,
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
+    monkeypatch.setenv(OVERRIDE_ENV, value)
+    refused(routes(monkeypatch, caplog, MODULES["cython"]))
+
+
+def test_a_bad_override_value_does_not_raise_from_the_plugin(
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
+    monkeypatch.setenv(OVERRIDE_ENV, "maybe")
+    [record] = register(caplog)
+    assert record.levelno == logging.ERROR
+    assert f"{OVERRIDE_ENV}='maybe' is not a boolean" in record.getMessage()
+    with pytest.raises(ValueError, match="is not a boolean"):
+        arc_cy.ARCCachePolicy(4)
+
+
+def test_the_old_override_name_works_and_warns(
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
+    monkeypatch.setenv(DEPRECATED_OVERRIDE_ENV, "1")
+    with pytest.warns(FutureWarning, match=f"{DEPRECATED_OVERRIDE_ENV} is deprecated"):
+        register(caplog)
+    assert "arc_cy" in CachePolicyFactory._registry
+
+
+def test_the_check_runs_once_per_process(
+    registry: dict,
+    policy_cls: type,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls = []
+    real = _guard.check_vllm_code
+
+    def counted() -> object:
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(_guard, "check_vllm_code", counted)
+    register(caplog)
+    assert "arc_cy" in CachePolicyFactory._registry and vllm_guard.pending
+    policy_cls(4)
+    assert not vllm_guard.pending
+    policy_cls(4)
+    register(caplog)
+    assert len(calls) == 1
+
+
+def test_without_vllm_nothing_is_checked() -> None:
+    code = (
+        "import sys; sys.modules['vllm'] = None\n"
+        "import arc_cy, arc_cy._fingerprint as f, arc_cy._arc_py as py, arc_cy._arc_c as c\n"
+        "from arc_cy._guard import vllm_guard\n"
+        "def boom(*a, **k): raise AssertionError('checked')\n"
+        "f.check_vllm_code = boom\n"
+        "c.ARCCachePolicy(2); py.ARCCachePolicy(2)\n"
+        "assert not arc_cy.HAVE_VLLM and not vllm_guard.pending\n"
+        "print('ok', vllm_guard.result())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok None\n"
+
+
+# --- the table, the names, the script ----------------------------------------------
+
+
+def test_policy_names_are_what_both_implementations_define() -> None:
+    # The guard imports neither implementation: POLICY_NAMES stands for
+    # them. (_abc_impl: ABC's bookkeeping, which every CachePolicy has.)
+    from arc_cy import _arc_c, _arc_py
+
+    for cls in (_arc_c.ARCCachePolicy, _arc_py.ARCCachePolicy):
+        own = {
+            name
+            for klass in cls.__mro__
+            if klass not in _base.CachePolicy.__mro__
+            for name in vars(klass)
+            if not (name.startswith("__") and name.endswith("__")) and name != "_abc_impl"
+        }
+        assert own <= _guard.POLICY_NAMES, sorted(own - _guard.POLICY_NAMES)
+    both = {
+        name
+        for cls in (_arc_c.ARCCachePolicy, _arc_py.ARCCachePolicy)
+        for klass in cls.__mro__
+        if klass not in _base.CachePolicy.__mro__
+        for name in vars(klass)
+    }
+    assert _guard.POLICY_NAMES <= both, sorted(_guard.POLICY_NAMES - both)
+
+
+def test_the_check_reads_each_judged_source_once() -> None:
+    # What it costs is measured in bench/guard.py, not here.
+    opened: list[str] = []
+    _OPENS.append(opened)
+    try:
+        assert _guard.check_vllm_code().ok  # type: ignore[union-attr]
+    finally:
+        _OPENS.pop()
+    sources = [p for p in opened if p.endswith(".py")]
+    assert sorted(sources) == sorted(map(str, REAL.values())), sources
+
+
+def test_fingerprint_script_prints_the_table_as_it_is(tmp_path: Path) -> None:
+    # The installed release is in the table: the script, run on it, prints
+    # arc_cy/_verified.py's table unchanged.
+    proc = subprocess.run(
+        [sys.executable, "-P", str(REPO / ".ci" / "fingerprint.py")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"    its ARC code is verified vLLM {INSTALLED}'s\n" in proc.stdout
+    assert "cpu/manager.py uses nothing the guard forbids" in proc.stdout
+    table = (REPO / "arc_cy" / "_verified.py").read_text()
+    printed = proc.stdout.partition("arc_cy/_verified.py, with these releases:\n\n")[2]
+    assert printed.strip() and printed.strip() in table

@@ -1,7 +1,7 @@
 """tests/test_self_check.py copies this file into a temporary directory as
 sitecustomize.py, imported before anything else (PYTHONPATH beats
 site-packages): it sets vllm.__version__ to $FAKE_VLLM_VERSION, as another
-vLLM release would, and with $FAKE_VLLM_OVERLAY set, imports vllm's
+vLLM release would ("-": no version, no metadata), and with $FAKE_VLLM_OVERLAY set, imports vllm's
 modules from the overlay folder (vllm/...) where it has a file, as a
 patched vLLM on PYTHONPATH would."""
 
@@ -25,7 +25,23 @@ class Overlay(importlib.abc.MetaPathFinder):
 
 if env_flag("FAKE_VLLM_OVERLAY"):
     sys.meta_path.insert(0, Overlay())
-if os.environ.get("FAKE_VLLM_VERSION"):
+if os.environ.get("FAKE_VLLM_VERSION") == "-":
+    # No version at all, as a source tree or an overlay has none: no
+    # __version__, and no installed metadata.
+    import importlib.metadata
+
+    import vllm
+
+    del vllm.__version__
+    _version = importlib.metadata.version
+
+    def version(name):
+        if name == "vllm":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return _version(name)
+
+    importlib.metadata.version = version
+elif os.environ.get("FAKE_VLLM_VERSION"):
     import vllm
 
     vllm.__version__ = os.environ["FAKE_VLLM_VERSION"]

@@ -1,0 +1,249 @@
+"""The vLLM code guard: arc_cy runs only on vLLM code whose decisions it
+verified.
+
+The rule (docs/usage.md, "vLLM versions", says it for operators):
+
+A vLLM is accepted when the code that ARC runs and reads is code that
+arc_cy verified, in one verified release (``arc_cy._verified.VERIFIED``).
+That code is ``ARCCachePolicy``'s methods and the rest of its class; the
+``CachePolicy`` methods it inherits and does not override, or reaches
+through ``super()``; and the module-level code these use: what ``arc.py``
+imports and binds, and what of ``base.py`` they use (``order_request_keys``,
+``ChunkStatus`` and its layout always). Docstrings and comments do not
+count. Nor does a verified method that ARC no longer has, when no code uses
+its name, nor a change to a base method that ARC overrides.
+
+The callers (the CPU manager, the tiering primary tier) may use no name
+that an ARC policy, vLLM's or arc_cy's, has beyond ``CachePolicy``, and no
+computed attribute name (a word in a docstring is not a use); a caller that
+a verified release shipped with that ARC code, which the table holds by its
+fingerprint, is accepted as it shipped. No code may use a name that the
+verified ARC has and the installed one lacks.
+
+What is judged is the code that runs: the module objects in
+``sys.modules``, and what their loaders give, must be compiled from the
+sources judged. Nothing is cached. What cannot be judged is refused, and
+the check never raises. The plugin, ``cache_policy_module_path`` (both
+constructors) and ``python -m arc_cy`` all go through :data:`vllm_guard`;
+``ARC_CY_ALLOW_UNVERIFIED_VLLM=1`` overrides it, with a warning. Where vLLM
+does not import, nothing is checked.
+
+The analysis is ``arc_cy._fingerprint`` (standard library only); this
+module imports neither implementation: :data:`POLICY_NAMES` is what they
+define.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+from . import _fingerprint
+from ._env import env_flag
+from ._fingerprint import CodeCheck, release_key
+from ._verified import VERIFIED
+
+OVERRIDE_ENV = "ARC_CY_ALLOW_UNVERIFIED_VLLM"
+"""Set to 1 to use arc_cy on vLLM code it has not verified, at your risk."""
+DEPRECATED_OVERRIDE_ENV = "ARC_CY_IGNORE_VLLM_VERSION"
+"""The override's old name: still honoured, with a FutureWarning."""
+
+POLICY_NAMES = frozenset(
+    {
+        "_adapt_to_ghost_hit",
+        "_check",
+        "_check_invariants",
+        "_get",
+        "_list_contains",
+        "_list_getitem",
+        "_list_iter",
+        "_list_len",
+        "_max_entries",
+        "_read",
+        "_replace_list",
+        "_scan_visits",
+        "b1",
+        "b2",
+        "cache_capacity",
+        "clear",
+        "evict",
+        "get",
+        "insert",
+        "mark_evictable",
+        "mark_non_evictable",
+        "on_request_access",
+        "on_request_finished",
+        "on_store_miss",
+        "remove",
+        "t1",
+        "t2",
+        "target_t1_size",
+        "touch",
+    }
+)
+"""Every name, dunders aside, that arc_cy's policies (the core and the
+twin) define above vLLM's ``CachePolicy`` (tests/test_vllm_guard.py checks
+both classes)."""
+
+logger: logging.Logger = logging.getLogger("vllm.plugins.arc_cy")
+
+
+def override_set() -> bool:
+    if OVERRIDE_ENV not in os.environ and DEPRECATED_OVERRIDE_ENV in os.environ:
+        warnings.warn(
+            f"arc_cy: {DEPRECATED_OVERRIDE_ENV} is deprecated; set {OVERRIDE_ENV} instead",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return env_flag(DEPRECATED_OVERRIDE_ENV)
+    return env_flag(OVERRIDE_ENV)
+
+
+def vllm_version() -> str:
+    """The imported vLLM's version: its ``__version__``, else its installed
+    metadata, else "unknown" (a source tree, an overlay)."""
+    import sys
+
+    version = getattr(sys.modules.get("vllm"), "__version__", None)
+    if isinstance(version, str) and version:
+        return version
+    try:
+        from importlib import metadata
+
+        return metadata.version("vllm")
+    except Exception:
+        return "unknown"
+
+
+def check_vllm_code() -> CodeCheck | None:
+    """Judge this process's vLLM (None where vLLM does not import).
+    Never raises; reads the files afresh on every call."""
+    from . import _base
+
+    if not _base.VLLM_IMPORTED:
+        return None
+    version = vllm_version()
+    if not _base.HAVE_VLLM:
+        err = _base.VLLM_IMPORT_ERROR
+        return CodeCheck(
+            version,
+            unjudged=(
+                "its policy module does not give arc_cy CachePolicy and ChunkStatus "
+                f"({type(err).__name__}: {err})",
+            ),
+        )
+    return _fingerprint.check_vllm_code(version, VERIFIED, POLICY_NAMES)
+
+
+class VllmGuard:
+    """The check of this process's vLLM code, run once. Both
+    implementations' ``__init__`` start with ``if vllm_guard.pending:
+    vllm_guard.check()``: after the first accepted check, one attribute
+    read per construction."""
+
+    def __init__(self) -> None:
+        self.pending = True
+        """False once arc_cy may run here: no vLLM, or its code accepted."""
+        self._result: CodeCheck | None = None
+        self._checked = False
+        self._warned = False
+
+    def result(self) -> CodeCheck | None:
+        """What the check found for this process's vLLM (None without
+        vLLM), checked on the first call only."""
+        if not self._checked:
+            self._result = check_vllm_code()
+            self._checked = True
+        return self._result
+
+    def allowed(self) -> bool:
+        """Whether arc_cy may run on this vLLM: verified code, or the
+        override set (logged once)."""
+        code = self.result()
+        if code is None or code.ok:
+            return True
+        if not override_set():
+            return False
+        if not self._warned:
+            self._warned = True
+            logger.warning("%s", overridden_message(code))
+        return True
+
+    def check(self) -> None:
+        """Raise RuntimeError, with the plugin's message, unless allowed()."""
+        if not self.allowed():
+            raise RuntimeError(refused_message(self.result()))  # type: ignore[arg-type]
+        self.pending = False
+
+
+vllm_guard = VllmGuard()
+
+
+# --- what the operator reads ----------------------------------------------------
+
+
+def verified_message(code: CodeCheck) -> str:
+    """E.g. "its ARC code is verified vLLM 0.34.0's"."""
+    return f"its ARC code is verified vLLM {code.verified_as}'s"
+
+
+def _object(name: str) -> str:
+    file, _, obj = name.partition(":")
+    return f"{file}'s module code" if obj == "<module code>" else f"`{obj}`"
+
+
+def reasons(code: CodeCheck) -> str:
+    """Each thing the guard refuses, by object, caller line or file."""
+    out = [f"arc_cy cannot judge it: {why}" for why in code.unjudged]
+    out += [
+        f"{_object(c.name)} ({c.path}) "
+        + (
+            f"differs from verified vLLM {code.nearest}'s"
+            if c.how == "differs"
+            else f"is not in verified vLLM {code.nearest}'s"
+        )
+        for c in code.changes
+    ]
+    out += [
+        f"the code that runs for {path} is not its source's: {what}"
+        for path, what in code.not_source
+    ]
+    why = {
+        "dynamic": "which reaches attributes by a computed name",
+        "beyond": "which an ARC policy has beyond base.py's CachePolicy",
+        "gone": "which verified vLLM {}'s ARC has and this one does not",
+    }
+    out += [
+        f"{u.path}{f':{u.line}' if u.line else ''} uses {u.name!r}, {why[u.why].format(u.release)}"
+        for u in code.uses
+    ]
+    return "; ".join(out)
+
+
+def _verified_releases() -> str:
+    releases = sorted((r for e in VERIFIED for r in e["releases"]), key=release_key)
+    return ", ".join(releases)
+
+
+def refused_message(code: CodeCheck) -> str:
+    """Why the installed vLLM's code is refused, and what to do about it."""
+    if code.verified_as is not None:
+        head = f"vLLM {code.version}'s ARC code is verified vLLM {code.verified_as}'s, but "
+    else:
+        head = f"vLLM {code.version}'s ARC code is not code arc_cy verified: "
+    return (
+        f"arc_cy: {head}{reasons(code)}. arc_cy reproduces vLLM arc decision for "
+        f"decision on the ARC code of the releases it verified ({_verified_releases()}). "
+        "Install one of them, or verify this vLLM from an arc_cy checkout with "
+        "`.ci/vllm_compat.sh VERSION` (docs/usage.md#vllm-versions), or set "
+        f"{OVERRIDE_ENV}=1 to use arc_cy anyway, unverified."
+    )
+
+
+def overridden_message(code: CodeCheck) -> str:
+    """What the operator reads when the override lets unverified code in."""
+    return (
+        f"arc_cy: using arc_cy on vLLM {code.version}'s unverified code because "
+        f"{OVERRIDE_ENV} is set ({reasons(code)})"
+    )
