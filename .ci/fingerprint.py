@@ -147,10 +147,15 @@ def judge(target: str | None, table: list[dict]) -> bool:
     return True
 
 
-def _tuple(values: tuple[str, ...]) -> str:
-    # As ruff formats it: a trailing comma only where one item needs it.
+def _item(key: str, values: tuple[str, ...], indent: str) -> str:
+    # As ruff formats it: one line if it fits in 100 columns, else one
+    # value per line, each with a trailing comma.
     items = ", ".join(f'"{v}"' for v in values)
-    return f"({items},)" if len(values) == 1 else f"({items})"
+    line = f'{indent}"{key}": ' + (f"({items},)" if len(values) == 1 else f"({items})") + ",\n"
+    if len(line) <= 101:
+        return line
+    inner = "".join(f'{indent}    "{v}",\n' for v in values)
+    return f'{indent}"{key}": (\n{inner}{indent}),\n'
 
 
 def main(argv: list[str]) -> int:
@@ -168,14 +173,14 @@ def main(argv: list[str]) -> int:
     out.write("VERIFIED: tuple[dict, ...] = (\n")
     for entry in table:
         out.write("    {\n")
-        out.write(f'        "releases": {_tuple(entry["releases"])},\n')
+        out.write(_item("releases", entry["releases"], "        "))
         out.write('        "arc": {\n')
         for name, value in sorted(entry["arc"].items()):
             out.write(f'            "{name}": "{value}",\n')
         out.write("        },\n")
         out.write('        "callers": {\n')
         for name, values in sorted(entry["callers"].items()):
-            out.write(f'            "{name}": {_tuple(values)},\n')
+            out.write(_item(name, values, "            "))
         out.write("        },\n")
         out.write("    },\n")
     out.write(")\n")
