@@ -5,12 +5,16 @@ layout. Each import runs in a child process (tests/progs/)."""
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import json
+import re
+from pathlib import Path
 
 import pytest
 
 from childproc import run_prog
+from helpers import REPO
 
 
 @pytest.mark.parametrize(
@@ -54,3 +58,62 @@ def test_chunk_stand_in_matches_vllm_layout():
     proc = run_prog("stand_in_layout.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout) == layout(Vllm)
+
+
+def _imports(path: Path) -> set[str]:
+    """The arc_cy modules a source file imports, anywhere in it (a
+    function-level import is still an edge: it runs on the way)."""
+    text = path.read_text()
+    if path.suffix == ".pyx":  # Cython: its Python-level imports are Python syntax
+        text = "\n".join(
+            m.group(0)
+            for m in re.finditer(
+                r"^[ \t]*(?:from\s+[\w.]+\s+import\s+(?:\([^)]*\)|.*)|import\s+.*)$", text, re.M
+            )
+            if "cimport" not in m.group(0)
+        )
+        text = "\n".join(line.strip() for line in text.splitlines())
+    found = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom):
+            base = "arc_cy" if node.level else (node.module or "")
+            if node.level and node.module:
+                base = f"arc_cy.{node.module}"
+            if base == "arc_cy":
+                found |= {f"arc_cy.{a.name}" for a in node.names}
+            elif base.startswith("arc_cy."):
+                found.add(base)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "arc_cy":
+                    found.add("arc_cy.__init__")
+                elif alias.name.startswith("arc_cy."):
+                    found.add(alias.name)
+    return found
+
+
+def test_the_package_has_no_import_circle() -> None:
+    # The guard in its own room: the data (_verified), the analysis
+    # (_fingerprint) and the check (_guard) import neither implementation.
+    package = REPO / "arc_cy"
+    modules = {
+        f"arc_cy.{p.stem}": p for p in [*package.glob("*.py"), *package.glob("*.pyx")]
+    }
+    edges = {m: _imports(p) & modules.keys() for m, p in modules.items()}
+
+    def cycle_from(start: str) -> list[str] | None:
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in edges.get(node, ()):
+                if nxt == start:
+                    return [*path, nxt]
+                if nxt not in path:
+                    stack.append((nxt, [*path, nxt]))
+        return None
+
+    assert edges["arc_cy._guard"] & {"arc_cy._arc_c", "arc_cy._arc_py"} == set()
+    assert edges["arc_cy._fingerprint"] == set()  # the standard library only
+    assert edges["arc_cy._verified"] == set()
+    for module in edges:
+        assert cycle_from(module) is None, " -> ".join(cycle_from(module) or [])
