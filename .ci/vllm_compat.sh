@@ -17,10 +17,14 @@
 #     (the calls that release makes), and the vLLM PR 55461 cases;
 #   * `python -m arc_cy`, the operator's self-check, through that release's
 #     plugin loading and manager;
-# then prints the fingerprints of that release's policy code and checks its
-# callers (.ci/fingerprint.py). Extra arguments go to pytest. A release joins
-# arc_cy/_compat.py's VERIFIED_VLLM, with the fingerprints printed here, only
-# after this passes (and SUPPORTED_VLLM, the [vllm] extra, then spans it).
+# then prints how the guard judges that release, and the table of
+# arc_cy/_verified.py with it added (.ci/fingerprint.py), and ends with what a
+# user of that release gets with NO override (.ci/no_override.py): the plugin
+# registers, the module path builds the manager, `python -m arc_cy` exits 0.
+# If that last step fails, it names the guard's reasons: add the printed
+# table, and a rerun passes. Extra arguments go to pytest. A release joins
+# the table only after this passes (and SUPPORTED_VLLM, the [vllm] extra,
+# then spans it), with its files in tests/data/vllm (see its README).
 set -euo pipefail
 version=${1:?usage: .ci/vllm_compat.sh VLLM_VERSION [--stand-in POLICY] [pytest args]}
 shift
@@ -47,6 +51,11 @@ if [ ! -f "$env/.arc_cy-ready" ]; then
     # fetched before are linked, not copied.
     "$py" -m pip install -q --disable-pip-version-check "$(grep -h '^uv==' "$root"/.ci/requirements-py*.lock | head -1)"
     "$py" -m uv pip install -q --python "$py" "vllm==$version" "pytest>=8" "hypothesis>=6.100"
+    # vLLM pulls in torchvision, torchaudio and torchcodec, which the KV
+    # offloading paths do not use; PyPI's builds of them fail to import
+    # beside some torch releases (0.30.0 pins torchaudio 2.11 beside torch
+    # 2.13), and then so does vLLM's manager. Without them it imports.
+    "$py" -m uv pip uninstall -q --python "$py" torchvision torchaudio torchcodec
     touch "$env/.arc_cy-ready"
 fi
 "$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$root"
@@ -54,5 +63,7 @@ echo "compat: vLLM $("$py" -c 'import vllm; print(vllm.__version__)' 2>/dev/null
 cd "$root"
 ARC_CY_ALLOW_UNVERIFIED_VLLM=1 "$py" -P -m pytest -p no:cacheprovider "${tests[@]}" -k "$select" "$@"
 (cd "${TMPDIR:-/tmp}" && ARC_CY_ALLOW_UNVERIFIED_VLLM=1 "$py" -P -m arc_cy)
-echo "compat: vLLM $version passed; its entry for VERIFIED_VLLM (arc_cy/_compat.py):" >&2
+echo "compat: vLLM $version passed, with the override; how the guard judges it:" >&2
 "$py" -P "$root/.ci/fingerprint.py"
+echo "compat: what a user of vLLM $version gets with no override:" >&2
+(cd "${TMPDIR:-/tmp}" && "$py" -P "$root/.ci/no_override.py")
