@@ -3,7 +3,7 @@
 Contenders, key and chunk factories, timing statistics, progress output,
 machine information, the benchmark modules' command line (``cli``) and what
 their reports share (``target``, ``figure``, ``note``, ``fmt``,
-``latency_table``, ``COLORS``). Every benchmark drives vLLM 0.33.0's real objects:
+``latency_table``, ``COLORS``). Every benchmark drives the installed vLLM's real objects (0.34.0 in CI):
 CPUOffloadingManager for the manager-level figures, the policy classes
 themselves for the policy-level ones.
 """
@@ -71,6 +71,42 @@ for _base in filter(None, os.environ.get("ARC_CY_BENCH_BASE", "").split(":")):
 NAMES = tuple(c[0] for c in CONTENDERS)
 
 GROUP_SUFFIX = (0).to_bytes(4, "big", signed=False)
+
+
+def reuse(policy: Any, keys: Sequence[bytes], ctx: Any) -> None:
+    """A request that reused ``keys`` (all resident and ready), as vLLM's
+    manager reports it when the request finishes: ARC moves them from T1
+    to T2's MRU end, LRU to its MRU end (what 0.30 to 0.33's touch did)."""
+    policy.on_request_finished((tuple(keys),), set(), set(keys), ctx)
+
+
+def ghost_hits(policy: Any, keys: Sequence[bytes], ctx: Any) -> None:
+    """Store misses on ``keys`` (ghosts for ARC), as vLLM's manager reports
+    them before it stores: each B1 hit raises target_t1_size."""
+    policy.on_store_miss(list(keys), ctx)
+
+
+def interleaved(names: Sequence[str], items: Sequence[Any] | None = None, step: int = 1024):  # type: ignore[no-untyped-def]
+    """How a benchmark builds its contenders' state: in step, so that the
+    order they are built in favours none (a structure built first or last
+    sat in other memory, and its scans ran up to 25% apart:
+    bench/reference/NOTES.md). Without items: the names, rotated by one
+    per call. With items: (name, slice of items) pairs, ``step`` items
+    for each name in turn, the order of names rotating by one per slice."""
+    global _ROTATION
+    _ROTATION += 1
+    if items is None:
+        k = _ROTATION % len(names)
+        return list(names[k:]) + list(names[:k])
+    out = []
+    for turn, start in enumerate(range(0, len(items), step)):
+        part = items[start : start + step]
+        for j in range(len(names)):
+            out.append((names[(turn + j) % len(names)], part))
+    return out
+
+
+_ROTATION = 0
 
 _T0 = time.perf_counter()
 
@@ -426,6 +462,14 @@ COLORS = {
 TWIN_MISS = (
     "the pure twin, for debugging in vLLM arc's place, costs over 10% more than "
     "vLLM arc: its checks or bookkeeping grew"
+)
+TWIN_STORE_GOAL = 1.35
+TWIN_STORE_MISS = (
+    "the pure twin's store costs more than it did: a guard, not a speed goal. The twin is "
+    "for debugging; since the hardening rules, each of its calls takes and gives back a "
+    "busy token and checks its arguments (docs/hardening.md), which weighs most against "
+    "vLLM arc's C OrderedDict calls in a store's many short calls (1.12x to 1.34x of vLLM "
+    "arc in every run since); over 1.35x, its checks or bookkeeping grew"
 )
 
 

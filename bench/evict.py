@@ -1,5 +1,5 @@
 """Cost of one policy.evict(n) and of the other policy calls, driving the
-policy objects directly: vLLM 0.33.0's ARCCachePolicy and LRUCachePolicy,
+policy objects directly: the installed vLLM's ARCCachePolicy and LRUCachePolicy,
 arc_cy compiled (arc_cy._arc_c) and arc_cy pure (arc_cy._arc_py).
 
 Each contender has its own policy and its own ChunkStatus objects (the keys,
@@ -14,11 +14,12 @@ the same situation, and only the call is timed:
               load does; mark_non_evictable called) at the LRU end
   protected   as evict, with the k oldest T1 keys in ``protected``
   fallback    T2 entirely pinned and T1 below target_t1_size (reached by a
-              reuse touch, ghost evictions and repeated B1 ghost touches), so
+              reuse, ghost evictions and repeated B1 ghost hits), so
               every evict(n) scans all of T2 and falls back to T1; checked
               before each repetition
   ops         get / insert / touch / on_store_miss / on_request_finished at a
               realistic batch (256 keys), state restored after each call
+              (touch only where the policy has it: vLLM 0.34.0's do not)
 
 Run: bench/run.sh --only evict, or alone with bench/ and harness/ on
 PYTHONPATH (as bench/run.sh sets it): $PY -P bench/evict.py [--full] [--json out.json]
@@ -50,18 +51,30 @@ def _pin(p: Any, keys: list[bytes]) -> None:
         p.mark_non_evictable(k)
 
 
-def build_steady(name: str, capacity: int, keys_a: list[bytes], keys_b: list[bytes]) -> Any:
-    """Full cache (all in T1 for ARC) and, for ARC, B1 full of ghosts."""
-    p = bl.policy_class(name)(capacity)
+def build_steady(
+    names: list[str], capacity: int, keys_a: list[bytes], keys_b: list[bytes]
+) -> dict[str, Any]:
+    """One policy per name, each a full cache (all in T1 for ARC) and, for
+    ARC, B1 full of ghosts. Built in step, a slice of keys for each policy
+    in turn (bl.interleaved): the policies' memory is laid out alike, so no
+    contender gains from being built first."""
+    policies = {name: bl.policy_class(name)(capacity) for name in names}
+    chunks: dict[str, list[Any]] = {name: [] for name in names}
     ctx = _ctx()
-    for k, c in zip(keys_a, bl.ready_chunks(capacity)):
-        p.insert(k, c, ctx)
-    ev = p.evict(capacity, set())
-    assert ev is not None and len(ev) == capacity
-    for k, (_, c) in zip(keys_b, ev):
-        p.insert(k, c, ctx)
-    del ev
-    return p
+    for name, part in bl.interleaved(names, range(capacity)):
+        p, mine = policies[name], chunks[name]
+        mine += bl.ready_chunks(len(part), start=part[0])
+        for i in part:
+            p.insert(keys_a[i], mine[i], ctx)
+    for name in bl.interleaved(names):
+        ev = policies[name].evict(capacity, set())
+        assert ev is not None and len(ev) == capacity
+        chunks[name] = [c for _, c in ev]
+    for name, part in bl.interleaved(names, range(capacity)):
+        p, mine = policies[name], chunks[name]
+        for i in part:
+            p.insert(keys_b[i], mine[i], ctx)
+    return policies
 
 
 def node_bytes() -> int:
@@ -177,9 +190,7 @@ def capacity_case(
     stream = bl.KeyStream(seed)
     keys_a = stream.take(capacity)
     keys_b = stream.take(capacity)
-    policies = {}
-    for name in bl.NAMES:
-        policies[name] = build_steady(name, capacity, keys_a, keys_b)
+    policies = build_steady(list(bl.NAMES), capacity, keys_a, keys_b)
     del keys_a
     bl.progress(
         TAG, f"capacity {capacity}: 4 steady-state policies built in {time.perf_counter() - t:.1f}s"
@@ -245,8 +256,8 @@ def growth_case(caps: tuple[int, ...], n: int, reps: int, seed: int) -> dict[str
     for cap in caps:
         keys_a = stream.take(cap)
         keys_b = stream.take(cap)
-        for name in ("vllm_arc", "arc_cy"):
-            policies[f"{name}@{cap}"] = build_steady(name, cap, keys_a, keys_b)
+        built = build_steady(["vllm_arc", "arc_cy"], cap, keys_a, keys_b)
+        policies.update((f"{name}@{cap}", p) for name, p in built.items())
     bl.progress(TAG, f"growth: {len(policies)} policies built in {time.perf_counter() - t:.1f}s")
     fresh = stream.take((reps + 10) * n)
     res = run_evict(
@@ -272,24 +283,30 @@ def fallback_case(capacity: int, n: int, reps: int, seed: int) -> dict[str, Any]
     b_keys = stream.take(capacity - half)
     g_keys = stream.take(n)
     n_touch = (capacity - half + 4 * n) // n + 1
-    policies = {}
-    for name in bl.NAMES:
-        p = bl.policy_class(name)(capacity)
-        ctx = _ctx()
-        chunks = bl.ready_chunks(capacity)
-        for k, c in zip(a_keys, chunks):
-            p.insert(k, c, ctx)
-        p.touch(a_keys, ctx)  # reused: A moves to T2
-        for k, c in zip(b_keys, chunks[half:]):
-            p.insert(k, c, ctx)  # B in T1
+    names = list(bl.NAMES)
+    policies = {name: bl.policy_class(name)(capacity) for name in names}
+    chunks: dict[str, list[Any]] = {name: [] for name in names}
+    ctx = _ctx()
+    # Built in step (bl.interleaved), phase by phase.
+    for name, part in bl.interleaved(names, range(half)):
+        chunks[name] += bl.ready_chunks(len(part), start=part[0])
+        for i in part:
+            policies[name].insert(a_keys[i], chunks[name][i], ctx)
+    for name in bl.interleaved(names):
+        bl.reuse(policies[name], a_keys, ctx)  # reused: A moves to T2
+    for name, part in bl.interleaved(names, range(half, capacity)):
+        chunks[name] += bl.ready_chunks(len(part), start=part[0])
+        for i in part:
+            policies[name].insert(b_keys[i - half], chunks[name][i], ctx)  # B in T1
+    for name in bl.interleaved(names):
+        p = policies[name]
         ev = p.evict(n, set())  # T1's oldest become B1 ghosts
         ghosts = [k for k, _ in ev]
         for k, (_, c) in zip(g_keys, ev):
             p.insert(k, c, ctx)
         for _ in range(n_touch):  # B1 hits raise target_t1_size
-            p.touch(ghosts, ctx)
+            bl.ghost_hits(p, ghosts, ctx)
         _pin(p, [k for k in a_keys if p.get(k) is not None])  # all of T2 pinned
-        policies[name] = p
     for name in bl.ARC_LIKE:
         p = policies[name]
         assert len(p.t2) == half and all(c.ref_cnt > 0 for c in p.t2.values()), name
@@ -349,7 +366,7 @@ def ops_case(capacity: int, batch: int, reps: int, seed: int) -> dict[str, Any]:
         ctx = _ctx()
         for k, c in zip(keys, bl.ready_chunks(capacity)):
             p.insert(k, c, ctx)
-        p.touch(keys[:half], ctx)  # first half reused: T2
+        bl.reuse(p, keys[:half], ctx)  # first half reused: T2
         ev = p.evict(n_ghost, set())  # oldest of T1 -> B1
         if name == "vllm_arc":
             ghosts = [k for k, _ in ev]
@@ -404,14 +421,16 @@ def ops_case(capacity: int, batch: int, reps: int, seed: int) -> dict[str, Any]:
                     record("insert", name, t1 - t0)
                 for k in ins_keys:
                     p.remove(k)
-                # touch: `batch` T2 keys (move to T2's MRU end)
+                # touch: `batch` T2 keys (move to T2's MRU end), on a
+                # policy that has touch (vLLM 0.34.0's have none)
                 sl = r % n_slices
                 tk = t2_keys[sl * batch : (sl + 1) * batch]
-                t0 = pc()
-                p.touch(tk, ctx)
-                t1 = pc()
-                if rec:
-                    record("touch", name, t1 - t0)
+                if hasattr(p, "touch"):
+                    t0 = pc()
+                    p.touch(tk, ctx)
+                    t1 = pc()
+                    if rec:
+                        record("touch", name, t1 - t0)
                 # on_store_miss: `batch` B1 ghosts (target_t1_size restored)
                 if hasattr(p, "target_t1_size"):
                     saved = p.target_t1_size
@@ -455,7 +474,10 @@ def ops_case(capacity: int, batch: int, reps: int, seed: int) -> dict[str, Any]:
         TAG,
         "ops per key p50 (ns): "
         + "; ".join(
-            f"{op}: " + ", ".join(f"{n} {1000 * c[n][op + '_per_key']['p50']:.0f}" for n in c)
+            f"{op}: "
+            + ", ".join(
+                f"{n} {1000 * c[n][op + '_per_key']['p50']:.0f}" for n in c if op in c[n]
+            )
             for op in ("get", "insert", "touch", "on_store_miss", "on_request_finished")
         ),
     )
@@ -670,6 +692,8 @@ def markdown(result: dict[str, Any]) -> str:
                 + " | ".join(
                     f"{1000 * c[op + '_per_key']['p50']:.0f} / "
                     f"{1000 * c[op + '_per_key']['p99']:.0f}"
+                    if op in c
+                    else "n/a"
                     for op in ops
                 )
                 + " |"
@@ -678,7 +702,8 @@ def markdown(result: dict[str, Any]) -> str:
         out.append(
             "get and insert are timed as a loop of single calls (per key = per call); "
             "touch, on_store_miss and on_request_finished as one call on the batch. "
-            "touch: T2 keys; on_store_miss: B1 ghosts (target restored after); "
+            "touch: T2 keys (n/a: the policy has no touch, as vLLM 0.34.0's); "
+            "on_store_miss: B1 ghosts (target restored after); "
             "on_request_finished: half inserted-only T1 keys, half reused T2 keys."
         )
     return "\n".join(out) + "\n"

@@ -1,5 +1,5 @@
 """Hit ratio of arc_cy vs vLLM lru and vLLM arc on the same traces, through
-the real vLLM 0.33.0 CPUOffloadingManager: lookup the prefix, prepare_load /
+the installed vLLM's real CPUOffloadingManager: lookup the prefix, prepare_load /
 complete_load the hits, prepare_store / complete_store the misses (chunked,
 256 keys a call), on_request_finished; four requests in flight, so loads and
 stores of different requests interleave (harness/traffic.py's ManagerTraffic).

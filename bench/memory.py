@@ -10,7 +10,7 @@ number of entries. A second policy is then built the same way under
 tracemalloc, which sees PyMem/PyObject allocations (the compiled core's
 arrays included).
 
-Population for capacity C: insert C chunks; touch the first C/2 (T2);
+Population for capacity C: insert C chunks; reuse the first C/2 (T2);
 evict C/4 (T1's oldest -> B1); raise target_t1_size to C (public setter) and
 evict C/4 more (T2's oldest -> B2); insert C/2 new chunks (T1). That leaves
 T1 = 3C/4, T2 = C/4, B1 = C/4, B2 = C/4: 1.5*C entries. vLLM lru has no
@@ -50,7 +50,7 @@ def populate(p: Any, keys: list[bytes], refill: list[bytes], chunks: list[Any], 
     c = len(chunks)
     for k, ch in zip(keys, chunks):
         p.insert(k, ch, ctx)
-    p.touch(keys[: c // 2], ctx)
+    bl.reuse(p, keys[: c // 2], ctx)
     ev = p.evict(c // 4, set())
     if hasattr(p, "target_t1_size"):
         p.target_t1_size = c

@@ -11,7 +11,7 @@ conversations. ``--clients`` conversations run at once (a closed loop, like
 vLLM's multi-turn client), each sending its next turn when the previous one
 is answered (plus ``--think`` steps).
 
-Driver: vLLM 0.33.0's real v1 ``Scheduler`` + ``OffloadingConnector`` on a
+Driver: the installed vLLM's real v1 ``Scheduler`` + ``OffloadingConnector`` on a
 ``CPUOffloadingManager`` (harness/offload_stub.py's harness; the worker side
 moves no data). A fill phase (not timed) of unique 8K-token prompts
 allocates every CPU chunk first, so every store evicts. Loads from the CPU

@@ -1,5 +1,5 @@
 """The benchmark suite, the main job: runs the benchmark modules (bench/evict.py,
-store_latency.py, memory.py, hit_ratio.py, multi_turn.py), each in its own
+store_latency.py, memory.py, hit_ratio.py, multi_turn.py, guard.py), each in its own
 process, then writes results.json (every figure), results.md (the
 environment, the targets, then each module's section) and the modules' PNG
 plots.
