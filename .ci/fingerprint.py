@@ -32,9 +32,9 @@ from collections.abc import Callable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.append(ROOT)  # after site-packages: an installed arc_cy comes first
 
-from arc_cy import _fingerprint as fp  # noqa: E402
-from arc_cy._guard import POLICY_NAMES  # noqa: E402
-from arc_cy._verified import VERIFIED  # noqa: E402
+from arc_cy import _fingerprint as fp  # noqa: E402 -- after sys.path has the checkout
+from arc_cy._guard import POLICY_NAMES  # noqa: E402 -- after sys.path has the checkout
+from arc_cy._verified import VERIFIED  # noqa: E402 -- after sys.path has the checkout
 
 MODULES = (fp.ARC_MODULE, fp.BASE_MODULE, *fp.CALLER_MODULES)
 

@@ -10,15 +10,14 @@ import os
 import subprocess
 import sys
 
+import vllm.plugins
+from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+
+from arc_cy._guard import refused_message, verified_message, vllm_guard
+
 for name in ("ARC_CY_ALLOW_UNVERIFIED_VLLM", "ARC_CY_IGNORE_VLLM_VERSION"):
-    os.environ.pop(name, None)
-
-import vllm.plugins  # noqa: E402
-from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager  # noqa: E402
-from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory  # noqa: E402
-
-from arc_cy._guard import refused_message, verified_message, vllm_guard  # noqa: E402
-
+    os.environ.pop(name, None)  # read when the guard decides, below
 code = vllm_guard.result()
 failed = []
 vllm.plugins.load_general_plugins()

@@ -23,7 +23,7 @@ else:
     # VLLM_IMPORTED: `import vllm` works, so this can be a vLLM process and
     # the guard judges its code. HAVE_VLLM: arc_cy also has vLLM's classes.
     try:
-        import vllm  # noqa: F401
+        import vllm  # noqa: F401 -- imported to learn whether it imports
 
         VLLM_IMPORTED = True
     except Exception as exc:  # any: a broken vLLM must not break arc_cy

@@ -3,9 +3,9 @@
 Contenders, key and chunk factories, timing statistics, progress output,
 machine information, the benchmark modules' command line (``cli``) and what
 their reports share (``target``, ``figure``, ``note``, ``fmt``,
-``latency_table``, ``COLORS``). Every benchmark drives the installed vLLM's real objects (0.34.0 in CI):
-CPUOffloadingManager for the manager-level figures, the policy classes
-themselves for the policy-level ones.
+``latency_table``, ``COLORS``). Every benchmark drives the installed vLLM's
+real objects (0.34.0 in CI): CPUOffloadingManager for the manager-level
+figures, the policy classes themselves for the policy-level ones.
 """
 
 from __future__ import annotations

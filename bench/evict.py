@@ -475,9 +475,7 @@ def ops_case(capacity: int, batch: int, reps: int, seed: int) -> dict[str, Any]:
         "ops per key p50 (ns): "
         + "; ".join(
             f"{op}: "
-            + ", ".join(
-                f"{n} {1000 * c[n][op + '_per_key']['p50']:.0f}" for n in c if op in c[n]
-            )
+            + ", ".join(f"{n} {1000 * c[n][op + '_per_key']['p50']:.0f}" for n in c if op in c[n])
             for op in ("get", "insert", "touch", "on_store_miss", "on_request_finished")
         ),
     )

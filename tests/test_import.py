@@ -96,9 +96,7 @@ def test_the_package_has_no_import_circle() -> None:
     # The guard in its own room: the data (_verified), the analysis
     # (_fingerprint) and the check (_guard) import neither implementation.
     package = REPO / "arc_cy"
-    modules = {
-        f"arc_cy.{p.stem}": p for p in [*package.glob("*.py"), *package.glob("*.pyx")]
-    }
+    modules = {f"arc_cy.{p.stem}": p for p in [*package.glob("*.py"), *package.glob("*.pyx")]}
     edges = {m: _imports(p) & modules.keys() for m, p in modules.items()}
 
     def cycle_from(start: str) -> list[str] | None:

@@ -335,7 +335,7 @@ def test_a_vllm_whose_policy_module_fails_to_import_is_broken(tmp_path: Path) ->
     source = Path(str(find_spec(BASE_MODULE).origin)).read_text()  # type: ignore[union-attr]
     base = tmp_path.joinpath(*BASE_MODULE.split(".")).with_suffix(".py")
     base.parent.mkdir(parents=True)
-    base.write_text("import vllm._C_for_arc_cy_tests  # noqa: F401\n" + source)
+    base.write_text("import vllm._C_for_arc_cy_tests\n" + source)
     proc = start_main(tmp_path, {"FAKE_VLLM_OVERLAY": "1"}, pythonpath=str(tmp_path))
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 1, stdout + stderr
