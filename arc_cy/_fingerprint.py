@@ -289,9 +289,13 @@ def arc_code(arc: ast.Module, base: ast.Module) -> ArcCode:
 
     # base.py's module-level objects that this code uses, transitively.
     imported_from_base = {
-        (a.asname or a.name)
+        a.name
         for stmt in arc.body
-        if isinstance(stmt, ast.ImportFrom) and stmt.module == BASE_MODULE
+        if isinstance(stmt, ast.ImportFrom)
+        and (
+            (stmt.level == 0 and stmt.module == BASE_MODULE)
+            or (stmt.level == 1 and stmt.module == BASE_MODULE.rpartition(".")[2])
+        )
         for a in stmt.names
     }
     base_nodes = [n for k, v in nodes.items() if k.startswith("base.py:") for n in v]

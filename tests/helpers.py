@@ -64,6 +64,10 @@ __all__ = [
     "insert",
     "load_policy_class",
     "ORACLE_HOOKS",
+    "ORACLE_TOUCHES",
+    "MANAGER_TOUCHES",
+    "reuse",
+    "ghost_hits",
     "KEY_POSITIONS",
     "build_requirement",
     "pyproject",
@@ -180,9 +184,34 @@ CTX = ReqContext(req_id="tests")
 """A request context for calls whose context does not matter."""
 
 
+def _release_touch(release: str) -> Any:
+    """ARCCachePolicy.touch of vLLM ``release``, run from its stored arc.py."""
+    path = REPO / "tests/data/vllm" / release / "vllm/v1/kv_offload/cpu/policies/arc.py"
+    namespace: dict[str, Any] = {"__name__": f"vllm_{release.replace('.', '_')}_arc"}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    return namespace["ARCCachePolicy"].touch
+
+
 if HAVE_VLLM:
-    from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy as VllmARC
+    from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy as _VllmARC
+
+    ORACLE_TOUCHES = hasattr(_VllmARC, "touch")
+    """Whether vLLM's ARC has touch() (0.30 to 0.33; 0.34 removed it)."""
+
+    if ORACLE_TOUCHES:
+        VllmARC = _VllmARC
+    else:
+
+        class VllmARC(_VllmARC):  # type: ignore[no-redef]
+            """vLLM's ARC, given back the touch() it had until 0.33.0, which
+            arc_cy keeps for those releases' managers: 0.33.0's own code,
+            from its arc.py in tests/data (the rest of that file is this
+            release's ARC, tests/data/vllm/README.md)."""
+
+            touch = _release_touch("0.33.0")
+
 else:
+    ORACLE_TOUCHES = True
 
     class VllmARC:  # type: ignore[no-redef]
         """Without vLLM: refuses to be made (a test that uses vLLM's ARC
@@ -215,6 +244,35 @@ def _oracle_hooks() -> frozenset[str]:
 
 if HAVE_VLLM:  # what vLLM's ARC has: a module that imports it needs vLLM
     ORACLE_HOOKS = _oracle_hooks()
+
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager as _Manager
+
+    MANAGER_TOUCHES = hasattr(_Manager, "touch")
+    """Whether vLLM's manager has touch() (0.30 to 0.33)."""
+
+
+def reuse(manager: Any, keys: list[Any], req_id: str = "reuse") -> None:
+    """A request's hits on ready keys, as the installed vLLM's manager
+    learns of them: touch() until 0.33; from 0.34, a load of the keys in a
+    request that finishes (0.34.0's own tests' reuse_keys)."""
+    ctx = ReqContext(req_id=req_id)
+    if MANAGER_TOUCHES:
+        manager.touch(keys, ctx)
+    else:
+        manager.prepare_load(keys, ctx)
+        manager.complete_load(keys, ctx)
+        manager.on_request_finished(ctx)
+
+
+def ghost_hits(manager: Any, keys: list[Any]) -> None:
+    """A request's store misses on keys, as the installed vLLM's manager
+    hands them to the policy: touch() until 0.33 (0.30 has no
+    on_store_miss); from 0.34, on_store_miss (0.34.0's own tests)."""
+    ctx = ReqContext(req_id="miss")
+    if MANAGER_TOUCHES:
+        manager.touch(keys, ctx)
+    else:
+        manager._policy.on_store_miss(keys, ctx)
 
 
 def insert(policy: Any, key: Any, chunk: Any, req_context: Any) -> None:

@@ -19,6 +19,7 @@ from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
 from helpers import (
     KEY_POSITIONS,
+    MANAGER_TOUCHES,
     MODULES,
     ORACLE_HOOKS,
     ReqContext,
@@ -144,13 +145,25 @@ def test_random_manager_traffic(seed):
     inflight_loads: list[tuple[ReqContext, list[bytes]]] = []
     inflight_stores: list[tuple[ReqContext, list[bytes]]] = []
     next_block = 0
-    stats = {"evicted": 0, "rejected": 0, "hits": 0}
+    stats = {"evicted": 0, "rejected": 0, "hits": 0, "target_moves": 0}
+    target = 0.0
 
     def each(fn):
         results = [fn(m) for m in managers]
         for r in results[1:]:
             assert r == results[0]
         return results[0]
+
+    def offer(blocks, ctx):
+        outs = [m.prepare_store(blocks, c) for m, c in zip(managers, ctx)]
+        if outs[0] is None:
+            stats["rejected"] += 1
+            assert all(o is None for o in outs)
+        else:
+            summary = [(o.keys_to_store, o.evicted_keys) for o in outs]
+            assert all(s == summary[0] for s in summary)
+            stats["evicted"] += len(outs[0].evicted_keys)
+            inflight_stores.append((ctx, outs[0].keys_to_store))
 
     for step in range(1500):
         op = rng.random()
@@ -180,15 +193,7 @@ def test_random_manager_traffic(seed):
                 for m, c in zip(managers, ctx):
                     m.prepare_load(blocks[:hits], c)
                 inflight_loads.append((ctx, blocks[:hits]))
-            outs = [m.prepare_store(blocks, c) for m, c in zip(managers, ctx)]
-            if outs[0] is None:
-                stats["rejected"] += 1
-                assert all(o is None for o in outs)
-            else:
-                summary = [(o.keys_to_store, o.evicted_keys) for o in outs]
-                assert all(s == summary[0] for s in summary)
-                stats["evicted"] += len(outs[0].evicted_keys)
-                inflight_stores.append((ctx, outs[0].keys_to_store))
+            offer(blocks, ctx)
         elif op < 0.70 and inflight_stores:
             ctx, stored = inflight_stores.pop(rng.randrange(len(inflight_stores)))
             ok = rng.random() < 0.9
@@ -204,9 +209,12 @@ def test_random_manager_traffic(seed):
                     m.on_request_finished(c)
         elif op < 0.97:
             batch = rng.choice(conversations) if conversations else []
-            ctx = ReqContext(req_id="t")
-            for m in managers:
-                m.touch(batch, ctx)
+            if MANAGER_TOUCHES:  # 0.30 to 0.33: a request's hits, by touch
+                ctx = ReqContext(req_id="t")
+                for m in managers:
+                    m.touch(batch, ctx)
+            else:  # 0.34: a re-offer (store misses of ghosts, counted once)
+                offer(batch, [ReqContext(req_id=f"r{step}") for _ in managers])
         elif op < 0.975:
             for m in managers:
                 m.reset_cache()
@@ -215,4 +223,7 @@ def test_random_manager_traffic(seed):
         each(manager_state)
         for m in managers[1:]:
             m._policy._check_invariants()
-    assert stats["evicted"] > 100 and stats["hits"] > 20, stats
+        if managers[0]._policy.target_t1_size != target:  # a ghost hit (or a reset)
+            target = managers[0]._policy.target_t1_size
+            stats["target_moves"] += 1
+    assert stats["evicted"] > 100 and stats["hits"] > 20 and stats["target_moves"] > 5, stats

@@ -16,7 +16,7 @@ from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
 
 import arc_cy
 from childproc import PROGS, child_env
-from helpers import MODULES, manager_state
+from helpers import MODULES, ghost_hits, manager_state, reuse
 
 
 def key(i: int) -> bytes:
@@ -56,10 +56,9 @@ def adaptive_state(impl: str | None) -> CPUOffloadingManager:
     manager = make_manager(impl, num_chunks=4)
     assert store(manager, [1, 2, 3, 4], "r1", finish=False) == []
     assert store(manager, [5, 6], "r2", finish=False) == keys(1, 2)
-    ctx = ReqContext(req_id="touch")
-    manager.touch(keys(1, 2), ctx)  # two b1 ghost hits
-    manager.touch(keys(1), ctx)  # one more
-    manager.touch(keys(5, 6), ctx)  # ready chunks move to t2
+    ghost_hits(manager, keys(1, 2))  # two b1 ghost hits
+    ghost_hits(manager, keys(1))  # one more
+    reuse(manager, keys(5, 6))  # ready chunks move to t2
     policy = manager._policy
     assert policy.target_t1_size == 3
     assert list(policy.t1) == keys(3, 4)

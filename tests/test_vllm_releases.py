@@ -252,3 +252,25 @@ def _finish(traffic: Traffic, contexts: list[ReqContext], other) -> None:
     if not any(c is contexts for c, _ in other):
         traffic.each("on_request_finished", lambda m, c: m.on_request_finished(c), contexts)
         traffic.reached["requests finished"] += 1
+
+
+def test_the_oracles_touch_is_vllms_own():
+    """Where vLLM's ARC has no touch() (0.34 removed it), the oracle gets
+    0.33.0's (tests/helpers.py). That is faithful only while 0.33.0's
+    arc.py, less touch, is the installed arc.py: so it is checked here."""
+    import ast
+
+    import vllm.v1.kv_offload.cpu.policies.arc as arc
+
+    from helpers import ORACLE_TOUCHES, REPO, VllmARC
+
+    if ORACLE_TOUCHES:
+        assert VllmARC is arc.ARCCachePolicy
+        return
+    assert VllmARC.__mro__[1] is arc.ARCCachePolicy
+    assert {name for name in vars(VllmARC) if not name.startswith("_")} == {"touch"}
+    old = ast.parse((REPO / "tests/data/vllm/0.33.0/vllm/v1/kv_offload/cpu/policies/arc.py").read_text())
+    (cls,) = [n for n in old.body if isinstance(n, ast.ClassDef)]
+    cls.body = [n for n in cls.body if getattr(n, "name", None) != "touch"]
+    new = ast.parse(inspect.getsource(arc))
+    assert ast.dump(old) == ast.dump(new)

@@ -12,7 +12,7 @@ if "--no-vllm" in sys.argv:
     sys.argv.remove("--no-vllm")
     sys.modules["vllm"] = None  # type: ignore[assignment]
 
-from helpers import MODULES, K, load_policy_class, ready
+from helpers import MODULES, K, VllmARC, load_policy_class, ready
 
 __all__ = ["MODULES", "K", "policy_class", "ready"]
 
@@ -20,7 +20,5 @@ __all__ = ["MODULES", "K", "policy_class", "ready"]
 def policy_class(impl: str) -> type:
     """The ARCCachePolicy of "cython", "python" or "vllm"."""
     if impl == "vllm":
-        from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy
-
-        return ARCCachePolicy
+        return VllmARC
     return load_policy_class(impl)
