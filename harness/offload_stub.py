@@ -27,6 +27,7 @@ policy's decisions and the recorded runs of the end-to-end tests are in
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from typing import Any
@@ -42,6 +43,7 @@ from vllm.v1.kv_offload.base import (
 )
 from vllm.v1.kv_offload.config import OffloadingConfig
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+from vllm.v1.outputs import ModelRunnerOutput
 
 
 def _num_chunks(config: OffloadingConfig, extra: dict[str, Any]) -> int:
@@ -273,14 +275,20 @@ class SchedulerHarness:
         connector_worker = self.worker_connector.connector_worker
         if isinstance(connector_worker.spec, StubOffloadingSpec):
             # What register_kv_caches() ends in; the stub worker needs no
-            # tensors.
-            connector_worker._init_worker(CanonicalKVCaches([], []))
+            # tensors. One (empty) data-ref list per KV cache group: 0.34's
+            # connector worker resolves device pointers before each submit.
+            connector_worker._init_worker(
+                CanonicalKVCaches([], [[] for _ in kv_cache_config.kv_cache_groups])
+            )
         else:
             # A vLLM spec (e.g. TieringOffloadingSpec) whose worker needs a
             # GPU: its scheduler side is used as is, its transfers go to the
             # stub worker, configured by the same stub_load_delay_steps.
             connector_worker.worker = StubOffloadingWorker(
                 int(extra_config.get("stub_load_delay_steps", 0))
+            )
+            connector_worker._kv_caches = CanonicalKVCaches(
+                [], [[] for _ in kv_cache_config.kv_cache_groups]
             )
         hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
         init_none_hash(hash_fn)
@@ -309,7 +317,7 @@ class SchedulerHarness:
         return self.worker_connector.connector_worker.worker
 
     def step(self) -> Any:
-        from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+        from vllm.v1.outputs import KVConnectorOutput
 
         scheduler = self.scheduler
         probe = self.probe
@@ -360,9 +368,11 @@ class SchedulerHarness:
         finished_sending, finished_recving = wc.get_finished(out.finished_req_ids)
         worker_meta = wc.build_connector_worker_meta()
         wc.clear_connector_metadata()
+        # req_id_to_index: until 0.33 (0.34 indexes by req_ids alone)
+        index = {"req_id_to_index": {r: i for i, r in enumerate(req_ids)}}
         runner_output = ModelRunnerOutput(
             req_ids=req_ids,
-            req_id_to_index={req_id: i for i, req_id in enumerate(req_ids)},
+            **(index if _RUNNER_OUTPUT_INDEXES else {}),
             sampled_token_ids=sampled,
             kv_connector_output=KVConnectorOutput(
                 finished_sending=finished_sending or None,
@@ -380,6 +390,9 @@ class SchedulerHarness:
             probe.leave()
         self.step_times.append((t1 - t0) + (t3 - t2))
         return out
+
+
+_RUNNER_OUTPUT_INDEXES = "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}
 
 
 def _output_token(req_id: str, index: int) -> int:
