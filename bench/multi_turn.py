@@ -231,7 +231,8 @@ class _TimedPolicy:
     def __init__(self, inner: Any, timers: Timers) -> None:
         self._inner = inner
         for name in POLICY_METHODS:
-            setattr(self, name, timers.wrap(getattr(inner, name), "policy"))
+            if hasattr(inner, name):  # touch: not on vLLM 0.34's policies
+                setattr(self, name, timers.wrap(getattr(inner, name), "policy"))
         self.evict = timers.evict_wrapper(inner)
 
     def __getattr__(self, name: str) -> Any:

@@ -392,7 +392,9 @@ class SchedulerHarness:
         return out
 
 
-_RUNNER_OUTPUT_INDEXES = "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}
+_RUNNER_OUTPUT_INDEXES = "req_id_to_index" in {
+    f.name for f in dataclasses.fields(ModelRunnerOutput)
+}
 
 
 def _output_token(req_id: str, index: int) -> int:

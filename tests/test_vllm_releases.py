@@ -269,7 +269,9 @@ def test_the_oracles_touch_is_vllms_own():
         return
     assert VllmARC.__mro__[1] is arc.ARCCachePolicy
     assert {name for name in vars(VllmARC) if not name.startswith("_")} == {"touch"}
-    old = ast.parse((REPO / "tests/data/vllm/0.33.0/vllm/v1/kv_offload/cpu/policies/arc.py").read_text())
+    old = ast.parse(
+        (REPO / "tests/data/vllm/0.33.0/vllm/v1/kv_offload/cpu/policies/arc.py").read_text()
+    )
     (cls,) = [n for n in old.body if isinstance(n, ast.ClassDef)]
     cls.body = [n for n in cls.body if getattr(n, "name", None) != "touch"]
     new = ast.parse(inspect.getsource(arc))
