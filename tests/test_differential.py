@@ -130,11 +130,18 @@ def test_random_manager_traffic(seed):
     """Conversations sharing prefixes, loads in flight, failed stores, resets."""
     rng = random.Random(1000 + seed)
     num_chunks = rng.choice([8, 16, 40])
-    managers = [CPUOffloadingManager(num_chunks=num_chunks, cache_policy="arc")] + [
+    # store_threshold >= 2: a key is stored on its threshold-th offer (0.34
+    # counts each request's offer of a key once: a retried offer does not
+    # count again)
+    threshold = (1, 2, 3)[seed % 3]
+    managers = [
+        CPUOffloadingManager(num_chunks=num_chunks, cache_policy="arc", store_threshold=threshold)
+    ] + [
         CPUOffloadingManager(
             num_chunks=num_chunks,
             cache_policy="ARCCachePolicy",
             cache_policy_module_path=module,
+            store_threshold=threshold,
         )
         for module in MODULES.values()
     ]
@@ -194,6 +201,8 @@ def test_random_manager_traffic(seed):
                     m.prepare_load(blocks[:hits], c)
                 inflight_loads.append((ctx, blocks[:hits]))
             offer(blocks, ctx)
+            if rng.random() < 0.2:  # the same request offers them again
+                offer(blocks, ctx)
         elif op < 0.70 and inflight_stores:
             ctx, stored = inflight_stores.pop(rng.randrange(len(inflight_stores)))
             ok = rng.random() < 0.9
