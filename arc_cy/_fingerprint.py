@@ -336,6 +336,13 @@ def _code_objects(code: CodeType) -> Iterator[CodeType]:
         stack.extend(c for c in obj.co_consts if isinstance(c, CodeType))
 
 
+def _doc_key(text: str) -> str:
+    # A docstring as the AST and every compiler agree on it: CPython 3.13
+    # compiles docstrings with their indentation stripped (the AST keeps
+    # it), so lines are compared stripped.
+    return "\n".join(line.strip() for line in text.strip().splitlines())
+
+
 def _docstring_texts(tree: ast.Module) -> set[str]:
     """The texts of a module's string statements (its docstrings), found
     through its statements alone (no expression is walked)."""
@@ -344,7 +351,7 @@ def _docstring_texts(tree: ast.Module) -> set[str]:
     while todo:
         for stmt in todo.pop():
             if _is_string_statement(stmt):
-                texts.add(stmt.value.value)  # type: ignore[attr-defined]
+                texts.add(_doc_key(stmt.value.value))  # type: ignore[attr-defined]
                 continue
             for field in ("body", "orelse", "finalbody"):
                 value = getattr(stmt, field, None)
@@ -362,7 +369,7 @@ def _words(const: object, skip: set[str], out: set[str]) -> None:
     while todo:
         item = todo.pop()
         if isinstance(item, str):
-            if item not in skip:
+            if _doc_key(item) not in skip:
                 out.update(_WORD.findall(item))
         elif isinstance(item, (tuple, frozenset)):
             todo.extend(item)

@@ -936,3 +936,26 @@ def test_fingerprint_script_prints_the_table_as_it_is(tmp_path: Path) -> None:
     table = (REPO / "arc_cy" / "_verified.py").read_text()
     printed = proc.stdout.partition("arc_cy/_verified.py, with these releases:\n\n")[2]
     assert printed.strip() and printed.strip() in table
+
+
+def test_an_indented_docstring_is_not_a_use_on_every_python():
+    """CPython 3.13 compiles a docstring with its indentation stripped
+    (the AST keeps it): 0.34.0's tiering manager names touch in such a
+    docstring, and 3.13 counted it as a use. A string that is not a
+    docstring still is one."""
+    import ast
+
+    from arc_cy._fingerprint import names_used
+
+    source = (
+        "class Tier:\n"
+        "    def release(self):\n"
+        '        """Release writes.\n\n'
+        "        Nothing here calls touch; the policy's get and remove do.\n"
+        '        """\n'
+        "        return self.policy.get\n"
+    )
+    code = compile(source, "tier.py", "exec")
+    assert names_used(ast.parse(source), code, {"touch", "get"}) == {"get": 7}
+    used = source.replace("return self.policy.get", "return 'touch'")
+    assert names_used(ast.parse(used), compile(used, "tier.py", "exec"), {"touch"}) == {"touch": 7}
