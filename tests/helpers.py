@@ -205,8 +205,9 @@ if HAVE_VLLM:
         class VllmARC(_VllmARC):  # type: ignore[no-redef]
             """vLLM's ARC, given back the touch() it had until 0.33.0, which
             arc_cy keeps for those releases' managers: 0.33.0's own code,
-            from its arc.py in tests/data (the rest of that file is this
-            release's ARC, tests/data/vllm/README.md)."""
+            from its arc.py in tests/data (faithful while the rest of that
+            file is this release's arc.py: tests/test_vllm_releases.py,
+            test_the_oracles_touch_is_vllms_own)."""
 
             touch = _release_touch("0.33.0")
 
