@@ -273,13 +273,12 @@ class SchedulerHarness:
             vllm_config, KVConnectorRole.WORKER, kv_cache_config
         )
         connector_worker = self.worker_connector.connector_worker
+        # What register_kv_caches() ends in; the stub worker needs no
+        # tensors. One (empty) data-ref list per KV cache group: 0.34's
+        # connector worker resolves device pointers before each submit.
+        kv_caches = CanonicalKVCaches([], [[] for _ in kv_cache_config.kv_cache_groups])
         if isinstance(connector_worker.spec, StubOffloadingSpec):
-            # What register_kv_caches() ends in; the stub worker needs no
-            # tensors. One (empty) data-ref list per KV cache group: 0.34's
-            # connector worker resolves device pointers before each submit.
-            connector_worker._init_worker(
-                CanonicalKVCaches([], [[] for _ in kv_cache_config.kv_cache_groups])
-            )
+            connector_worker._init_worker(kv_caches)
         else:
             # A vLLM spec (e.g. TieringOffloadingSpec) whose worker needs a
             # GPU: its scheduler side is used as is, its transfers go to the
@@ -287,9 +286,7 @@ class SchedulerHarness:
             connector_worker.worker = StubOffloadingWorker(
                 int(extra_config.get("stub_load_delay_steps", 0))
             )
-            connector_worker._kv_caches = CanonicalKVCaches(
-                [], [[] for _ in kv_cache_config.kv_cache_groups]
-            )
+            connector_worker._kv_caches = kv_caches
         hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
         init_none_hash(hash_fn)
         self.block_hasher = get_request_block_hasher(block_size, hash_fn)
@@ -369,10 +366,14 @@ class SchedulerHarness:
         worker_meta = wc.build_connector_worker_meta()
         wc.clear_connector_metadata()
         # req_id_to_index: until 0.33 (0.34 indexes by req_ids alone)
-        index = {"req_id_to_index": {r: i for i, r in enumerate(req_ids)}}
+        index = (
+            {"req_id_to_index": {r: i for i, r in enumerate(req_ids)}}
+            if _RUNNER_OUTPUT_INDEXES
+            else {}
+        )
         runner_output = ModelRunnerOutput(
             req_ids=req_ids,
-            **(index if _RUNNER_OUTPUT_INDEXES else {}),
+            **index,
             sampled_token_ids=sampled,
             kv_connector_output=KVConnectorOutput(
                 finished_sending=finished_sending or None,
