@@ -7,7 +7,7 @@ Three drivers start together at the session's start and run side by side:
 - ``inproc``: the engines that run in one process one after the other (the
   engine core in-process; one import of vLLM for all): no connector (the
   reference), vLLM's ``arc``, arc_cy by module path, the two lockstep
-  policies, and a worker that skips one load;
+  policies, and a worker for each injected fault (engines.FAULTS);
 - ``mp``: arc_cy by plugin name in vLLM's own processes (engine core and
   worker), as a server runs it;
 - ``guard``: arc_cy by plugin name on a vLLM whose arc.py differs by one
@@ -22,7 +22,7 @@ import json
 from typing import Any
 
 import pytest
-from engines import Driver, connector, guard_overlay
+from engines import FAULTS, Driver, connector, guard_overlay
 
 
 @pytest.fixture(scope="session")
@@ -56,14 +56,13 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> Any:
                 cache_policy_module_path="engine_lockstep",
             ),
         },
-        {
-            "name": "skip_one_load",
-            "extra_config": connector(
-                reports / "skip_one_load",
-                eviction_policy="arc",
-                cpu_copy_fault={"kind": "skip", "load": 3},
-            ),
-        },
+        *(
+            {
+                "name": name,
+                "extra_config": connector(reports / name, eviction_policy="arc", cpu_copy_fault=f),
+            }
+            for name, f in FAULTS.items()
+        ),
     ]
     mp = [
         {

@@ -35,6 +35,15 @@ WORKLOAD = {
 }
 MODEL = {"layers": 2, "kv_heads": 2, "seed": 0}
 
+# The CPU worker's injected faults (harness/cpu_offload.py's cpu_copy_fault),
+# one run each: a copy that goes wrong while reported a success.
+FAULTS = {
+    "skip_one_load": {"kind": "skip", "load": 3},
+    "swap_one_load": {"kind": "swap", "load": 3},
+    "wrong_row_one_load": {"kind": "wrong_row", "load": 3},
+    "lost_stores": {"kind": "lost_store", "store": 17},
+}
+
 # One decision of vLLM's arc.py, changed: T1 is chosen only when strictly
 # larger than its target.
 ARC_DECISION = (

@@ -5,7 +5,8 @@ and return, through ``LLM.generate``, greedy, on a tiny Llama with real
 random weights; the device cache (64 blocks of 32 tokens) cannot keep their
 prefixes, and the CPU cache (61 chunks) is smaller than their working set,
 so it evicts. The CPU worker (harness/cpu_offload.py) copies the KV blocks
-out and back and checksums every loaded block. The runs are made once, in
+out and back and checks every loaded block against the checksum of the
+engine block last stored for its offload key. The runs are made once, in
 conftest.py's drivers (engines.py).
 """
 
@@ -15,7 +16,7 @@ import re
 from typing import Any
 
 import pytest
-from engines import BLOCK_SIZE, NUM_GPU_BLOCKS
+from engines import BLOCK_SIZE, FAULTS, NUM_GPU_BLOCKS
 
 # A logprob differs from the reference's by float noise (most likely: a
 # load's timing changes which requests share a step, and so the order the
@@ -26,7 +27,8 @@ from engines import BLOCK_SIZE, NUM_GPU_BLOCKS
 # negative control, a skipped load (skip_one_load), changes tokens in every
 # run and moves same-token logprobs by 8.4e-3 and 2.7e-2. The tolerance
 # sits between the two; the exact checks are the tokens and the worker's
-# checksum of every loaded block.
+# checksum of every loaded block, which must be that of the engine block
+# last stored for the key it is loaded for.
 LOGPROB_TOLERANCE = 5e-3
 
 # What the guard prints when it refuses (arc_cy/_guard.py's refused_message)
@@ -155,17 +157,29 @@ def test_same_decisions_as_vllm_arc_in_the_engine(runs, run, module):
 def test_kv_survives_the_round_trip(runs, run):
     """Outputs with offloading (loads included) are the engine's without the
     connector: tokens exactly, logprobs within float noise; every loaded
-    block's checksum is that of the block stored."""
+    block's checksum is that of the engine block stored for its key."""
     assert kv_check(runs["reference"], runs[run]) == []
     assert _worker(runs[run])["blocks_checked"] > 0
 
 
-def test_a_worker_that_skips_a_load_fails_the_check(runs):
-    run = runs["skip_one_load"]
-    worker = _worker(run)
-    assert worker["faults_injected"] == 1 and worker["checksum_mismatches"] >= 1
-    problems = kv_check(runs["reference"], run)
+@pytest.mark.parametrize("run", FAULTS)
+def test_a_wrong_copy_fails_the_check(runs, run):
+    """Each fault the worker injects (a skipped load, two blocks loaded into
+    each other's place, a chunk read from another key's rows, stores that
+    copy nothing) is injected, reported a success, and fails the checksum."""
+    worker = _worker(runs[run])
+    if FAULTS[run]["kind"] == "lost_store":
+        assert worker["faults_injected"] >= 1, worker
+    else:
+        assert worker["faults_injected"] == 1, worker
+    assert worker["checksum_mismatches"] >= 1, worker
+    problems = kv_check(runs["reference"], runs[run])
     assert any("checksum" in p for p in problems), problems
+
+
+def test_a_skipped_load_changes_the_outputs(runs):
+    """The negative control for LOGPROB_TOLERANCE."""
+    problems = kv_check(runs["reference"], runs["skip_one_load"])
     assert any("tokens" in p or "logprob" in p for p in problems), problems
 
 

@@ -16,10 +16,17 @@ blocks_per_chunk`` sub-blocks), but synchronously, with torch copies on the
 calling thread instead of DMA on CUDA streams: every job is done when it is
 submitted and reported by the next ``get_finished()``.
 
-It also checks the round trip: on a store it keeps a checksum of each
-stored sub-block (over every layer of its group); after a load it
-checksums the engine's blocks that the load wrote and counts a mismatch
-for each one whose checksum is not the stored one.
+It also checks that a load restores the KV of the blocks it is for. The
+spec's manager adds to each store and load spec its chunks' offload keys,
+in chunk order (an attribute, which survives the pickling to vLLM's worker
+processes). On a store the worker keeps a checksum of each engine block it
+reads (over every layer of its group), under what identifies the content:
+its group, its chunk's offload key and its sub-block in the chunk; a later
+store of the same key replaces it. After a load it checksums each engine
+block written and counts a mismatch for each one whose checksum is not the
+one kept for its key. A loaded block thus holds the KV last stored for its
+key, whatever chunk, CPU row or engine block the copies went through; the
+pairing of engine blocks with keys is the scheduler's, taken as given.
 
 Loaded by vLLM through ``kv_connector_extra_config``, with this folder
 (``harness/``) on the engine processes' ``PYTHONPATH``::
@@ -34,9 +41,15 @@ Further keys it reads:
   (stores, loads, blocks checked, mismatches), rewritten after each job.
 - ``step_timing``: true makes the manager record each scheduler step's
   end (harness/engine_timing.py, for bench/engine.py).
-- ``cpu_copy_fault``: ``{"kind": "skip", "load": N}`` makes the worker's
-  N-th load (from 1) copy nothing while reporting success, for the test
-  that shows the check catches a broken load.
+- ``cpu_copy_fault``: a wrong copy, reported as a success, for the tests
+  that show the check catches it (``faults_injected`` counts them):
+  ``{"kind": K, "load": N}`` hits the first load from the N-th (from 1)
+  that it can: ``skip`` copies nothing; ``swap`` writes, in a group of two
+  or more blocks, each block's rows into the next one's engine block (the
+  last into the first); ``wrong_row`` reads its first chunk from another
+  one, a chunk of the latest store, as if that store had overwritten it.
+  ``{"kind": "lost_store", "store": N}``: the N-th store and every later
+  one copy nothing into the CPU buffer.
 """
 
 from __future__ import annotations
@@ -55,11 +68,14 @@ from vllm.v1.kv_offload.base import (
     LoadStoreSpec,
     OffloadingManager,
     OffloadingWorker,
+    PrepareStoreOutput,
+    ReqContext,
     TransferResult,
 )
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
-FAULT_KINDS = ("skip",)
+# Each fault kind, and the job its count is of.
+FAULT_KINDS = {"skip": "load", "swap": "load", "wrong_row": "load", "lost_store": "store"}
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
@@ -67,6 +83,32 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
     with open(tmp, "w") as f:
         json.dump(data, f)
     os.replace(tmp, path)
+
+
+def _carry_keys(manager: OffloadingManager) -> None:
+    """Makes the specs that the manager's prepare_load and prepare_store return
+    carry their chunks' offload keys, in chunk order, as ``offload_keys``."""
+    prepare_load, prepare_store = manager.prepare_load, manager.prepare_store
+
+    def load(keys: Any, req_context: ReqContext) -> LoadStoreSpec:
+        spec = prepare_load(keys, req_context)
+        spec.offload_keys = list(keys)  # type: ignore[attr-defined]
+        return spec
+
+    def store(keys: Any, req_context: ReqContext) -> PrepareStoreOutput | None:
+        out = prepare_store(keys, req_context)
+        if out is not None:
+            out.store_spec.offload_keys = list(out.keys_to_store)  # type: ignore[attr-defined]
+        return out
+
+    manager.prepare_load = load  # type: ignore[method-assign]
+    manager.prepare_store = store  # type: ignore[method-assign]
+
+
+def _offload_keys(spec: BlockIDsLoadStoreSpec) -> list[bytes]:
+    keys = spec.offload_keys  # type: ignore[attr-defined]
+    assert len(keys) == len(spec.block_ids), "a key per chunk"
+    return keys
 
 
 class CPUCopyWorker(OffloadingWorker):
@@ -80,13 +122,15 @@ class CPUCopyWorker(OffloadingWorker):
         report_dir: str | None = None,
         fault: dict[str, Any] | None = None,
     ) -> None:
-        if fault is not None and (
-            fault.get("kind") not in FAULT_KINDS or int(fault.get("load", 0)) < 1
-        ):
-            raise ValueError(
-                f"cpu_copy_fault: want {{'kind': one of {FAULT_KINDS}, "
-                f"'load': N >= 1}}, got {fault!r}"
-            )
+        self.fault_kind, self.fault_at = None, 0
+        if fault is not None:
+            job = FAULT_KINDS.get(fault.get("kind"))  # type: ignore[arg-type]
+            if job is None or int(fault.get(job, 0)) < 1:
+                raise ValueError(
+                    f"cpu_copy_fault: want {{'kind': K, JOB: N >= 1}}, JOB as in "
+                    f"{FAULT_KINDS}, got {fault!r}"
+                )
+            self.fault_kind, self.fault_at = fault["kind"], int(fault[job])
         self.blocks_per_chunk = blocks_per_chunk
         # As CPUOffloadingWorker views them: one row of page_size_bytes per block.
         self.engine_tensors = [
@@ -100,8 +144,9 @@ class CPUCopyWorker(OffloadingWorker):
         self.group_refs = [
             [(r.tensor_idx, r.page_size_bytes) for r in refs] for refs in kv_caches.group_data_refs
         ]
-        self.fault = fault
-        self._checksums: dict[int, bytes] = {}  # CPU row -> checksum of what was stored there
+        # (group, offload key, sub-block) -> checksum of the engine block last stored for it
+        self._stored: dict[tuple[int, bytes, int], bytes] = {}
+        self._last_store_chunks: list[int] = []
         self._done: list[TransferResult] = []
         self.counts = {
             "stores": 0,
@@ -128,22 +173,24 @@ class CPUCopyWorker(OffloadingWorker):
                 },
             )
 
-    def _pairs(self, engine_spec: GPULoadStoreSpec, cpu_spec: BlockIDsLoadStoreSpec):
-        """(group, engine block ids, CPU rows) for each group of the job."""
+    def _pairs(self, engine_spec: GPULoadStoreSpec, chunk_ids: np.ndarray):
+        """(group, engine block ids, CPU rows, sub-blocks) for each group of the job.
+
+        Sub-block s is sub-block ``s % blocks_per_chunk`` of the job's chunk
+        ``s // blocks_per_chunk``."""
         engine_ids = engine_spec.block_ids
-        chunk_ids = cpu_spec.block_ids
+        chunk_ids = chunk_ids.astype(np.int64)
         bpc = self.blocks_per_chunk
         e_off = c_off = 0
         for g, (size, index) in enumerate(zip(engine_spec.group_sizes, engine_spec.block_indices)):
             if size == 0:
                 continue
             skip = index % bpc
-            n_chunks = -(-(size + skip) // bpc)
-            chunks = chunk_ids[c_off : c_off + n_chunks].astype(np.int64)
-            rows = (chunks[:, None] * bpc + np.arange(bpc)).ravel()[skip : skip + size]
-            yield g, engine_ids[e_off : e_off + size].astype(np.int64), rows
+            subs = c_off * bpc + skip + np.arange(size)
+            rows = chunk_ids[subs // bpc] * bpc + subs % bpc
+            yield g, engine_ids[e_off : e_off + size].astype(np.int64), rows, subs
             e_off += size
-            c_off += n_chunks
+            c_off += -(-(size + skip) // bpc)
         assert e_off == len(engine_ids) and c_off == len(chunk_ids), "job's specs disagree"
 
     def _checksum(self, tensors: list[torch.Tensor], g: int, row: int) -> bytes:
@@ -152,36 +199,75 @@ class CPUCopyWorker(OffloadingWorker):
             h.update(tensors[t_idx][row, :size].numpy().tobytes())
         return h.digest()
 
+    def _copy(
+        self,
+        g: int,
+        dst: list[torch.Tensor],
+        dst_rows: np.ndarray,
+        src: list[torch.Tensor],
+        src_rows: np.ndarray,
+    ) -> None:
+        d, s = torch.from_numpy(dst_rows), torch.from_numpy(src_rows)
+        for t_idx, size in self.group_refs[g]:
+            dst[t_idx][d, :size] = src[t_idx][s, :size]
+
     def submit_store(
         self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec
     ) -> bool:
         assert isinstance(dst_spec, BlockIDsLoadStoreSpec)
-        for g, engine_ids, rows in self._pairs(src_spec, dst_spec):
-            src, dst = torch.from_numpy(engine_ids), torch.from_numpy(rows)
-            for t_idx, size in self.group_refs[g]:
-                self.cpu_tensors[t_idx][dst, :size] = self.engine_tensors[t_idx][src, :size]
-            for row in rows.tolist():
-                self._checksums[row] = self._checksum(self.cpu_tensors, g, row)
-            self.counts["blocks_stored"] += len(rows)
+        keys = _offload_keys(dst_spec)
         self.counts["stores"] += 1
+        lost = self.fault_kind == "lost_store" and self.counts["stores"] >= self.fault_at
+        self.counts["faults_injected"] += lost
+        bpc = self.blocks_per_chunk
+        for g, engine_ids, rows, subs in self._pairs(src_spec, dst_spec.block_ids):
+            if not lost:
+                self._copy(g, self.cpu_tensors, rows, self.engine_tensors, engine_ids)
+            for block, s in zip(engine_ids.tolist(), subs.tolist()):
+                self._stored[(g, keys[s // bpc], s % bpc)] = self._checksum(
+                    self.engine_tensors, g, block
+                )
+            self.counts["blocks_stored"] += len(rows)
+        self._last_store_chunks = dst_spec.block_ids.tolist()
         self._done.append(TransferResult(job_id=job_id, success=True))
         self._write_report()
         return True
 
+    def _load_fault(self, chunk_ids: np.ndarray, dst_spec: GPULoadStoreSpec) -> str | None:
+        """The fault this load gets, if any; for ``wrong_row``, chunk_ids is changed here."""
+        kind = self.fault_kind
+        if FAULT_KINDS.get(kind) != "load" or self.counts["faults_injected"]:
+            return None
+        if self.counts["loads"] < self.fault_at:
+            return None
+        if kind == "swap" and max(dst_spec.group_sizes) < 2:
+            return None
+        if kind == "wrong_row":
+            # The latest store came after the store of every chunk loaded
+            # here, so each of its chunks that this load does not read holds
+            # another key's KV.
+            others = [c for c in self._last_store_chunks if c not in set(chunk_ids.tolist())]
+            if not others:
+                return None
+            chunk_ids[0] = others[0]
+        self.counts["faults_injected"] += 1
+        return kind
+
     def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec) -> bool:
         assert isinstance(src_spec, BlockIDsLoadStoreSpec)
+        keys = _offload_keys(src_spec)
         self.counts["loads"] += 1
-        fault = None
-        if self.fault is not None and self.counts["loads"] == int(self.fault["load"]):
-            fault = self.fault["kind"]
-            self.counts["faults_injected"] += 1
-        for g, engine_ids, rows in self._pairs(dst_spec, src_spec):
-            src, dst = torch.from_numpy(rows), torch.from_numpy(engine_ids)
-            for t_idx, size in self.group_refs[g]:
-                if fault != "skip":
-                    self.engine_tensors[t_idx][dst, :size] = self.cpu_tensors[t_idx][src, :size]
-            for block, row in zip(engine_ids.tolist(), rows.tolist()):
-                if self._checksum(self.engine_tensors, g, block) != self._checksums.get(row):
+        chunk_ids = src_spec.block_ids.copy()
+        fault = self._load_fault(chunk_ids, dst_spec)
+        bpc = self.blocks_per_chunk
+        for g, engine_ids, rows, subs in self._pairs(dst_spec, chunk_ids):
+            if fault == "swap":
+                rows = np.roll(rows, 1)
+            if fault != "skip":
+                self._copy(g, self.engine_tensors, engine_ids, self.cpu_tensors, rows)
+            for block, s in zip(engine_ids.tolist(), subs.tolist()):
+                want = self._stored.get((g, keys[s // bpc], s % bpc))
+                if self._checksum(self.engine_tensors, g, block) != want:
                     self.counts["checksum_mismatches"] += 1
             self.counts["blocks_loaded"] += len(rows)
             self.counts["blocks_checked"] += len(rows)
@@ -203,6 +289,8 @@ class CPUCopyOffloadingSpec(CPUOffloadingSpec):
     def get_manager(self) -> OffloadingManager:
         fresh = self._manager is None
         manager = super().get_manager()
+        if fresh:
+            _carry_keys(manager)
         if fresh and self.extra_config.get("step_timing"):
             import engine_timing
 
