@@ -50,7 +50,14 @@ if [ ! -f "$env/.arc_cy-ready" ]; then
     # uv, as for the CI environments: parallel downloads, and files it has
     # fetched before are linked, not copied.
     "$py" -m pip install -q --disable-pip-version-check "$(grep -h '^uv==' "$root"/.ci/requirements-py*.lock | head -1)"
-    "$py" -m uv pip install -q --python "$py" "vllm==$version" "pytest>=8" "hypothesis>=6.100"
+    # As a user installs it: plainly, or, where PyPI lacks a pin that
+    # release asks for (0.34.0's flashinfer-python==0.7.3), with the
+    # overrides CI's locks use (.ci/overrides.txt, which says why).
+    reqs=("vllm==$version" "pytest>=8" "hypothesis>=6.100")
+    if ! "$py" -m uv pip install -q --python "$py" "${reqs[@]}"; then
+        echo "compat: vllm==$version does not install as it pins; again with .ci/overrides.txt" >&2
+        "$py" -m uv pip install -q --python "$py" --override "$root/.ci/overrides.txt" "${reqs[@]}"
+    fi
     # vLLM pulls in torchvision, torchaudio and torchcodec, which the KV
     # offloading paths do not use; PyPI's builds of them fail to import
     # beside some torch releases (0.30.0 pins torchaudio 2.11 beside torch
