@@ -12,7 +12,8 @@ The rules of docs/hardening.md, as they apply here:
 Busy: every call sets busy before its first user code (a key's __hash__ or
 __eq__, protected.__contains__, a target's arithmetic, n.__index__, the
 caller's iterable, a collection and its gc.callbacks), with nothing between
-it and the try that clears it; while it is set, mutators are refused, in
+it and the try that clears it, and clears it after its last (get()'s truth
+test of the chunk included); while it is set, mutators are refused, in
 any thread. clear() and __init__ keep it while they release what they drop,
 in a releasing state that lets their own thread's calls (a __del__ that
 calls back) nest. Reads nest, and take busy only when it is free: a read in
@@ -25,7 +26,9 @@ on the next step.
 
 Surface: nothing internal is a Python object. The scan's cursors are C
 structs; a view's iterator is made from a live core by its constructor,
-and nothing can re-state it (no pickling: auto_pickle is off).
+and nothing can re-state it (no pickling: auto_pickle is off). Neither
+class is cleared to None by the garbage collector (no_gc_clear): the
+core's own clear only drops its entries (_core_clear).
 
 Working storage: what a call holds while Python code may run is never a
 Python object that such code could reach and resize. Node indices live in
@@ -134,7 +137,7 @@ cdef enum:
 cdef tuple OP_NAMES = (
     None, "get", "insert", "remove", "touch", "on_store_miss",
     "on_request_finished", "evict", "clear", "target_t1_size",
-    "_check_invariants", "__init__",
+    "_check_invariants", "__init__", "_max_entries",
 )
 cdef int OP_GET = OP_NAMES.index("get")
 cdef int OP_INSERT = OP_NAMES.index("insert")
@@ -147,6 +150,7 @@ cdef int OP_CLEAR = OP_NAMES.index("clear")
 cdef int OP_TARGET = OP_NAMES.index("target_t1_size")
 cdef int OP_CHECK = OP_NAMES.index("_check_invariants")
 cdef int OP_INIT = OP_NAMES.index("__init__")
+cdef int OP_LIMIT = OP_NAMES.index("_max_entries")
 
 cdef enum:
     INSERTED_ONLY = 1
@@ -242,10 +246,13 @@ cdef class ARCCore
 
 
 @cython.final
+@cython.no_gc_clear
 cdef class _ListIter:
     """(key, value) pairs of one list, LRU first; fails if the list changes.
     Made only whole, from a live core and a list number it checks (also when
-    Python code calls it, or its __new__); nothing re-states it."""
+    Python code calls it, or its __new__); nothing re-states it, and the
+    collector does not clear it (its core would read as None): a cycle
+    through it runs through its core, whose clear breaks it."""
     cdef:
         ARCCore core
         int32_t pos
@@ -280,6 +287,7 @@ cdef class _ListIter:
         return (key, value)
 
 
+@cython.no_gc_clear
 cdef class ARCCore:
     cdef:
         # The nodes: one per key the policy knows, and a free list.
@@ -900,7 +908,11 @@ cdef class ARCCore:
     @_max_entries.setter
     def _max_entries(self, value):
         # For tests: a small limit is reached without allocating 2**29.
-        self.max_entries = check_max_entries(value)
+        self._enter(OP_LIMIT)
+        try:
+            self.max_entries = check_max_entries(value)  # runs value.__index__
+        finally:
+            self._leave()
 
     @property
     def _scan_visits(self):
@@ -917,14 +929,18 @@ cdef class ARCCore:
         took = self._read_begin()
         try:
             i = self._find(key, PyObject_Hash(key), IN_T)
+            if i == EMPTY:
+                return None
+            chunk = <object>self.nodes[i].chunk
+            # vLLM returns `t1.get(key) or t2.get(key)`: a falsy t1 chunk
+            # gives None, a t2 chunk is returned untested. The truth test
+            # is user code: under busy.
+            if self.nodes[i].where == T1 and not chunk:
+                return None
+            return chunk
         finally:
             if took:
                 self.busy = self.release_busy
-        if i == EMPTY:
-            return None
-        chunk = <object>self.nodes[i].chunk
-        # vLLM returns `t1.get(key) or t2.get(key)`: a falsy chunk is None
-        return chunk if chunk else None
 
     def insert(self, key=NO_ARG, chunk=NO_ARG, req_context=None):
         cdef Py_hash_t h
@@ -1388,7 +1404,7 @@ cdef class ARCCore:
 # sight; these slots show them to it, so a cycle through a key or a chunk
 # (one that refers back to its policy) can be collected.
 cdef gc_traverseproc _base_traverse
-cdef gc_inquiry _base_clear
+cdef gc_inquiry _base_clear  # NULL: ARCCore is no_gc_clear
 
 
 cdef int _core_traverse(PyObject *o, gc_visitproc visit, void *arg) noexcept:
@@ -1417,10 +1433,13 @@ cdef int _core_traverse(PyObject *o, gc_visitproc visit, void *arg) noexcept:
 
 
 cdef int _core_clear(PyObject *o) noexcept:
-    # Breaking a garbage cycle: drop every entry (no call is running).
+    # Breaking a garbage cycle: drop every entry (no call is running), and
+    # nothing else (no_gc_clear, docs/hardening.md rule 13): a finalizer
+    # later in the same collection finds an empty, valid policy, and its
+    # iterators refuse (the lists' versions moved).
     (<ARCCore>o)._release_work()
     (<ARCCore>o)._empty()
-    return _base_clear(o)
+    return 0
 
 
 arc_set_gc_slots(<PyTypeObject *>ARCCore, _core_traverse, _core_clear,

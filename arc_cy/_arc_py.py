@@ -17,10 +17,17 @@ Busy (the same rule as the core's): a call takes it with one atomic step
 (dict.setdefault) inside the try whose finally gives it back, and gives it
 back only if it holds it, so an exception at any line (a trace hook, a
 signal handler, a policy made by __new__) cannot leave it set, and a call
-refused cannot clear another's. Reads take it only when it is free.
+refused cannot clear another's. Giving it back is one `del` of the slot
+the call holds, written out in the finally of every call with no call
+before it (so neither a profile hook nor a signal handler can run
+between its check and the `del`), and again in an outer finally: a trace
+hook that raised at the first one's line is unset by the second (CPython
+unsets a hook that raises). Reads take it only when it is free.
 clear() and __init__ called again keep it while they release what they
-drop, marked with their thread: that thread's calls (a __del__ that calls
-back) nest, other threads' stay refused.
+drop, marked with their thread: that thread's calls (a __del__ that
+calls back) nest, taking busy in the release's own slot, so that a
+nested call's end never touches the release's; other threads' stay
+refused.
 """
 
 from __future__ import annotations
@@ -45,15 +52,18 @@ __all__ = ["ARCCachePolicy"]
 # on_request_finished's classes of keys
 _INSERTED_ONLY = 1
 _REUSED = 2
+# The lists' names in a copy's or a pickle's state.
 _LIST_ATTRS = ("_t1", "_t2", "_b1", "_b2")
 
 
-# A running call's token, what busy holds: a list of the call's name, a new
-# object for every call (so only the call that took busy gives it back) and
-# the cheapest one Python makes (get() makes one per key). Two marks may
-# follow the name: the token of the releasing call a nested call took busy
-# from (a list, given back by _end), then, while clear() or __init__
-# releases, its thread's ident (an int).
+# A running call's token, what busy holds: a list, a new object for every
+# call (so only the call that took busy gives it back) and the cheapest one
+# Python makes (get() makes one per key): [name, slot], slot being the dict
+# whose "_busy" the call takes, the policy's __dict__ or, nested in a
+# release, the release's own (get()'s fast path, which only takes the
+# policy's, has no slot). While clear() or __init__ releases, two more
+# items follow: its thread's ident and its own slot, for the calls that
+# nest in it.
 _Call = list[Any]
 
 
@@ -90,47 +100,53 @@ class ARCCachePolicy(CachePolicy):
     # protected.__contains__, req_context, a collection): a _Call in the
     # instance's __dict__ under "_busy", absent when none runs.
 
+    # The lists t1, t2, b1 and b2, in one tuple: a list is replaced by one
+    # assignment, so a call cut short by a hook cannot leave two t1s.
+    _lists: tuple[OrderedDict[Any, Any], ...]
+
     def __init__(self, cache_capacity: int) -> None:
         if vllm_guard.pending:
             vllm_guard.check()
         # Called again, it starts over as vLLM's __init__ does: capacity and
         # target first, then each list is replaced in turn; _max_entries
         # (arc_cy's own) is reset too.
-        call: _Call = ["__init__"]
+        call: _Call = ["__init__", self.__dict__]
         try:
-            _begin(self, call)
-            capacity = check_capacity(cache_capacity)
-            call.append(get_ident())  # from here it only releases
-            self._capacity = capacity
-            self._max_entries = MAX_ENTRIES
-            self._target: Any = 0.0
-            self._chunk_type: weakref.ref[type] = dead_ref()  # the last chunk type checked
-            if "_lists" not in self.__dict__:
-                self._t1: OrderedDict[Any, ChunkStatus] = OrderedDict()
-                self._t2: OrderedDict[Any, ChunkStatus] = OrderedDict()
-                self._b1: OrderedDict[Any, None] = OrderedDict()
-                self._b2: OrderedDict[Any, None] = OrderedDict()
-                self._lists = (self._t1, self._t2, self._b1, self._b2)
-                self._views = (
-                    ListView(self, 0),
-                    ListView(self, 1),
-                    ListView(self, 2),
-                    ListView(self, 3),
-                )
-                return
-            for which in range(4):
-                self._replace_list(which)
+            try:
+                _begin(call)
+                capacity = check_capacity(cache_capacity)
+                call += (get_ident(), {})  # from here it only releases
+                self._capacity = capacity
+                self._limit = MAX_ENTRIES
+                self._target: Any = 0.0
+                self._chunk_type: weakref.ref[type] = dead_ref()  # the last chunk type checked
+                if "_lists" not in self.__dict__:
+                    # The views first: a policy that has lists has views.
+                    self._views = (
+                        ListView(self, 0),
+                        ListView(self, 1),
+                        ListView(self, 2),
+                        ListView(self, 3),
+                    )
+                    self._lists = (OrderedDict(), OrderedDict(), OrderedDict(), OrderedDict())
+                    return
+                for which in range(4):
+                    self._replace_list(which)
+            finally:
+                if "_busy" in call[1] and call[1]["_busy"] is call:
+                    del call[1]["_busy"]
         finally:
-            _end(self, call)
+            if "_busy" in call[1] and call[1]["_busy"] is call:
+                del call[1]["_busy"]
 
     def _replace_list(self, which: int) -> None:
         # As vLLM's `self.t1 = OrderedDict()`: the old list is released now,
         # its entries in insertion order, before the next list is replaced.
-        old = self._lists[which]
-        new: OrderedDict[Any, Any] = OrderedDict()
-        self._lists = self._lists[:which] + (new,) + self._lists[which + 1 :]
-        setattr(self, _LIST_ATTRS[which], new)
-        del old
+        lists = self._lists
+        if type(which) is not int or not 0 <= which < 4:
+            raise IndexError(which)  # a list number, as the core: four lists stay four
+        self._lists = lists[:which] + (OrderedDict(),) + lists[which + 1 :]
+        del lists
 
     def __getstate__(self) -> dict[str, Any]:
         # For copy and pickle: the lists, copied (a shallow copy of a
@@ -140,16 +156,19 @@ class ARCCachePolicy(CachePolicy):
         state = self.__dict__.copy()
         for attr in ("_chunk_type", "_busy", "_lists", "_views"):
             state.pop(attr, None)
-        for attr in _LIST_ATTRS:
-            if attr in state:
-                state[attr] = OrderedDict(state[attr])
+        if "_lists" in self.__dict__:
+            # Copying a list hashes its keys: user code, run as a read.
+            state.update(zip(_LIST_ATTRS, self._read(_copies, self._lists)))
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        lists = [state.pop(attr) for attr in _LIST_ATTRS if attr in state]
         self.__dict__.update(state)
         self._chunk_type = dead_ref()
-        self._lists = (self._t1, self._t2, self._b1, self._b2)
-        self._views = tuple(ListView(self, which) for which in range(4))
+        self._views = (ListView(self, 0), ListView(self, 1), ListView(self, 2), ListView(self, 3))
+        if len(lists) == 4:  # a copy of a policy made by __new__ has none
+            self._lists = (lists[0], lists[1], lists[2], lists[3])
 
     # --- attributes -------------------------------------------------------
 
@@ -163,12 +182,17 @@ class ARCCachePolicy(CachePolicy):
 
     @target_t1_size.setter
     def target_t1_size(self, value: float | numbers.Real) -> None:
-        call = ["target_t1_size"]
+        call = ["target_t1_size", self.__dict__]
         try:
-            _begin(self, call)  # the check runs the value's code
-            self._target = check_target(value)
+            try:
+                _begin(call)  # the check runs the value's code
+                self._target = check_target(value)
+            finally:
+                if "_busy" in call[1] and call[1]["_busy"] is call:
+                    del call[1]["_busy"]
         finally:
-            _end(self, call)
+            if "_busy" in call[1] and call[1]["_busy"] is call:
+                del call[1]["_busy"]
 
     @property
     def _max_entries(self) -> int:
@@ -178,7 +202,17 @@ class ARCCachePolicy(CachePolicy):
     @_max_entries.setter
     def _max_entries(self, value: int) -> None:
         # For tests: the compiled core's limit, reached without 2**29 entries.
-        self._limit = check_max_entries(value)
+        call = ["_max_entries", self.__dict__]
+        try:
+            try:
+                _begin(call)
+                self._limit = check_max_entries(value)  # runs value.__index__
+            finally:
+                if "_busy" in call[1] and call[1]["_busy"] is call:
+                    del call[1]["_busy"]
+        finally:
+            if "_busy" in call[1] and call[1]["_busy"] is call:
+                del call[1]["_busy"]
 
     @property
     def t1(self) -> ListView[ChunkStatus]:
@@ -201,69 +235,90 @@ class ARCCachePolicy(CachePolicy):
     def _read(self, fn: Any, *args: Any) -> Any:
         # Reads nest in a running call and lock out mutators only; the
         # OrderedDicts re-check themselves after every __eq__.
-        call: _Call = ["get"]
+        call: _Call = ["get", self.__dict__]
         try:
-            _begin(self, call, read=True)
-            return fn(*args)
+            try:
+                _begin(call, read=True)
+                return fn(*args)
+            finally:
+                if "_busy" in call[1] and call[1]["_busy"] is call:
+                    del call[1]["_busy"]
         finally:
-            _end(self, call)
+            if "_busy" in call[1] and call[1]["_busy"] is call:
+                del call[1]["_busy"]
 
     def get(self, key: Any) -> ChunkStatus | None:
         # _read inlined where busy is free: vLLM calls get() for every key
         # of every lookup and store, and the twin must keep within 10% of
-        # vLLM arc there.
+        # vLLM arc there. The truth test of `or` is user code: under busy.
         call = ["get"]
         state = self.__dict__
         try:
-            if state.setdefault("_busy", call) is not call:
-                return self._read(self._get, key)  # type: ignore[no-any-return]
-            return self._t1.get(key) or self._t2.get(key)  # type: ignore[no-any-return]
+            try:
+                if state.setdefault("_busy", call) is not call:
+                    return self._read(self._get, key)  # type: ignore[no-any-return]
+                lists = self._lists
+                return lists[0].get(key) or lists[1].get(key)  # type: ignore[no-any-return]
+            finally:
+                if "_busy" in state and state["_busy"] is call:
+                    del state["_busy"]
         finally:
-            if state.get("_busy") is call:
+            if "_busy" in state and state["_busy"] is call:
                 del state["_busy"]
 
     def _get(self, key: Any) -> ChunkStatus | None:
-        return self._t1.get(key) or self._t2.get(key)  # type: ignore[no-any-return]
+        lists = self._lists
+        return lists[0].get(key) or lists[1].get(key)  # type: ignore[no-any-return]
 
     def insert(self, key: Any, chunk: ChunkStatus, req_context: Any = None) -> None:
-        call = ["insert"]
+        call = ["insert", self.__dict__]
         released: _Chain = ()
         try:
-            _begin(self, call)
-            t1, t2, b1, b2 = self._lists
-            if type(chunk) is not self._chunk_type():  # as the core: check new types
-                chunk_ref_offset(type(chunk))
-                self._chunk_type = weakref.ref(type(chunk))
-            # vLLM: `t1[key] = chunk` replaces a resident entry (or holds the
-            # key in both lists); arc_cy refuses it, and a full policy.
-            if key in t1:
-                raise ValueError(MSG_DUPLICATE.format(key, "t1"))
-            if key in t2:
-                raise ValueError(MSG_DUPLICATE.format(key, "t2"))
-            if key in b1:
-                released = (_pop_entry(b1, key), released)
-            elif key in b2:
-                released = (_pop_entry(b2, key), released)
-            elif len(t1) + len(t2) + len(b1) + len(b2) >= self._limit:
-                raise MemoryError(MSG_FULL.format(self._limit))
-            t1[key] = chunk
+            try:
+                _begin(call)
+                t1, t2, b1, b2 = self._lists
+                if type(chunk) is not self._chunk_type():  # as the core: check new types
+                    chunk_ref_offset(type(chunk))
+                    self._chunk_type = weakref.ref(type(chunk))
+                # vLLM: `t1[key] = chunk` replaces a resident entry (or holds the
+                # key in both lists); arc_cy refuses it, and a full policy.
+                if key in t1:
+                    raise ValueError(MSG_DUPLICATE.format(key, "t1"))
+                if key in t2:
+                    raise ValueError(MSG_DUPLICATE.format(key, "t2"))
+                if key in b1:
+                    released = (_pop_entry(b1, key), released)
+                elif key in b2:
+                    released = (_pop_entry(b2, key), released)
+                elif len(t1) + len(t2) + len(b1) + len(b2) >= self._limit:
+                    raise MemoryError(MSG_FULL.format(self._limit))
+                t1[key] = chunk
+            finally:
+                if "_busy" in call[1] and call[1]["_busy"] is call:
+                    del call[1]["_busy"]
         finally:
-            _end(self, call)
+            if "_busy" in call[1] and call[1]["_busy"] is call:
+                del call[1]["_busy"]
 
     def remove(self, key: Any) -> None:
-        call = ["remove"]
+        call = ["remove", self.__dict__]
         released: _Chain = ()
         try:
-            _begin(self, call)
-            for od in (self._t1, self._t2):
-                if key in od:
-                    released = (_pop_entry(od, key), released)
-                    break
+            try:
+                _begin(call)
+                for od in self._lists[:2]:
+                    if key in od:
+                        released = (_pop_entry(od, key), released)
+                        break
+            finally:
+                if "_busy" in call[1] and call[1]["_busy"] is call:
+                    del call[1]["_busy"]
         finally:
-            _end(self, call)
+            if "_busy" in call[1] and call[1]["_busy"] is call:
+                del call[1]["_busy"]
 
     def _adapt_to_ghost_hit(self, key: Any) -> None:
-        b1, b2 = self._b1, self._b2
+        _, _, b1, b2 = self._lists
         if key in b1:
             delta = max(1, len(b2) / len(b1))
             self._target = min(self._target + delta, self._capacity)
@@ -274,53 +329,62 @@ class ARCCachePolicy(CachePolicy):
             b2.move_to_end(key)
 
     def on_store_miss(self, keys: Iterable[Any], req_context: Any) -> None:
-        call = ["on_store_miss"]
+        call = ["on_store_miss", self.__dict__]
         try:
-            _begin(self, call)
-            keys = _held(keys)
-            b1, b2 = self._b1, self._b2
-            for key in keys:  # every lookup first: a failure changes nothing
-                key in b1 or key in b2  # noqa: B018 -- for what it raises, not its value
-            for key in reversed(keys):
-                self._adapt_to_ghost_hit(key)
+            try:
+                _begin(call)
+                keys = _held(keys)
+                _, _, b1, b2 = self._lists
+                for key in keys:  # every lookup first: a failure changes nothing
+                    key in b1 or key in b2  # noqa: B018 -- for what it raises, not its value
+                for key in reversed(keys):
+                    self._adapt_to_ghost_hit(key)
+            finally:
+                if "_busy" in call[1] and call[1]["_busy"] is call:
+                    del call[1]["_busy"]
         finally:
-            _end(self, call)
+            if "_busy" in call[1] and call[1]["_busy"] is call:
+                del call[1]["_busy"]
 
     def touch(self, keys: Iterable[Any], req_context: Any) -> None:
-        call = ["touch"]
+        call = ["touch", self.__dict__]
         try:
-            _begin(self, call)
-            t1, t2 = self._t1, self._t2
-            keys = _held(keys)
-            b1, b2 = self._b1, self._b2
-            # vLLM: looks each key up as it applies it, and asks is_ready.
-            # Here every lookup first, and every t1 chunk's ref_cnt read
-            # (kept, as the core keeps it): a failure changes nothing, and a
-            # chunk whose class changes while the call runs is moved by what
-            # was read.
-            pending = bytearray(len(keys))  # 1: a t1 chunk still being stored
-            for j, key in enumerate(keys):
-                if key in t1:
-                    pending[j] = read_ref_cnt(t1[key]) < 0
-                else:
-                    key in t2 or key in b1 or key in b2  # noqa: B018 -- as in on_store_miss
-            released: _Chain = ()  # the replaced key objects
-            for j in range(len(keys) - 1, -1, -1):
-                key = keys[j]
-                if key in t1:
-                    old_key, chunk = _pop_entry(t1, key)
-                    released = (old_key, released)
-                    if pending[j]:
-                        # still being stored: not a second access
-                        t1[key] = chunk
+            try:
+                _begin(call)
+                t1, t2, b1, b2 = self._lists
+                keys = _held(keys)
+                # vLLM: looks each key up as it applies it, and asks is_ready.
+                # Here every lookup first, and every t1 chunk's ref_cnt read
+                # (kept, as the core keeps it): a failure changes nothing, and a
+                # chunk whose class changes while the call runs is moved by what
+                # was read.
+                pending = bytearray(len(keys))  # 1: a t1 chunk still being stored
+                for j, key in enumerate(keys):
+                    if key in t1:
+                        pending[j] = read_ref_cnt(t1[key]) < 0
                     else:
-                        t2[key] = chunk
-                elif key in t2:
-                    t2.move_to_end(key)
-                else:
-                    self._adapt_to_ghost_hit(key)
+                        key in t2 or key in b1 or key in b2  # noqa: B018 -- as in on_store_miss
+                released: _Chain = ()  # the replaced key objects
+                for j in range(len(keys) - 1, -1, -1):
+                    key = keys[j]
+                    if key in t1:
+                        old_key, chunk = _pop_entry(t1, key)
+                        released = (old_key, released)
+                        if pending[j]:
+                            # still being stored: not a second access
+                            t1[key] = chunk
+                        else:
+                            t2[key] = chunk
+                    elif key in t2:
+                        t2.move_to_end(key)
+                    else:
+                        self._adapt_to_ghost_hit(key)
+            finally:
+                if "_busy" in call[1] and call[1]["_busy"] is call:
+                    del call[1]["_busy"]
         finally:
-            _end(self, call)
+            if "_busy" in call[1] and call[1]["_busy"] is call:
+                del call[1]["_busy"]
 
     def on_request_access(self, keys: Iterable[Any], req_context: Any) -> None:
         return
@@ -332,107 +396,122 @@ class ARCCachePolicy(CachePolicy):
         reused_keys: Container[Any],
         req_context: Any,
     ) -> None:
-        call = ["on_request_finished"]
+        call = ["on_request_finished", self.__dict__]
         try:
-            _begin(self, call)
-            t1, t2 = self._t1, self._t2
-            keys = _held(order_request_keys(key_groups, req_context))
-            tail_first = range(len(keys) - 1, -1, -1)
-            # vLLM: asks both containers about each key as it applies it.
-            # Here every key is classified (tail first), then looked up,
-            # before the first change: a failure changes nothing.
-            kinds = bytearray(len(keys))
-            for j in tail_first:
-                if keys[j] in insertion_only_keys:
-                    kinds[j] = _INSERTED_ONLY
-                elif keys[j] in reused_keys:
-                    kinds[j] = _REUSED
-            for j in tail_first:
-                if kinds[j]:
-                    keys[j] in t1 or keys[j] in t2
-            released: _Chain = ()  # the replaced key objects
-            for j in tail_first:
-                key, kind = keys[j], kinds[j]
-                if kind == _INSERTED_ONLY:
-                    # A store is not a frequency hit: refresh recency only.
-                    if key in t1:
-                        t1.move_to_end(key)
-                    elif key in t2:
-                        t2.move_to_end(key)
-                elif kind == _REUSED:
-                    if key in t1:
-                        old_key, chunk = _pop_entry(t1, key)
-                        released = (old_key, released)
-                        t2[key] = chunk
-                    elif key in t2:
-                        t2.move_to_end(key)
+            try:
+                _begin(call)
+                t1, t2, _, _ = self._lists
+                keys = _held(order_request_keys(key_groups, req_context))
+                tail_first = range(len(keys) - 1, -1, -1)
+                # vLLM: asks both containers about each key as it applies it.
+                # Here every key is classified (tail first), then looked up,
+                # before the first change: a failure changes nothing.
+                kinds = bytearray(len(keys))
+                for j in tail_first:
+                    if keys[j] in insertion_only_keys:
+                        kinds[j] = _INSERTED_ONLY
+                    elif keys[j] in reused_keys:
+                        kinds[j] = _REUSED
+                for j in tail_first:
+                    if kinds[j]:
+                        keys[j] in t1 or keys[j] in t2
+                released: _Chain = ()  # the replaced key objects
+                for j in tail_first:
+                    key, kind = keys[j], kinds[j]
+                    if kind == _INSERTED_ONLY:
+                        # A store is not a frequency hit: refresh recency only.
+                        if key in t1:
+                            t1.move_to_end(key)
+                        elif key in t2:
+                            t2.move_to_end(key)
+                    elif kind == _REUSED:
+                        if key in t1:
+                            old_key, chunk = _pop_entry(t1, key)
+                            released = (old_key, released)
+                            t2[key] = chunk
+                        elif key in t2:
+                            t2.move_to_end(key)
+            finally:
+                if "_busy" in call[1] and call[1]["_busy"] is call:
+                    del call[1]["_busy"]
         finally:
-            _end(self, call)
+            if "_busy" in call[1] and call[1]["_busy"] is call:
+                del call[1]["_busy"]
 
     def evict(self, n: int, protected: Container[Any]) -> list[tuple[Any, ChunkStatus]] | None:
-        call = ["evict"]
+        call = ["evict", self.__dict__]
         try:
-            _begin(self, call)  # n.__index__ is user code too
-            n = check_evict_n(n)
-            if n == 0:
-                return []
-            t1, t2, b1, b2 = self._lists
-            # Select without changing anything (the scans compare keys: user
-            # code). vLLM: candidates in a list; here picked, a chain (rule
-            # 4) of cells (entry, from_t1, rest), flat for speed, the last
-            # victim first; entry is the (key, chunk) pair the result holds.
-            picked: _Chain = ()
-            virtual_t1_size = len(t1)
-            t1_victims = _victims(t1, protected)
-            t2_victims = _victims(t2, protected)
-            for _ in range(n):
-                if virtual_t1_size >= int(self._target):
-                    entry = next(t1_victims, None)
+            try:
+                _begin(call)  # n.__index__ is user code too
+                n = check_evict_n(n)
+                if n == 0:
+                    return []
+                t1, t2, b1, b2 = self._lists
+                # Select without changing anything (the scans compare keys: user
+                # code). vLLM: candidates in a list; here picked, a chain (rule
+                # 4) of cells (entry, from_t1, rest), flat for speed, the last
+                # victim first; entry is the (key, chunk) pair the result holds.
+                picked: _Chain = ()
+                virtual_t1_size = len(t1)
+                t1_victims = _victims(t1, protected)
+                t2_victims = _victims(t2, protected)
+                for _ in range(n):
+                    if virtual_t1_size >= int(self._target):
+                        entry = next(t1_victims, None)
+                        if entry is not None:
+                            picked = (entry, True, picked)
+                            virtual_t1_size -= 1
+                            continue
+                    entry = next(t2_victims, None)
                     if entry is not None:
-                        picked = (entry, True, picked)
-                        virtual_t1_size -= 1
+                        picked = (entry, False, picked)
                         continue
-                entry = next(t2_victims, None)
-                if entry is not None:
-                    picked = (entry, False, picked)
-                    continue
-                # t2 has no victim left: fall back to t1 (vLLM PR 55461).
-                entry = next(t1_victims, None)
-                if entry is None:
-                    return None
-                picked = (entry, True, picked)
-                virtual_t1_size -= 1
-            victims = _reversed(picked)  # first victim first
-            cell = victims
-            while cell:
-                (key, _), from_t1, cell = cell
-                if from_t1:
-                    del t1[key]
-                    b1[key] = None
-                else:
-                    del t2[key]
-                    b2[key] = None
-            released: _Chain = ()  # the forgotten ghosts
-            for ghost in (b1, b2):
-                for _ in range(len(ghost) - self._capacity):
-                    released = (ghost.popitem(last=False), released)
-            return _entries(victims)
+                    # t2 has no victim left: fall back to t1 (vLLM PR 55461).
+                    entry = next(t1_victims, None)
+                    if entry is None:
+                        return None
+                    picked = (entry, True, picked)
+                    virtual_t1_size -= 1
+                victims = _reversed(picked)  # first victim first
+                cell = victims
+                while cell:
+                    (key, _), from_t1, cell = cell
+                    if from_t1:
+                        del t1[key]
+                        b1[key] = None
+                    else:
+                        del t2[key]
+                        b2[key] = None
+                released: _Chain = ()  # the forgotten ghosts
+                for ghost in (b1, b2):
+                    for _ in range(len(ghost) - self._capacity):
+                        released = (ghost.popitem(last=False), released)
+                return _entries(victims)
+            finally:
+                if "_busy" in call[1] and call[1]["_busy"] is call:
+                    del call[1]["_busy"]
         finally:
-            _end(self, call)
+            if "_busy" in call[1] and call[1]["_busy"] is call:
+                del call[1]["_busy"]
 
     def clear(self) -> None:
-        call: _Call = ["clear"]
+        call: _Call = ["clear", self.__dict__]
         try:
-            _begin(self, call)
-            call.append(get_ident())  # nothing but releasing runs from here
-            # t1, t2, b1 and b2 in turn, then the target, as vLLM: a key
-            # released meanwhile sees its list and those before it empty,
-            # the others not.
-            for od in self._lists:
-                od.clear()
-            self._target = 0.0
+            try:
+                _begin(call)
+                call += (get_ident(), {})  # nothing but releasing runs from here
+                # t1, t2, b1 and b2 in turn, then the target, as vLLM: a key
+                # released meanwhile sees its list and those before it empty,
+                # the others not.
+                for od in self._lists:
+                    od.clear()
+                self._target = 0.0
+            finally:
+                if "_busy" in call[1] and call[1]["_busy"] is call:
+                    del call[1]["_busy"]
         finally:
-            _end(self, call)
+            if "_busy" in call[1] and call[1]["_busy"] is call:
+                del call[1]["_busy"]
 
     def mark_evictable(self, key: Any) -> None:
         return
@@ -472,17 +551,24 @@ class ARCCachePolicy(CachePolicy):
         """Raise AssertionError if the lists are inconsistent."""
         running = self.__dict__.get("_busy")
         assert running is None, f"{running[0]}() did not finish"
-        call = ["_check_invariants"]
+        call = ["_check_invariants", self.__dict__]
         try:
-            _begin(self, call)
-            self._check()
+            try:
+                _begin(call)
+                self._check()
+            finally:
+                if "_busy" in call[1] and call[1]["_busy"] is call:
+                    del call[1]["_busy"]
         finally:
-            _end(self, call)
+            if "_busy" in call[1] and call[1]["_busy"] is call:
+                del call[1]["_busy"]
 
     def _check(self) -> None:
         # By identity: keys that break the hash/eq contract must pass too.
         seen: dict[int, str] = {}
-        for name, od in zip(LIST_NAMES, self._lists):
+        lists = self._lists
+        assert type(lists) is tuple and len(lists) == 4, f"_lists is {lists!r}"
+        for name, od in zip(LIST_NAMES, lists):
             for key, value in od.items():
                 assert id(key) not in seen, f"{key!r} is in {seen[id(key)]} and {name}"
                 seen[id(key)] = name
@@ -490,38 +576,46 @@ class ARCCachePolicy(CachePolicy):
                     chunk_ref_offset(type(value))
                 else:
                     assert value is None, f"ghost {key!r} holds {value!r}"
-        for name, od in zip(("b1", "b2"), (self._b1, self._b2)):
+        for name, od in zip(("b1", "b2"), lists[2:]):
             assert len(od) <= self._capacity, (
                 f"{name} holds {len(od)} > cache_capacity {self._capacity}"
             )
 
 
-def _begin(policy: ARCCachePolicy, call: _Call, read: bool = False) -> None:
-    """Take busy for call, inside the try whose finally calls _end(call);
-    while another call runs, in any thread, a mutator is refused and a read
-    nests without it, unless that call is a clear() or __init__ releasing
-    in this thread (a __del__ calls back): then call takes busy from it,
-    and _end gives it back. Every call does this before any user code runs.
-    Functions, not methods: a method called through the class on another
-    object must not dispatch its release to that object (which may lack
-    it, and leave busy taken)."""
-    state = policy.__dict__
-    running = state.setdefault("_busy", call)  # one atomic step
-    if running is not call:
-        if running[-1] == get_ident():
-            call.append(running)
-            state["_busy"] = call
-        elif not read:
-            raise RuntimeError(MSG_REENTRANT.format(call[0], running[0]))
+def _begin(call: _Call, read: bool = False) -> None:
+    """Take busy for call in its slot (call[1]), inside the try whose
+    finally gives it back; while another call runs, in any thread, a
+    mutator is refused and a read nests without it, unless that call is a
+    clear() or __init__ releasing in this thread (a __del__ calls back):
+    then call takes busy in the release's own slot, which it names in
+    call[1] first. Every call does this before any user code runs. Each
+    step is one store, and the finally gives back only what call holds, so
+    a hook that raises between two steps leaves nothing taken. A function,
+    not a method: a method called through the class on another object must
+    not dispatch its release to that object (which may lack it, and leave
+    busy taken)."""
+    running = call[1].setdefault("_busy", call)  # one atomic step
+    while running is not call:
+        if len(running) > 2 and running[2] == get_ident():
+            call[1] = running[3]
+            running = call[1].setdefault("_busy", call)
+        elif read:
+            return
+        else:
+            raise RuntimeError(MSG_REENTRANT.format(call[0], _innermost(running)[0]))
 
 
-def _end(policy: ARCCachePolicy, call: _Call) -> None:
-    state = policy.__dict__
-    if state.get("_busy") is call:
-        if len(call) == 1 or type(call[1]) is not list:
-            del state["_busy"]
-        else:  # nested in a release: back to it
-            state["_busy"] = call[1]
+def _innermost(running: _Call) -> _Call:
+    """The call running in running's release, if one nests there, and so
+    on: the call whose name a refusal gives, as the core's busy does."""
+    while len(running) > 2 and "_busy" in running[3]:
+        running = running[3]["_busy"]
+    return running
+
+
+def _copies(lists: tuple[OrderedDict[Any, Any], ...]) -> list[OrderedDict[Any, Any]]:
+    """A copy of each list, for __getstate__."""
+    return [OrderedDict(od) for od in lists]
 
 
 # A chain: () or (item, rest), one tuple cell per item, each made whole in

@@ -1,0 +1,279 @@
+"""The way out of a call (docs/hardening.md, rule 2): a trace or profile
+hook that raises at any event of arc_cy's Python code, the lines that give
+busy back included, leaves the policy neither busy nor split, also in a
+call nested in a clear() or __init__ that releases; and a call's user
+code, a chunk's truth test included, runs while the call is busy.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+import arc_cy
+from arc_cy import _messages
+from helpers import CTX, K, VllmARC, keysnap, ready
+from hostile import Boom, populated, set_target
+
+# The hook tests run every call once per event: hundreds of runs, which
+# GC stress (a collection at every allocation) would stretch to hours and
+# which test hooks, not collections. The others are hostile-input tests.
+hostile = pytest.mark.hostile
+
+ARC_CY_DIR = os.path.dirname(os.path.abspath(arc_cy.__file__)) + os.sep
+
+CALLS = {
+    "insert": lambda p: p.insert(K(70), ready(70), CTX),
+    "insert-over-ghost": lambda p: p.insert(K(0), ready(70), CTX),
+    # the calls that fail: the way out from an exception
+    "insert-duplicate": lambda p: p.insert(K(4), ready(70), CTX),
+    "evict-bad-n": lambda p: p.evict(-1, set()),
+    "touch-bad-keys": lambda p: p.touch(None, CTX),
+    "remove": lambda p: p.remove(K(4)),
+    "touch": lambda p: p.touch([K(4), K(0), K(3)], CTX),
+    "on_store_miss": lambda p: p.on_store_miss([K(0), K(1)], CTX),
+    "on_request_finished": lambda p: p.on_request_finished([[K(4), K(2)]], {K(2)}, {K(4)}, CTX),
+    "evict": lambda p: p.evict(2, set()),
+    "target_t1_size": set_target(2),
+    "_max_entries": lambda p: setattr(p, "_max_entries", 50),
+    "get": lambda p: p.get(K(4)),
+    "t1[key]": lambda p: p.t1[K(4)],
+    "key in b1": lambda p: K(0) in p.b1,
+    "__init__": lambda p: p.__init__(3),
+    "clear": lambda p: p.clear(),
+    "_check_invariants": lambda p: p._check_invariants(),
+}
+
+
+class Hook:
+    """A sys.settrace or sys.setprofile hook that counts the events of
+    arc_cy's own frames and raises Boom at the one numbered `at` (never,
+    if None). CPython unsets a hook that raises."""
+
+    def __init__(self, kind, at=None):
+        self.kind, self.at, self.seen, self.raised_at = kind, at, 0, None
+
+    def __call__(self, frame, event, arg):
+        if frame.f_code.co_filename.startswith(ARC_CY_DIR):
+            if self.seen == self.at:
+                self.raised_at = f"{event} {frame.f_code.co_name}:{frame.f_lineno}"
+                raise Boom(self.raised_at)
+            self.seen += 1
+        return self
+
+    def run(self, fn):
+        # A Boom raised where Python cannot pass it on (a generator closed
+        # as its call's frame goes, a __del__) is expected; nothing else.
+        lost = []
+        unraisable, sys.unraisablehook = sys.unraisablehook, lost.append
+        install = sys.settrace if self.kind == "trace" else sys.setprofile
+        install(self)
+        try:
+            fn()
+        except (Boom, ValueError, TypeError):  # a hook's, or the call's own error
+            pass
+        finally:
+            install(None)
+            sys.unraisablehook = unraisable
+        assert all(type(info.exc_value) is Boom for info in lost), lost
+
+
+def each_event(kind, make, call):
+    """Run call(make()) once per event of arc_cy's code that it sees, with
+    a hook that raises there; yield (where it raised, the policy)."""
+    counter = Hook(kind)
+    policy = make()
+    counter.run(lambda: call(policy))
+    if type(policy).__module__.endswith("_arc_py"):  # the core may run none
+        assert counter.seen > 0, "no event of arc_cy's code was seen"
+    for at in range(counter.seen):
+        policy = make()
+        hook = Hook(kind, at)
+        hook.run(lambda: call(policy))  # noqa: B023 -- run at once, in this iteration
+        yield hook.raised_at, policy
+
+
+def assert_free_and_whole(policy, where):
+    """Not busy, the lists one set (what insert() puts in, get() and the
+    view find), and every mutator, __init__ included, accepted. A call cut
+    short in the twin's own lines may be half applied, as vLLM's would be
+    (an evict() that raised before it trimmed the ghosts leaves b1 over
+    capacity): _check_invariants() runs after __init__ again."""
+    try:
+        assert policy.__dict__.get("_busy") is None  # the twin's busy
+        policy.target_t1_size = policy.target_t1_size
+        chunk = ready(99)
+        policy.insert(K(99), chunk, CTX)
+        assert policy.get(K(99)) is chunk
+        assert K(99) in policy.t1 and policy.t1[K(99)] is chunk
+        policy.remove(K(99))
+        assert policy.get(K(99)) is None and K(99) not in policy.t1
+        policy.__init__(3)
+        policy.insert(K(1), ready(1), CTX)
+        assert list(policy.t1) == [K(1)]
+        policy._check_invariants()
+    except (AssertionError, RuntimeError) as exc:
+        raise AssertionError(f"after a hook raised at {where}: {exc!r}") from exc
+
+
+@pytest.mark.parametrize("kind", ["trace", "profile"])
+@pytest.mark.parametrize("call", CALLS)
+def test_a_hook_raising_at_any_event_leaves_the_policy_free_and_whole(policy_cls, call, kind):
+    """Each event of arc_cy's Python code in turn. The twin's __init__ once
+    rebound its list tuple and then, a line later, the t1 attribute: a
+    hook raising between the two left insert() and get() on two
+    different t1s. Its _end gave busy back in three lines: a hook raising
+    in them left every later mutator refused."""
+    for where, policy in each_event(kind, lambda: populated(policy_cls), CALLS[call]):
+        assert_free_and_whole(policy, where)
+
+
+class ReleasedKey:
+    """A key whose __del__, while armed, runs `nested` on its policy (what
+    it raises is kept, not lost in the unraisable hook)."""
+
+    armed = False
+    errors: list[str] = []
+
+    def __init__(self, policy, nested):
+        self.policy, self.nested = policy, nested
+
+    def __hash__(self):
+        return 1234
+
+    def __eq__(self, other):
+        return other is self
+
+    def __del__(self):
+        if not ReleasedKey.armed:
+            return
+        try:
+            self.nested(self.policy)
+        except Exception as exc:  # kept: a Boom, or a refusal
+            ReleasedKey.errors.append(type(exc).__name__)
+
+
+NESTED = ["insert", "evict", "touch", "get", "clear", "__init__"]
+
+
+@pytest.mark.parametrize("kind", ["trace", "profile"])
+@pytest.mark.parametrize("outer", ["clear", "__init__"])
+@pytest.mark.parametrize("nested", NESTED)
+def test_a_hook_raising_in_a_call_nested_in_a_release(policy_cls, nested, outer, kind):
+    """clear() or __init__ again releases t1's key, whose __del__ calls in
+    (rule 6: it nests). A hook that raised while that nested call gave
+    busy back left it holding busy: the clear() never gave busy back."""
+
+    def make():
+        policy = populated(policy_cls)
+        policy.insert(ReleasedKey(policy, CALLS[nested]), ready(60), CTX)
+        return policy
+
+    def call(policy):
+        ReleasedKey.armed = True
+        try:
+            CALLS[outer](policy)
+        finally:
+            ReleasedKey.armed = False
+
+    for where, policy in each_event(kind, make, call):
+        assert_free_and_whole(policy, where)
+
+
+# --- the truth test of get() runs under busy -------------------------------------
+
+
+LOG: list[str] = []
+
+
+class InsertingChunk(type(ready(0))):
+    """A chunk whose truth test tries insert() and says False."""
+
+    policy = None
+
+    def __bool__(self):
+        try:
+            InsertingChunk.policy.insert(K(80 + len(LOG)), ready(80), CTX)
+        except RuntimeError as exc:
+            LOG.append(str(exc))
+        else:
+            LOG.append("allowed")
+        return False
+
+
+class QuietChunk(type(ready(0))):
+    def __bool__(self):
+        return False
+
+
+def _falsy_get(cls, chunk_cls, where):
+    """get() of a falsy chunk in t1 or t2: what it returned ("None" or
+    "the chunk"), the lists, and what the chunk's __bool__ logged."""
+    LOG.clear()
+    policy = populated(cls)
+    chunk = chunk_cls(77)
+    chunk.ref_cnt = 0  # ready: touch() moves it to t2
+    policy.insert(K(77), chunk, CTX)
+    if where == "t2":
+        policy.touch([K(77)], CTX)
+    InsertingChunk.policy = policy
+    try:
+        got = policy.get(K(77))
+    finally:
+        InsertingChunk.policy = None
+    assert (K(77) in policy.t2) == (where == "t2")
+    return "the chunk" if got is chunk else repr(got), keysnap(policy), list(LOG)
+
+
+@hostile
+@pytest.mark.parametrize("where", ["t1", "t2"])
+def test_a_chunks_truth_test_runs_while_get_is_busy(policy_cls, where):
+    """vLLM's get() is `t1.get(key) or t2.get(key)`: a t1 chunk's __bool__
+    is user code of the call, and a falsy one gives None. The core tested
+    it after giving busy back, so a __bool__ that called insert() was let
+    through (the twin refused it), and it tested a t2 chunk too, which
+    vLLM's `or` returns untested (the core gave None for a falsy one).
+    Both refuse the insert from a t1 chunk's test and end as vLLM does
+    with a chunk that only says False (vLLM itself lets the insert
+    through: a documented divergence); a t2 chunk is returned untested."""
+    pytest.importorskip("vllm")
+    got = _falsy_get(policy_cls, InsertingChunk, where)
+    if where == "t1":
+        assert got[2] == [_messages.MSG_REENTRANT.format("insert", "get")]
+        assert got[:2] == _falsy_get(VllmARC, QuietChunk, where)[:2]
+        assert got[0] == "None"
+    else:
+        assert got == _falsy_get(VllmARC, InsertingChunk, where)
+        assert got[0] == "the chunk" and got[2] == []
+
+
+class InsertingIndex:
+    """An int whose __index__ tries insert()."""
+
+    def __init__(self, policy, value):
+        self.policy, self.value = policy, value
+
+    def __index__(self):
+        try:
+            self.policy.insert(K(81), ready(81), CTX)
+        except RuntimeError as exc:
+            LOG.append(str(exc))
+        else:
+            LOG.append("allowed")
+        return self.value
+
+
+@hostile
+def test_the_entry_limits_check_runs_while_its_setter_is_busy(policy_cls):
+    """_max_entries's setter (arc_cy's own, for tests) ran the value's
+    __index__ without being busy, in both: an insert() from it was let
+    through."""
+    LOG.clear()
+    policy = populated(policy_cls)
+    before = keysnap(policy)
+    policy._max_entries = InsertingIndex(policy, 50)
+    assert LOG == [_messages.MSG_REENTRANT.format("insert", "_max_entries")]
+    assert keysnap(policy) == before and policy._max_entries == 50
+    policy._check_invariants()
