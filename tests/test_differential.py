@@ -122,6 +122,15 @@ def test_random_policy_sequences(seed):
     assert evictions > 50 and failures > 5
 
 
+def each(managers, fn):
+    """fn(manager) on every manager: the same answer from each (vLLM arc's,
+    the first, returned)."""
+    results = [fn(m) for m in managers]
+    for r in results[1:]:
+        assert r == results[0]
+    return results[0]
+
+
 def manager_key(i: int) -> bytes:
     return make_offload_key(f"blk{i}".encode(), 0)
 
@@ -168,12 +177,6 @@ def test_random_manager_traffic(seed):
     )
     target = 0.0
 
-    def each(fn):
-        results = [fn(m) for m in managers]
-        for r in results[1:]:
-            assert r == results[0]
-        return results[0]
-
     def job_done(ctx):
         open_jobs[id(ctx)] -= 1
         if open_jobs[id(ctx)] == 0 and all(c is not ctx for c, _ in preempted):
@@ -213,7 +216,9 @@ def test_random_manager_traffic(seed):
                         c.set_offload_key_position(k, pos)
             hits = 0
             for k in blocks:
-                res = each(lambda m, k=k, ctx=ctx: m.lookup(k, ctx[managers.index(m)]).name)
+                res = each(
+                    managers, lambda m, k=k, ctx=ctx: m.lookup(k, ctx[managers.index(m)]).name
+                )
                 if res != "HIT":
                     break
                 hits += 1
@@ -264,7 +269,7 @@ def test_random_manager_traffic(seed):
             inflight_stores.clear()
             preempted.clear()
             open_jobs.clear()
-        each(manager_state)
+        each(managers, manager_state)
         for m in managers[1:]:
             m._policy._check_invariants()
         if managers[0]._policy.target_t1_size != target:  # a ghost hit (or a reset)
@@ -310,12 +315,6 @@ def test_random_primary_tier_traffic(seed):
     stats = dict.fromkeys(("evicted", "deferred", "released", "failed", "reads", "moves"), 0)
     target = 0.0
 
-    def each(fn):
-        results = [fn(m) for m in managers]
-        for r in results[1:]:
-            assert r == results[0]
-        return results[0]
-
     def state(m):
         return manager_state(m), m.num_deferred_release_chunks, sorted(m._free_list)
 
@@ -354,7 +353,7 @@ def test_random_primary_tier_traffic(seed):
                 if ok:
                     for m, c in zip(managers, wctx):
                         m.complete_write(ok, c, True)
-                deferred.append(each(lambda m, f=failed: m.defer_write_release(f)))
+                deferred.append(each(managers, lambda m, f=failed: m.defer_write_release(f)))
                 stats["deferred"] += len(failed)
         elif op < 0.75 and deferred:
             chunk_ids = deferred.pop(rng.randrange(len(deferred)))
@@ -366,7 +365,8 @@ def test_random_primary_tier_traffic(seed):
             hits = [
                 k
                 for k in keys
-                if each(lambda m, k=k, ctx=ctx: m.lookup(k, ctx[managers.index(m)]).name) == "HIT"
+                if each(managers, lambda m, k=k, ctx=ctx: m.lookup(k, ctx[managers.index(m)]).name)
+                == "HIT"
             ]
             if hits and rng.random() < 0.5:
                 for m, c in zip(managers, ctx):
@@ -383,7 +383,7 @@ def test_random_primary_tier_traffic(seed):
             rctx, keys = reads.pop(rng.randrange(len(reads)))
             for m, c in zip(managers, rctx):
                 m.complete_read(keys, c)
-        each(state)
+        each(managers, state)
         for m in managers[1:]:
             m._policy._check_invariants()
         if managers[0]._policy.target_t1_size != target:
