@@ -139,14 +139,19 @@ class ARCCachePolicy(CachePolicy):
             if "_busy" in call[1] and call[1]["_busy"] is call:
                 del call[1]["_busy"]
 
-    def _replace_list(self, which: int) -> None:
-        # As vLLM's `self.t1 = OrderedDict()`: the old list is released now,
-        # its entries in insertion order, before the next list is replaced.
+    def _replace_list(self, which: int, clear: bool = False) -> None:
+        # As vLLM's `self.t1 = OrderedDict()` (or, with clear, its
+        # `self.t1.clear()`): the old list is released now, before the next
+        # list is replaced. It is taken out whole first, so what a __del__
+        # writes meanwhile lands in the new list.
         lists = self._lists
         if type(which) is not int or not 0 <= which < 4:
             raise IndexError(which)  # a list number, as the core: four lists stay four
+        old = lists[which]
         self._lists = lists[:which] + (OrderedDict(),) + lists[which + 1 :]
         del lists
+        if clear:
+            old.clear()  # the values in insertion order, then the keys in list order
 
     def __getstate__(self) -> dict[str, Any]:
         # For copy and pickle: the lists, copied (a shallow copy of a
@@ -502,9 +507,10 @@ class ARCCachePolicy(CachePolicy):
                 call += (get_ident(), {})  # nothing but releasing runs from here
                 # t1, t2, b1 and b2 in turn, then the target, as vLLM: a key
                 # released meanwhile sees its list and those before it empty,
-                # the others not.
-                for od in self._lists:
-                    od.clear()
+                # the others not. Each list is looked up when its turn comes,
+                # so lists an __init__ nested in a __del__ replaced go there.
+                for which in range(4):
+                    self._replace_list(which, clear=True)
                 self._target = 0.0
             finally:
                 if "_busy" in call[1] and call[1]["_busy"] is call:

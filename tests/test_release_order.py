@@ -146,3 +146,160 @@ def test_init_again_resets_like_vllms_init(policy_cls):
     policy.__init__(7)
     assert (policy._max_entries, policy.cache_capacity) == (_checks.MAX_ENTRIES, 7)
     policy._check_invariants()
+
+
+class Acting:
+    """A key or chunk whose __del__ logs what it sees of the policy (the
+    sizes of t1, t2, b1 and b2), then runs act(policy) once."""
+
+    def __init__(self, name, policy, act=None):
+        self.name, self.policy, self.act = name, policy, act
+
+    def __hash__(self):
+        return hash(self.name)
+
+    def __eq__(self, other):
+        return isinstance(other, Acting) and other.name == self.name
+
+    def __del__(self):
+        p = self.policy
+        if p is None:
+            return
+        RELEASE_LOG.append((self.name, len(p.t1), len(p.t2), len(p.b1), len(p.b2)))
+        act, self.act = self.act, None
+        if act is not None:
+            act(p)
+
+
+class ActingChunk(ChunkStatus):
+    """A ready chunk whose __del__ runs act(policy) once."""
+
+    act = None
+
+    def __del__(self):
+        act, self.act = self.act, None
+        if act is not None:
+            act()
+
+
+def _full(cls, act_on="t1-a", act=None):
+    """t1 = [t1-a, t1-b], t2 = [t2-a, t2-b], b1 = [b1-a], b2 = [b2-a]; the
+    key act_on carries act."""
+    RELEASE_LOG.clear()
+    policy = cls(4)
+
+    def key(name):
+        return Acting(name, policy, act if name == act_on else None)
+
+    for name in ("b2-a", "b1-a", "t2-a", "t2-b", "t1-a", "t1-b"):
+        policy.insert(key(name), ready(0), CTX)
+    for name in ("b2-a", "t2-a", "t2-b"):
+        policy.touch([key(name)], CTX)
+    assert [k.name for k, _ in policy.evict(1, ())] == ["b1-a"]
+    policy.target_t1_size = 4
+    assert [k.name for k, _ in policy.evict(1, ())] == ["b2-a"]
+    assert [[k.name for k in v] for v in (policy.t1, policy.t2, policy.b1, policy.b2)] == [
+        ["t1-a", "t1-b"],
+        ["t2-a", "t2-b"],
+        ["b1-a"],
+        ["b2-a"],
+    ]
+    gc.collect()
+    RELEASE_LOG.clear()
+    return policy
+
+
+def _init_in_clear(cls):
+    policy = _full(cls, act=lambda p: p.__init__(4))
+    policy.clear()
+    return list(RELEASE_LOG), keysnap(policy)
+
+
+def test_init_from_a_del_in_clear_releases_in_vllms_order(policy_cls):
+    """clear() looks each list up when its turn comes: an __init__ that a
+    t1 key's __del__ runs releases t2, b1 and b2 itself, as vLLM's does, so
+    each __del__ sees what it would see in vLLM (the twin once released
+    them after, from the lists it held)."""
+    pytest.importorskip("vllm")
+    got = _init_in_clear(policy_cls)
+    assert got == _init_in_clear(VllmARC)
+    names = [entry[0] for entry in got[0]]
+    # t2's, b1's and b2's keys go inside the nested __init__, before t1-b
+    assert names == ["t1-a", "t2-a", "t2-b", "b1-a", "b2-a", "t1-b"]
+
+
+def _insert_from_a_chunk_del(cls, which):
+    """Clear a policy whose first chunk in list `which` (t1 or t2) inserts
+    "new" from its __del__, while clear() releases that list's values."""
+    policy = cls(4)
+    new = ready(7)
+
+    def act():
+        policy.insert("new", new, CTX)
+
+    for i, name in enumerate(("a", "b")):
+        chunk = ActingChunk(i)
+        chunk.ref_cnt = 0
+        if name == "a":
+            chunk.act = act
+        policy.insert(name, chunk, CTX)
+    del chunk
+    if which == "t2":
+        policy.touch(["a", "b"], CTX)
+    policy.clear()
+    return policy, new
+
+
+@pytest.mark.parametrize("which", ["t1", "t2"])
+def test_a_write_while_clear_releases_a_list_lands_in_the_new_list(policy_cls, which):
+    """Each list is taken out whole before its entries are released, so a
+    chunk's __del__ that inserts during clear() leaves a proper t1 entry:
+    listed, counted and evictable (docs/hardening.md, "Where arc_cy
+    differs": vLLM's half-cleared OrderedDict keeps it in its dict but in
+    no order). The core and the twin agree."""
+    policy, new = _insert_from_a_chunk_del(policy_cls, which)
+    assert (list(policy.t1), len(policy.t1), policy.get("new")) == (["new"], 1, new)
+    assert (list(policy.t2), list(policy.b1), list(policy.b2)) == ([], [], [])
+    if hasattr(policy, "_check_invariants"):
+        policy._check_invariants()
+    assert [k for k, _ in policy.evict(1, ())] == ["new"]
+    assert list(policy.b1) == ["new"]
+
+
+def test_vllms_list_written_while_it_is_cleared_loses_the_entry():
+    """What arc_cy does not copy: vLLM's t1 written while it is cleared
+    counts the entry and finds it, but lists it nowhere, and evict() cannot
+    reach it."""
+    pytest.importorskip("vllm")
+    policy, new = _insert_from_a_chunk_del(VllmARC, "t1")
+    assert (list(policy.t1), len(policy.t1), policy.get("new")) == ([], 1, new)
+    assert policy.evict(1, ()) is None
+    # written while t2 is cleared, t1 is whole again: the same as arc_cy
+    policy, new = _insert_from_a_chunk_del(VllmARC, "t2")
+    assert (list(policy.t1), len(policy.t1)) == (["new"], 1)
+
+
+def _init_after_a_write_in_clear(cls):
+    """t1 = [a, b], t2 = [c]: a's __del__ inserts "new" into t1 while
+    clear() releases t1's keys, then b's runs __init__ again."""
+    RELEASE_LOG.clear()
+    policy = cls(4)
+    acts = {"a": lambda p: p.insert(Acting("new", p), ready(9), CTX), "b": lambda p: p.__init__(4)}
+    for i, name in enumerate("abc"):
+        policy.insert(Acting(name, policy, acts.get(name)), ready(i), CTX)
+    policy.touch([Acting("c", policy)], CTX)
+    gc.collect()
+    RELEASE_LOG.clear()
+    policy.clear()
+    return [entry[0] for entry in RELEASE_LOG], keysnap(policy)
+
+
+def test_init_after_a_write_in_clear_releases_the_write_at_once(policy_cls):
+    """The other half of that difference: "new" went to a new t1, which the
+    nested __init__ replaces and releases at once; vLLM's "new" sits in the
+    t1 being cleared, released once clear() lets go of it, after t2."""
+    pytest.importorskip("vllm")
+    got = _init_after_a_write_in_clear(policy_cls)
+    assert got[0] == ["a", "b", "new", "c"]
+    assert got[1] == _init_after_a_write_in_clear(VllmARC)[1]
+    assert _init_after_a_write_in_clear(VllmARC)[0] == ["a", "b", "c", "new"]
