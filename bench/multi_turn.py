@@ -12,7 +12,7 @@ vLLM's multi-turn client), each sending its next turn when the previous one
 is answered (plus ``--think`` steps).
 
 Driver: the installed vLLM's real v1 ``Scheduler`` + ``OffloadingConnector`` on a
-``CPUOffloadingManager`` (harness/offload_stub.py's harness; the worker side
+``CPUOffloadingManager`` (arc_cy_harness.offload_stub's harness; the worker side
 moves no data). A fill phase (not timed) of unique 8K-token prompts
 allocates every CPU chunk first, so every store evicts. Loads from the CPU
 complete ``L`` steps after they were scheduled (``stub_load_delay_steps``),
@@ -63,7 +63,7 @@ from collections import Counter
 from typing import Any
 
 import benchlib as bl
-from multi_turn_workload import (
+from arc_cy_harness.multi_turn_workload import (
     BLOCK_SIZE,
     DATA,
     ROOT,
@@ -289,7 +289,7 @@ def calibrate(n: int = 200_000) -> dict[str, float]:
 
 
 def make_harness(model_dir: str, policy: str, cpu_chunks: int, args: Any) -> Any:
-    import offload_stub
+    from arc_cy_harness import offload_stub
 
     extra = offload_stub.offloading_extra_config(
         policy, num_chunks=cpu_chunks, stub_load_delay_steps=0
@@ -365,7 +365,7 @@ def run_size(
     cpu_chunks: int, args: Any, cfg: dict[str, Any], model_dir: str
 ) -> list[dict[str, Any]]:
     import arc_cy
-    from chat_workload import ChatWorkload, WorkloadConfig
+    from arc_cy_harness.chat_workload import ChatWorkload, WorkloadConfig
 
     t_size = time.perf_counter()
     # Scale vLLM's 24 conversations up until they hold args.turnover x the
@@ -693,7 +693,7 @@ def run(args: Any) -> dict[str, Any]:
     cfg = load_config()
     import vllm.plugins
 
-    import offload_stub
+    from arc_cy_harness import offload_stub
 
     vllm.plugins.load_general_plugins()
     model_dir = offload_stub.write_model_config(

@@ -2,7 +2,7 @@
 
 Drives ``arc_cy._arc_c.ARCCachePolicy`` (the compiled class, imported
 directly) through vLLM's CachePolicy API with traffic shaped like
-``CPUOffloadingManager``'s (harness/traffic.py's PolicyTraffic, the driver
+``CPUOffloadingManager``'s (arc_cy_harness.traffic's PolicyTraffic, the driver
 the differential tests use too), for ``--ops`` policy calls (default 10**7) at
 ``--capacity`` chunks (default 100_000), and reports:
 
@@ -18,7 +18,7 @@ the differential tests use too), for ``--ops`` policy calls (default 10**7) at
   defaults both lie 1M calls after a clear(), so the policy is equally full). The B - A
   difference is reported for arc_cy's own files and, because the compiled
   core has no Python frames, for the lines of the driver
-  (harness/traffic.py) that call the policy (tracemalloc charges the core's
+  (arc_cy_harness.traffic) that call the policy (tracemalloc charges the core's
   PyMem allocations to them), plus the largest differences anywhere.
 
 One "op" is one call of a policy method. The traffic is a loop of
@@ -68,16 +68,16 @@ import psutil
 
 import arc_cy
 import benchlib as bl
-import traffic
 from arc_cy._arc_c import ARCCachePolicy
-from traffic import Lockstep, PolicyTraffic
+from arc_cy_harness import traffic
+from arc_cy_harness.traffic import Lockstep, PolicyTraffic
 
 NAME = "soak"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def make_driver(capacity: int, seed: int) -> PolicyTraffic:
-    """harness/traffic.py's manager-shaped traffic on one compiled policy;
+    """arc_cy_harness.traffic's manager-shaped traffic on one compiled policy;
     its Lockstep counts the policy calls."""
     return PolicyTraffic(
         Lockstep([ARCCachePolicy(capacity)]),
@@ -281,7 +281,7 @@ def markdown(res: dict[str, Any]) -> str:
             "",
             f"- arc_cy package files: B - A = {tm['arc_cy_files_size_diff']:+,} "
             f"bytes ({tm['arc_cy_files_size_at_b']:,} bytes live at B)",
-            "- the driver's lines (harness/traffic.py; the compiled core has no "
+            "- the driver's lines (arc_cy_harness.traffic; the compiled core has no "
             "Python frames, so its PyMem allocations are charged to the lines "
             "calling it): "
             f"B - A = {tm['driver_lines_size_diff']:+,} bytes",

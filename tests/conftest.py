@@ -9,7 +9,7 @@ import pytest
 
 from arc_cy._env import env_flag
 from arc_cy._guard import vllm_guard
-from helpers import IMPLEMENTATIONS, load_policy_class
+from helpers import IMPLEMENTATIONS, REQUIRE_ALL_ENV, load_policy_class
 
 
 @pytest.fixture(scope="session")
@@ -22,13 +22,14 @@ def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 # --- no skips under the test command -----------------------------------------
 #
-# A test that needs vLLM, mypy or pyright calls pytest.importorskip (a module
-# that imports vLLM: at its top), so that a venv of arc_cy, pytest and
-# hypothesis alone runs the rest (the fast layer). tests/run.sh sets
+# A test that needs vLLM is marked needs_vllm, which skips it without vLLM (a
+# module that imports vLLM at its top also calls pytest.importorskip("vllm")
+# before those imports); one that needs mypy or pyright calls
+# pytest.importorskip. A venv of arc_cy, pytest and hypothesis alone thus
+# runs the rest: the fast layer, -m "not needs_vllm". tests/run.sh sets
 # ARC_CY_TESTS_REQUIRE_ALL: there every skip, at collection or in a test, is
 # a failure, so a broken environment cannot pass by skipping.
 
-REQUIRE_ALL_ENV = "ARC_CY_TESTS_REQUIRE_ALL"
 REQUIRE_ALL = env_flag(REQUIRE_ALL_ENV)
 
 
@@ -55,6 +56,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     _no_skip(report)
     return report
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("needs_vllm") is not None:
+        pytest.importorskip("vllm")
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
@@ -177,7 +183,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A tiny Llama config.json (nothing downloaded)."""
-    from offload_stub import write_model_config
+    from arc_cy_harness.offload_stub import write_model_config
 
     return write_model_config(str(tmp_path_factory.mktemp("tiny-llama")))
 

@@ -4,8 +4,8 @@ They import without vLLM: ChunkStatus is arc_cy's (vLLM's own class when
 vLLM is installed, else arc_cy's stand-in of the same layout) and
 ReqContext is vLLM's or, without vLLM, the stand-in below. Without vLLM,
 VllmARC (vLLM's ARCCachePolicy, the oracle) is a class that refuses to be
-made, and ORACLE_HOOKS is not there: a test that uses them starts with
-``pytest.importorskip("vllm")``.
+made, and ORACLE_HOOKS is not there: a test that uses them is marked
+``needs_vllm``.
 """
 
 from __future__ import annotations
@@ -147,6 +147,9 @@ def manager_state(manager: Any) -> tuple:
     )
 
 
+# tests/run.sh sets it: every skip is a failure (tests/conftest.py).
+REQUIRE_ALL_ENV = "ARC_CY_TESTS_REQUIRE_ALL"
+
 # The two implementations under test, by name.
 IMPLEMENTATIONS = ("cython", "python")
 MODULES = {"cython": "arc_cy._arc_c", "python": "arc_cy._arc_py"}
@@ -216,12 +219,12 @@ else:
 
     class VllmARC:  # type: ignore[no-redef]
         """Without vLLM: refuses to be made (a test that uses vLLM's ARC
-        starts with pytest.importorskip("vllm") and never gets here)."""
+        is marked needs_vllm and never gets here)."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             raise RuntimeError(
                 "vLLM's ARCCachePolicy is not available (vLLM is not installed): "
-                'a test that uses it starts with pytest.importorskip("vllm")'
+                "a test that uses it is marked needs_vllm"
             )
 
 

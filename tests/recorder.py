@@ -20,8 +20,8 @@ from typing import Any
 
 from vllm.v1.kv_offload.base import LookupResult, OffloadKey, ReqContext
 
-from chat_workload import ChatWorkload, WorkloadConfig
-from offload_stub import LAYER_NAMES, SchedulerHarness, offloading_extra_config
+from arc_cy_harness.chat_workload import ChatWorkload, WorkloadConfig
+from arc_cy_harness.offload_stub import LAYER_NAMES, SchedulerHarness, offloading_extra_config
 
 
 class DecisionRecorder:

@@ -1,6 +1,6 @@
 """What the benchmarks rely on. bench/multi_turn.py reads vLLM's multi-turn
 generator configuration (bench/data/generate_multi_turn.json) and builds
-conversations of its shape (harness/multi_turn_workload.py): no policy is
+conversations of its shape (arc_cy_harness.multi_turn_workload): no policy is
 involved here; the scheduler runs are in the bench itself. bench/evict.py
 reads the compiled core's node size from the core (_NODE_SIZE)."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-import multi_turn_workload as multi_turn
+from arc_cy_harness import multi_turn_workload as multi_turn
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 

@@ -91,8 +91,8 @@ def test_ref_cnt_shadowed_in_a_subclass_is_refused(tp):
     assert errors == [_messages.MSG_CHUNK.format(tp.__qualname__)] * 2
 
 
+@pytest.mark.needs_vllm
 def test_ref_cnt_redeclared_in_a_subclass_is_read_there(policy_cls):
-    pytest.importorskip("vllm")
 
     def scenario(cls):
         policy = cls(4)
@@ -180,9 +180,9 @@ def test_ref_cnt_follows_the_chunks_current_type(policy_cls, resize):
     assert result is None  # pinned, read at Small's offset
 
 
+@pytest.mark.needs_vllm
 @pytest.mark.parametrize("resize", [False, True], ids=["class", "class+resize"])
 def test_vllm_reads_ref_cnt_through_the_chunks_current_type(resize):
-    pytest.importorskip("vllm")
     oracle, _ = _shrunk_chunk_evict(VllmARC, resize)
     assert oracle is None
 

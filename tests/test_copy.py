@@ -37,9 +37,9 @@ def test_copy_and_pickle(policy_cls, how):
         assert keysnap(twin)[:4] == keysnap(policy)[:4]
 
 
+@pytest.mark.needs_vllm
 @pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
 def test_vllms_policy_copies(how):
-    pytest.importorskip("vllm")
     import pickle
 
     do = {

@@ -25,10 +25,10 @@ pytestmark = pytest.mark.hostile
 # --- against vLLM's ARC ---------------------------------------------------------
 
 
+@pytest.mark.needs_vllm
 def test_ref_cnt_changing_mid_scan_matches_vllm(policy_cls):
     """protected.__contains__ pins and unpins other chunks while evict()
     scans: the decisions follow the live values, exactly as vLLM's."""
-    pytest.importorskip("vllm")
 
     def scenario(cls):
         policy = cls(4)
@@ -68,10 +68,10 @@ def test_ref_cnt_changing_mid_scan_matches_vllm(policy_cls):
     assert got[0]  # the scenario does evict something
 
 
+@pytest.mark.needs_vllm
 def test_fraction_target_ghost_hits_match_vllm(policy_cls):
     """target_t1_size may be any real number: a Fraction's arithmetic runs
     Python code (and may start a collection) in the middle of touch()."""
-    pytest.importorskip("vllm")
     from fractions import Fraction
 
     def scenario(cls):
@@ -108,10 +108,10 @@ def _evict_outcome(policy, n):
     return (result and [k for k, _ in result], keysnap(policy))
 
 
+@pytest.mark.needs_vllm
 def test_int_of_the_target_is_taken_at_each_step_of_evict(policy_cls):
     """The core took int(target_t1_size) in the setter and at each
     ghost hit. vLLM takes it at every step of evict's selection."""
-    pytest.importorskip("vllm")
 
     def run(cls):
         policy = with_ghosts(cls, capacity=8)
@@ -127,10 +127,10 @@ def test_int_of_the_target_is_taken_at_each_step_of_evict(policy_cls):
     assert oracle[1] == 5
 
 
+@pytest.mark.needs_vllm
 def test_a_target_without_int_is_stored_and_fails_in_evict(policy_cls):
     """The core's setter raised for a target whose __int__ fails;
     vLLM and the twin store it, and evict() raises, changing nothing."""
-    pytest.importorskip("vllm")
 
     def run(cls):
         policy = with_ghosts(cls)
@@ -142,10 +142,10 @@ def test_a_target_without_int_is_stored_and_fails_in_evict(policy_cls):
     assert got[1][:2] == ("raised", "no int() for this target")
 
 
+@pytest.mark.needs_vllm
 def test_a_ghost_hit_to_a_target_without_int_completes(policy_cls):
     """A ghost hit whose new target has no int() made the core's
     touch() raise after it had applied the keys before it."""
-    pytest.importorskip("vllm")
 
     class NoIntAfterAdd(Fraction):
         def __add__(self, other):
@@ -168,9 +168,9 @@ def test_a_ghost_hit_to_a_target_without_int_completes(policy_cls):
 @pytest.mark.parametrize(
     "target", [10**400, -(10**400), Fraction(10**400, 3)], ids=["huge", "-huge", "fraction"]
 )
+@pytest.mark.needs_vllm
 def test_a_target_beyond_float_range_is_accepted_as_by_vllm(policy_cls, target):
     """Math.isfinite raised a bare OverflowError for 10**400."""
-    pytest.importorskip("vllm")
 
     def run(cls):
         policy = with_ghosts(cls)
@@ -183,10 +183,10 @@ def test_a_target_beyond_float_range_is_accepted_as_by_vllm(policy_cls, target):
         policy.target_t1_size = float("inf")
 
 
+@pytest.mark.needs_vllm
 def test_key_both_inserted_only_and_reused_is_inserted_only(policy_cls):
     """Insertion_only_keys wins over reused_keys, as in vLLM (a
     mutant that checked reused_keys first died only in the state machine)."""
-    pytest.importorskip("vllm")
 
     def scenario(cls):
         policy = populated(cls)  # t1 = [2, 4, 5], t2 = [3]
@@ -199,10 +199,10 @@ def test_key_both_inserted_only_and_reused_is_inserted_only(policy_cls):
     assert got[:2] == ([K(5), K(2)], [K(4), K(3)])
 
 
+@pytest.mark.needs_vllm
 def test_on_store_miss_ignores_resident_keys(policy_cls):
     """On_store_miss only looks at the ghosts (a mutant that looked
     resident keys up too died only in the state machine)."""
-    pytest.importorskip("vllm")
 
     def scenario(cls):
         policy = populated(cls)
@@ -346,13 +346,13 @@ def test_twins_agree_on_corner_cases(scenario):
     assert results[0] == results[1]
 
 
+@pytest.mark.needs_vllm
 @pytest.mark.parametrize("raises", ["none", "protected", "int"])
 def test_evict_beyond_the_resident_count_scans_as_vllm(policy_cls, raises):
     """evict(n) with n above the resident count returned None at once; vLLM
     scans first, asking protected about each ready entry and taking
     int(target_t1_size) at each step, so what those raise is raised (and
     what they see is the same), then it returns None."""
-    pytest.importorskip("vllm")
 
     def run(cls):
         policy = populated(cls)  # 4 resident

@@ -1,6 +1,6 @@
 """Differential tests: arc_cy against vLLM's ARCCachePolicy on random traffic.
 
-Two levels: the policy API driven directly (harness/traffic.py's steps of
+Two levels: the policy API driven directly (arc_cy_harness.traffic's steps of
 the manager, in a random mix; shared key and ChunkStatus objects, so chunk
 identity is compared too), and three real CPUOffloadingManagers fed the same
 manager-shaped traffic (and three tiering primary tiers, on releases that
@@ -13,11 +13,12 @@ import random
 
 import pytest
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm")  # the imports below need it
 
 from vllm.v1.kv_offload.base import make_offload_key
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
+from arc_cy_harness.traffic import Lockstep, PolicyTraffic
 from helpers import (
     KEY_POSITIONS,
     MANAGER_TOUCHES,
@@ -30,7 +31,8 @@ from helpers import (
     load_policy_class,
     manager_state,
 )
-from traffic import Lockstep, PolicyTraffic
+
+pytestmark = pytest.mark.needs_vllm
 
 
 def same(method, results):
@@ -48,7 +50,7 @@ def same(method, results):
 
 def run_policy_sequence(seed: int, steps: int, capacity: int, universe: int) -> tuple[int, int]:
     """Drive vLLM's ARC and both arc_cy classes with the same calls, the
-    manager's steps of harness/traffic.py in a random mix."""
+    manager's steps of arc_cy_harness.traffic in a random mix."""
     rng = random.Random(seed)
     oracle = VllmARC(capacity)
     policies = [load_policy_class(name)(capacity) for name in MODULES]

@@ -227,6 +227,7 @@ def _falsy_get(cls, chunk_cls, where):
     return "the chunk" if got is chunk else repr(got), keysnap(policy), list(LOG)
 
 
+@pytest.mark.needs_vllm
 @hostile
 @pytest.mark.parametrize("where", ["t1", "t2"])
 def test_a_chunks_truth_test_runs_while_get_is_busy(policy_cls, where):
@@ -238,7 +239,6 @@ def test_a_chunks_truth_test_runs_while_get_is_busy(policy_cls, where):
     Both refuse the insert from a t1 chunk's test and end as vLLM does
     with a chunk that only says False (vLLM itself lets the insert
     through: a documented divergence); a t2 chunk is returned untested."""
-    pytest.importorskip("vllm")
     got = _falsy_get(policy_cls, InsertingChunk, where)
     if where == "t1":
         assert got[2] == [_messages.MSG_REENTRANT.format("insert", "get")]

@@ -29,7 +29,7 @@ Profiles (hypothesis settings profiles, applied to this module's test only):
 
 A second, plain (non-hypothesis) test replays long seeded random sequences
 (200_000 policy calls each) of CPUOffloadingManager-shaped traffic
-(harness/traffic.py's PolicyTraffic, the driver bench/soak.py uses too) on
+(arc_cy_harness.traffic's PolicyTraffic, the driver bench/soak.py uses too) on
 the same three policies, to cover long histories that shrinking-friendly
 hypothesis examples do not reach.
 """
@@ -40,7 +40,7 @@ import os
 
 import pytest
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm")  # the imports below need it
 
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -57,10 +57,10 @@ from vllm.v1.kv_offload.base import make_offload_key
 from arc_cy._arc_c import ARCCachePolicy as CPolicy
 from arc_cy._arc_py import ARCCachePolicy as PyPolicy
 from arc_cy._env import env_flag
+from arc_cy_harness.traffic import Lockstep, PolicyTraffic
 from helpers import ChunkStatus, ReqContext, VllmARC, assert_same_state, snapshot
-from traffic import Lockstep, PolicyTraffic
 
-pytestmark = pytest.mark.sanitize
+pytestmark = [pytest.mark.needs_vllm, pytest.mark.sanitize]
 
 settings.register_profile(
     "arc_cy-fuzz-ci",
@@ -121,7 +121,7 @@ class ARCMachine(RuleBasedStateMachine):
         self.c = CPolicy(capacity)
         self.py = PyPolicy(capacity)
         # The manager's steps and its model of the resident chunks
-        # (harness/traffic.py); the rules choose the steps.
+        # (arc_cy_harness.traffic); the rules choose the steps.
         self.t = PolicyTraffic(Lockstep(self.all), capacity)
 
     # --- helpers -----------------------------------------------------------
@@ -451,7 +451,7 @@ def agree(method, results):
 
 
 class Traffic(PolicyTraffic):
-    """Manager-shaped random calls (harness/traffic.py) applied to vLLM's ARC
+    """Manager-shaped random calls (arc_cy_harness.traffic) applied to vLLM's ARC
     and both arc_cy classes in lockstep, with the same objects."""
 
     def __init__(self, seed: int, capacity: int, universe: int) -> None:

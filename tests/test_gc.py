@@ -41,13 +41,13 @@ def test_gc_during_touch_sees_no_null_items(impl):
 REACH_CALLS = ["touch", "on_store_miss", "on_request_finished", "touch-after-ghost-hit"]
 
 
+@pytest.mark.needs_vllm
 @pytest.mark.parametrize("how", REACH_CALLS)
 def test_key_callbacks_cannot_reach_the_working_storage(impl, how):
     """touch, on_store_miss and on_request_finished must keep no copy of
     the keys where key callbacks can find it: a callback that finds such a
     list with gc.get_referrers and clears it leaves the call ending in
     vLLM's state (its ARC, run first with nothing armed, is the oracle)."""
-    pytest.importorskip("vllm")
     proc = run_prog("working_storage.py", impl, "reach", how)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
     assert proc.stdout.startswith("as vLLM:"), proc.stdout
@@ -56,12 +56,12 @@ def test_key_callbacks_cannot_reach_the_working_storage(impl, how):
 EMPTIED = ["evict", "touch"]
 
 
+@pytest.mark.needs_vllm
 @pytest.mark.parametrize("how", EMPTIED)
 def test_gc_hook_cannot_empty_the_working_storage(impl, how):
     """A gc.callbacks hook that empties every list shaped like working
     storage (n Nones, (key, chunk) pairs, keys) while evict() or touch()
     runs: no crash, and vLLM's state and result."""
-    pytest.importorskip("vllm")
     proc = run_prog("working_storage.py", impl, "emptied", how)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
     assert proc.stdout.startswith("as vLLM:"), proc.stdout
@@ -91,11 +91,11 @@ def test_view_iterator_and_a_collection_that_changes_the_policy(view, source):
 TUPLE_READER_CALLS = ("evict", "touch", "on_store_miss", "on_request_finished")
 
 
+@pytest.mark.needs_vllm
 def test_gc_hook_reading_young_tuples():
     """The twin built its working storage with tuple(<generator>):
     a tracked tuple with NULL items while user code ran; a gc hook that
     read it crashed. Both implementations, and vLLM, survive alike."""
-    pytest.importorskip("vllm")
     got = run_json("tuple_reader_gc.py", *TUPLE_READER_CALLS)
     for call in TUPLE_READER_CALLS:
         assert got[call]["cython"] == got[call]["python"] == got[call]["vllm"], call

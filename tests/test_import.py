@@ -46,10 +46,10 @@ def layout(cs) -> dict:
     }
 
 
+@pytest.mark.needs_vllm
 def test_chunk_stand_in_matches_vllm_layout():
     """Without vLLM, _base takes the stand-in ChunkStatus: same fields,
     sizes, offsets and initial values as vLLM's."""
-    pytest.importorskip("vllm")
     from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus as Vllm
 
     from arc_cy import _base

@@ -296,13 +296,13 @@ def _evict_with_raising_eq(cls):
     return outcome, [[k.n for k in getattr(policy, name)] for name in ("t1", "b1")]
 
 
+@pytest.mark.needs_vllm
 def test_documented_divergence_evict_never_compares_keys(policy_cls):
     """Documented: vLLM's evict() looks each scanned key up again
     (OrderedDict's items() iterator), which runs __eq__ between keys that
     share a hash; the compiled core walks its lists and never calls __eq__
     in evict(). A raising __eq__ makes vLLM and the twin raise and change
     nothing, while the core evicts."""
-    pytest.importorskip("vllm")
     unchanged_state = (("raised", None), [[0, 1], []])
     assert _evict_with_raising_eq(VllmARC) == unchanged_state
     got = _evict_with_raising_eq(policy_cls)

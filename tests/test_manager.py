@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm")  # the imports below need it
 
 from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
@@ -17,6 +17,8 @@ from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
 import arc_cy
 from childproc import PROGS, child_env
 from helpers import MODULES, ghost_hits, manager_state, reuse
+
+pytestmark = pytest.mark.needs_vllm
 
 
 def key(i: int) -> bytes:

@@ -269,8 +269,8 @@ def test_mutation_from_key_eq_is_refused(policy_cls, mutation):
         unchanged(policy, calls_with(Meddler(like))[call], RuntimeError)
 
 
+@pytest.mark.needs_vllm
 def test_protected_that_reads_works_like_vllm(policy_cls):
-    pytest.importorskip("vllm")
 
     def scenario(cls):
         policy = populated(cls)
@@ -352,12 +352,12 @@ COMPARING_CALLS = {
 }
 
 
+@pytest.mark.needs_vllm
 @pytest.mark.parametrize("how", COMPARING_CALLS)
 def test_key_eq_cannot_mutate_in_evict_or_remove(policy_cls, how):
     """The twin cleared busy before evict's apply phase and before
     remove's pop, which compare keys sharing a hash: an insert() from such
     an __eq__ succeeded there."""
-    pytest.importorskip("vllm")
     call = COMPARING_CALLS[how]
     state, result, log = _compare_while_busy(policy_cls, call)
     assert "allowed" not in log, log

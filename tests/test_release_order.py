@@ -69,6 +69,7 @@ def _released(cls, how, acting):
     return list(DELS), state
 
 
+@pytest.mark.needs_vllm
 @pytest.mark.parametrize("acting", [False, True], ids=["logged", "acting"])
 @pytest.mark.parametrize("how", ["__init__", "clear"])
 def test_release_order_is_vllms(policy_cls, how, acting):
@@ -76,7 +77,6 @@ def test_release_order_is_vllms(policy_cls, how, acting):
     where vLLM, replacing each OrderedDict, releases its entries in
     insertion order; clear() releases the values in insertion order, then
     the keys in list order. A __del__ that acts sees what vLLM's sees."""
-    pytest.importorskip("vllm")
     assert _released(policy_cls, how, acting) == _released(VllmARC, how, acting)
 
 
@@ -122,22 +122,22 @@ def _release_scenario(cls, reset):
     return names, state[4:], list(RELEASE_LOG)
 
 
+@pytest.mark.needs_vllm
 def test_clear_releases_lists_in_turn_then_resets_the_target(policy_cls):
     """The core reset target_t1_size before releasing the keys (and
     released them all at once), so a released key's __del__ that set the
     target left 3 where vLLM and the twin end with 0.0."""
-    pytest.importorskip("vllm")
     got = _release_scenario(policy_cls, lambda p: p.clear())
     assert got == _release_scenario(VllmARC, lambda p: p.clear())
     assert got[1] == (0.0, float)
     assert [entry[0] for entry in got[2]] == ["t1-b", "t1-c", "t2", "t1-a", "b1"]
 
 
+@pytest.mark.needs_vllm
 def test_init_again_resets_like_vllms_init(policy_cls):
     """__init__ again sets the capacity and target first, then
     empties the lists (vLLM replaces them in turn); both twins now also
     reset _max_entries, which vLLM's class does not have."""
-    pytest.importorskip("vllm")
     got = _release_scenario(policy_cls, lambda p: p.__init__(6))
     assert got == _release_scenario(VllmARC, lambda p: p.__init__(6))
     assert got[1] == (3, int)  # set by a __del__ after the target was reset
@@ -215,12 +215,12 @@ def _init_in_clear(cls):
     return list(RELEASE_LOG), keysnap(policy)
 
 
+@pytest.mark.needs_vllm
 def test_init_from_a_del_in_clear_releases_in_vllms_order(policy_cls):
     """clear() looks each list up when its turn comes: an __init__ that a
     t1 key's __del__ runs releases t2, b1 and b2 itself, as vLLM's does, so
     each __del__ sees what it would see in vLLM (the twin once released
     them after, from the lists it held)."""
-    pytest.importorskip("vllm")
     got = _init_in_clear(policy_cls)
     assert got == _init_in_clear(VllmARC)
     names = [entry[0] for entry in got[0]]
@@ -266,11 +266,11 @@ def test_a_write_while_clear_releases_a_list_lands_in_the_new_list(policy_cls, w
     assert list(policy.b1) == ["new"]
 
 
+@pytest.mark.needs_vllm
 def test_vllms_list_written_while_it_is_cleared_loses_the_entry():
     """What arc_cy does not copy: vLLM's t1 written while it is cleared
     counts the entry and finds it, but lists it nowhere, and evict() cannot
     reach it."""
-    pytest.importorskip("vllm")
     policy, new = _insert_from_a_chunk_del(VllmARC, "t1")
     assert (list(policy.t1), len(policy.t1), policy.get("new")) == ([], 1, new)
     assert policy.evict(1, ()) is None
@@ -294,11 +294,11 @@ def _init_after_a_write_in_clear(cls):
     return [entry[0] for entry in RELEASE_LOG], keysnap(policy)
 
 
+@pytest.mark.needs_vllm
 def test_init_after_a_write_in_clear_releases_the_write_at_once(policy_cls):
     """The other half of that difference: "new" went to a new t1, which the
     nested __init__ replaces and releases at once; vLLM's "new" sits in the
     t1 being cleared, released once clear() lets go of it, after t2."""
-    pytest.importorskip("vllm")
     got = _init_after_a_write_in_clear(policy_cls)
     assert got[0] == ["a", "b", "new", "c"]
     assert got[1] == _init_after_a_write_in_clear(VllmARC)[1]

@@ -18,7 +18,7 @@ manager on:
 Every run must make exactly the decisions of vLLM's ARC: the same lookups
 hit, the same keys stored, evicted, loaded and rejected in the same order,
 and the same final T1/T2/B1/B2 state. The stub spec and the harness are in
-``tests/offload_stub.py``, the workload in ``tests/chat_workload.py``, the
+``arc_cy_harness.offload_stub``, the workload in ``arc_cy_harness.chat_workload``, the
 recorder and the scenarios in ``tests/recorder.py``.
 
 The child process runs vLLM's ARC too, and the twin is compared with that
@@ -36,12 +36,14 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm")  # the imports below need it
 
 
-import offload_stub
+from arc_cy_harness import offload_stub
 from recorder import SCENARIOS, TEST_HARNESS
 from scheduler_runs import TwinProcess, check_every_route
+
+pytestmark = pytest.mark.needs_vllm
 
 
 @pytest.fixture(scope="module")

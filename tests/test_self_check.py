@@ -18,6 +18,7 @@ import arc_cy
 from arc_cy import _arc_c
 from arc_cy._fingerprint import release_key
 from arc_cy._verified import SUPPORTED_VLLM, VERIFIED
+from arc_cy_harness import vllm_overlay
 from helpers import REPO, build_requirement
 
 NEWEST = max((r for e in VERIFIED for r in e["releases"]), key=release_key)
@@ -60,7 +61,7 @@ RUNS = {
     # VLLM_PLUGINS is vLLM's allowlist: naming only another plugin keeps
     # arc_cy's entry point from running, as a misconfigured deployment would.
     "plugin_excluded": {"VLLM_PLUGINS": "lora_filesystem_resolver"},
-    # A fake vLLM (see SITECUSTOMIZE): the installed release's code under a
+    # A fake vLLM (arc_cy_harness.vllm_overlay): the installed release's code under a
     # version arc_cy never verified must register ...
     "vllm_newer": {"FAKE_VLLM_VERSION": "0.35.0"},
     # ... and so must one that cannot say its version ...
@@ -75,39 +76,13 @@ RUNS = {
     },
 }
 
-# tests/progs/fake_vllm_sitecustomize.py, copied as sitecustomize.py into
-# the fake vLLM's folder: sets vllm.__version__ to $FAKE_VLLM_VERSION ("-":
-# no version at all) and, with $FAKE_VLLM_OVERLAY set, imports vllm's
-# modules from that folder where it has a file.
-SITECUSTOMIZE = Path(__file__).resolve().parent / "progs" / "fake_vllm_sitecustomize.py"
-ARC_FILE = ("vllm", "v1", "kv_offload", "cpu", "policies", "arc.py")
-# One changed line of ARC decision code.
-ARC_DECISION = (
-    "if virtual_t1_size >= int(self.target_t1_size):",
-    "if virtual_t1_size > int(self.target_t1_size):",
-)
-
-
-def _fake_vllm_dir(root: Path) -> Path:
-    from importlib.util import find_spec
-
-    from arc_cy._fingerprint import ARC_MODULE
-
-    shutil.copy(SITECUSTOMIZE, root / "sitecustomize.py")
-    source = Path(str(find_spec(ARC_MODULE).origin)).read_text()  # type: ignore[union-attr]
-    assert source.count(ARC_DECISION[0]) == 1
-    arc = root.joinpath(*ARC_FILE)
-    arc.parent.mkdir(parents=True)
-    arc.write_text(source.replace(*ARC_DECISION))
-    return arc
-
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, str]]:
     pytest.importorskip("vllm")  # the runs load vLLM's plugins, one a patched vLLM
     cwd = tmp_path_factory.mktemp("cwd")
     fake = tmp_path_factory.mktemp("fake_vllm")
-    _fake_vllm_dir(fake)
+    arc = vllm_overlay.write(fake)
     procs = {
         name: start_main(
             cwd,
@@ -120,7 +95,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, 
     for name, proc in procs.items():
         stdout, stderr = proc.communicate(timeout=600)
         results[name] = (proc.returncode, stdout, stderr)
-    results["overlay"] = (0, str(fake.joinpath(*ARC_FILE)), "")
+    results["overlay"] = (0, str(arc), "")
     return results
 
 
@@ -331,7 +306,7 @@ def test_a_vllm_whose_policy_module_fails_to_import_is_broken(tmp_path: Path) ->
 
     from arc_cy._fingerprint import BASE_MODULE
 
-    shutil.copy(SITECUSTOMIZE, tmp_path / "sitecustomize.py")
+    shutil.copy(vllm_overlay.SITECUSTOMIZE, tmp_path / "sitecustomize.py")
     source = Path(str(find_spec(BASE_MODULE).origin)).read_text()  # type: ignore[union-attr]
     base = tmp_path.joinpath(*BASE_MODULE.split(".")).with_suffix(".py")
     base.parent.mkdir(parents=True)

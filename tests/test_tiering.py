@@ -33,11 +33,13 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm")  # the imports below need it
 
 
 from recorder import TIERING_SCENARIOS, recorded_run
 from scheduler_runs import TwinProcess, check_every_route
+
+pytestmark = pytest.mark.needs_vllm
 
 VLLM_LRU = "vllm.v1.kv_offload.cpu.policies.lru.LRUCachePolicy"
 

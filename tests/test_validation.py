@@ -214,9 +214,9 @@ def test_evict_more_than_held_returns_none(policy_cls, n):
     assert unchanged_result(policy, lambda p: p.evict(n, set())) is None
 
 
+@pytest.mark.needs_vllm
 @pytest.mark.parametrize("n", [10**30, 2**40, 5])
 def test_vllms_evict_more_than_held_returns_none(n):
-    pytest.importorskip("vllm")
     assert populated(VllmARC).evict(n, set()) is None
 
 

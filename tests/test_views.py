@@ -98,11 +98,11 @@ NO_OP_MOVES = {
 }
 
 
+@pytest.mark.needs_vllm
 @pytest.mark.parametrize("case", NO_OP_MOVES)
 def test_iterator_survives_moves_that_change_nothing(policy_cls, case):
     """The core counted moving an entry to the end it already sits
     at as a change; OrderedDict's move_to_end does not."""
-    pytest.importorskip("vllm")
     view, act = NO_OP_MOVES[case]
     got = _iterator_after(policy_cls, view, act)
     assert got == _iterator_after(VllmARC, view, act)

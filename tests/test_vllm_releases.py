@@ -33,7 +33,7 @@ from itertools import chain
 
 import pytest
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm")  # the imports below need it
 
 import vllm.plugins
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler
@@ -42,6 +42,9 @@ from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
 
 import arc_cy
+from helpers import manager_state
+
+pytestmark = pytest.mark.needs_vllm
 
 SCHEDULER_TOUCHES = "self.manager.touch(" in inspect.getsource(scheduler)
 """Whether this release's scheduler touches the manager (0.30 does)."""
@@ -83,17 +86,6 @@ def test_both_routes_give_arc_cy_a_vllm_cache_policy() -> None:
             assert type(policy) is arc_cy.ARCCachePolicy, route
     assert arc_cy.HAVE_VLLM
     assert issubclass(arc_cy.ARCCachePolicy, CachePolicy)
-
-
-def policy_state(manager: CPUOffloadingManager) -> tuple:
-    policy = manager._policy
-    return (
-        [(k, c.chunk_id, c.ref_cnt) for k, c in policy.t1.items()],
-        [(k, c.chunk_id, c.ref_cnt) for k, c in policy.t2.items()],
-        list(policy.b1),
-        list(policy.b2),
-        policy.target_t1_size,
-    )
 
 
 def block(i: int) -> bytes:
@@ -147,7 +139,7 @@ class Traffic:
     def check(self) -> None:
         self.each("events", lambda m, c: [(e.keys, e.removed) for e in m.take_events()])
         if STAND_IN is None:
-            target = self.each("T1/T2/B1/B2 and target_t1_size", lambda m, c: policy_state(m))[-1]
+            target = self.each("T1/T2/B1/B2 and target_t1_size", lambda m, c: manager_state(m))[-1]
             if target != getattr(self, "_target", 0.0):
                 self.reached["ghost hits"] += 1
                 self._target = target

@@ -29,9 +29,11 @@ from collections import Counter
 
 import pytest
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm")  # the imports below need it
 
 from helpers import MODULES, REPO
+
+pytestmark = pytest.mark.needs_vllm
 
 RELEASE = "0.34.0"
 SUITE = REPO / "tests/data/vllm" / RELEASE / "tests/v1/kv_offload/cpu/test_manager.py"

@@ -2,7 +2,8 @@
 
 Named by module path in ``kv_connector_extra_config``::
 
-    {"eviction_policy": "LockstepCompiled", "cache_policy_module_path": "engine_lockstep"}
+    {"eviction_policy": "LockstepCompiled",
+     "cache_policy_module_path": "arc_cy_harness.engine_lockstep"}
 
 (``LockstepPure`` for the pure twin). The manager builds it as any policy;
 it forwards each of the manager's calls to vLLM's ``ARCCachePolicy`` and to

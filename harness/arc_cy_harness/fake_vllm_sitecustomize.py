@@ -1,9 +1,9 @@
-"""tests/test_self_check.py copies this file into a temporary directory as
-sitecustomize.py, imported before anything else (PYTHONPATH beats
-site-packages): it sets vllm.__version__ to $FAKE_VLLM_VERSION, as another
-vLLM release would ("-": no version, no metadata), and with $FAKE_VLLM_OVERLAY set, imports vllm's
-modules from the overlay folder (vllm/...) where it has a file, as a
-patched vLLM on PYTHONPATH would."""
+"""Copied as sitecustomize.py into a vLLM overlay folder (vllm_overlay.py),
+imported before anything else (PYTHONPATH beats site-packages): sets
+vllm.__version__ to $FAKE_VLLM_VERSION, as another vLLM release would ("-":
+no version and no metadata, as a source tree), and with $FAKE_VLLM_OVERLAY
+set, imports vllm's modules from the overlay folder (vllm/...) where it has
+a file, as a patched vLLM on PYTHONPATH would."""
 
 import importlib.abc
 import importlib.util

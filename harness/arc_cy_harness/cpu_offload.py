@@ -31,7 +31,7 @@ pairing of engine blocks with keys is the scheduler's, taken as given.
 Loaded by vLLM through ``kv_connector_extra_config``, with this folder
 (``harness/``) on the engine processes' ``PYTHONPATH``::
 
-    {"spec_name": "CPUCopyOffloadingSpec", "spec_module_path": "cpu_offload",
+    {"spec_name": "CPUCopyOffloadingSpec", "spec_module_path": "arc_cy_harness.cpu_offload",
      "cpu_bytes_to_use": ..., "eviction_policy": "arc_cy"}
 
 Further keys it reads:
@@ -40,7 +40,7 @@ Further keys it reads:
   ``scheduler-<pid>.json`` (the policy's class) and ``worker-<pid>.json``
   (stores, loads, blocks checked, mismatches), rewritten after each job.
 - ``step_timing``: true makes the manager record each scheduler step's
-  end (harness/engine_timing.py, for bench/engine.py).
+  end (arc_cy_harness.engine_timing, for bench/engine.py).
 - ``cpu_copy_fault``: a wrong copy, reported as a success, for the tests
   that show the check catches it (``faults_injected`` counts them):
   ``{"kind": K, "load": N}`` hits the first load from the N-th (from 1)
@@ -292,7 +292,7 @@ class CPUCopyOffloadingSpec(CPUOffloadingSpec):
         if fresh:
             _carry_keys(manager)
         if fresh and self.extra_config.get("step_timing"):
-            import engine_timing
+            from arc_cy_harness import engine_timing
 
             engine_timing.install(manager)
         report_dir = self.extra_config.get("cpu_copy_report")

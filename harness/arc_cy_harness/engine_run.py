@@ -3,7 +3,7 @@
 Used by the engine tests (engine_tests/) and bench/engine.py, in the engine
 environment (.ci/engine-env.sh)::
 
-    python -P engine_run.py CONFIG.json    # writes CONFIG's "out" (JSON)
+    python -P -m arc_cy_harness.engine_run CONFIG.json    # writes CONFIG's "out" (JSON)
 
 CONFIG: ``model_dir`` (made there by :func:`make_model` with the arguments
 ``model``, unless it holds a model already), ``engine`` (extra
@@ -15,7 +15,7 @@ true, every engine runs in this process, one after the other (the engine
 core in-process, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, and the uni-process
 executor), which saves the start of two processes per engine; else each in
 vLLM's own processes (engine core and worker). The lockstep policies'
-reports (harness/engine_lockstep.py) are collected in-process only.
+reports (arc_cy_harness.engine_lockstep) are collected in-process only.
 
 The workload: ``conversations`` conversations, each opened with ``first``
 random tokens; each round sends the next turn of ``per_round`` of them, in
@@ -158,10 +158,10 @@ def run(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     }
     del llm
     gc.collect()
-    if "engine_timing" in sys.modules:
-        result["steps"] = sys.modules["engine_timing"].take()
-    if "engine_lockstep" in sys.modules:
-        lockstep = sys.modules["engine_lockstep"]
+    if "arc_cy_harness.engine_timing" in sys.modules:
+        result["steps"] = sys.modules["arc_cy_harness.engine_timing"].take()
+    if "arc_cy_harness.engine_lockstep" in sys.modules:
+        lockstep = sys.modules["arc_cy_harness.engine_lockstep"]
         result["lockstep"] = [p.report() for p in lockstep.INSTANCES]
         lockstep.INSTANCES.clear()
     return result

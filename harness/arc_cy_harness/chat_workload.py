@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from offload_stub import VOCAB_SIZE, SchedulerHarness
+from arc_cy_harness.offload_stub import VOCAB_SIZE, SchedulerHarness
 
 
 @dataclass

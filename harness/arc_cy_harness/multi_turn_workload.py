@@ -13,7 +13,7 @@ import os
 import random
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "bench", "data", "generate_multi_turn.json")
 BLOCK_SIZE = 16
 

@@ -3,7 +3,7 @@
 - ``StubOffloadingSpec``: an out-of-tree ``OffloadingSpec``, loaded by vLLM
   through ``kv_connector_extra_config``::
 
-      {"spec_name": "StubOffloadingSpec", "spec_module_path": "offload_stub", ...}
+      {"spec_name": "StubOffloadingSpec", "spec_module_path": "arc_cy_harness.offload_stub", ...}
 
   (``harness/`` must be importable: pytest's ``pythonpath`` setting and
   bench/run.sh's ``PYTHONPATH`` put it on ``sys.path``.) Its scheduler side is vLLM's real
@@ -141,7 +141,7 @@ class StubOffloadingWorker(OffloadingWorker):
 
 
 SPEC_NAME = "StubOffloadingSpec"
-SPEC_MODULE = "offload_stub"
+SPEC_MODULE = "arc_cy_harness.offload_stub"
 LAYER_NAMES = ("model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn")
 VOCAB_SIZE = 32000
 

@@ -7,7 +7,7 @@ into ``POLICY_NS``, the same wrapper for both. With ``"step_timing": true``
 in ``kv_connector_extra_config``, ``CPUCopyOffloadingSpec`` calls
 :func:`install`, which makes the manager's ``on_schedule_end`` (once per
 scheduler step) append ``(time.perf_counter_ns(), POLICY_NS[0])`` to
-``STEPS``. In-process engines only (harness/engine_run.py reads both).
+``STEPS``. In-process engines only (arc_cy_harness.engine_run reads both).
 """
 
 from __future__ import annotations
