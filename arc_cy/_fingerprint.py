@@ -1,5 +1,5 @@
-"""The analysis behind arc_cy's vLLM code guard (``arc_cy._guard``, whose
-docstring states the rule): which ARC code a vLLM runs, and whether its
+"""The analysis behind arc_cy's vLLM code guard (``arc_cy._guard``; the
+rule: docs/usage.md, "The guard"): which ARC code a vLLM runs, and whether its
 callers ask of the policy only what ``CachePolicy`` declares.
 
 Standard library only: ``.ci/fingerprint.py`` imports it by name (``import

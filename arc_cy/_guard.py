@@ -1,36 +1,13 @@
 """The vLLM code guard: arc_cy runs only on vLLM code whose decisions it
 verified.
 
-The rule (docs/usage.md, "vLLM versions", says it for operators):
-
-A vLLM is accepted when the code that ARC runs and reads is code that
-arc_cy verified, in one verified release (``arc_cy._verified.VERIFIED``).
-That code is ``ARCCachePolicy``'s methods and the rest of its class; the
-``CachePolicy`` methods it inherits and does not override, or reaches
-through ``super()``; and the module-level code these use: what ``arc.py``
-imports and binds, and what of ``base.py`` they use (``order_request_keys``,
-``ChunkStatus`` and its layout always). Docstrings and comments do not
-count. Nor does a verified method that ARC no longer has, when no code uses
-its name, nor a change to a base method that ARC overrides.
-
-The callers (the CPU manager, the tiering primary tier) may use no name
-that an ARC policy, vLLM's or arc_cy's, has beyond ``CachePolicy``, and no
-computed attribute name (a word in a docstring is not a use); a caller that
-a verified release shipped with that ARC code, which the table holds by its
-fingerprint, is accepted as it shipped. No code may use a name that the
-verified ARC has and the installed one lacks.
-
-What is judged is the code that runs: the module objects in
-``sys.modules``, and what their loaders give, must be compiled from the
-sources judged. Nothing is cached. What cannot be judged is refused, and
-the check never raises. The plugin, ``cache_policy_module_path`` (both
-constructors) and ``python -m arc_cy`` all go through :data:`vllm_guard`;
-``ARC_CY_ALLOW_UNVERIFIED_VLLM=1`` overrides it, with a warning. Where vLLM
-does not import, nothing is checked.
-
-The analysis is ``arc_cy._fingerprint`` (standard library only); this
-module imports neither implementation: :data:`POLICY_NAMES` is what they
-define.
+What it judges, when it runs, what a refusal and the override do and what
+it costs are stated once, in docs/usage.md ("The guard"). This module is
+the check (:data:`vllm_guard`, which the plugin, both constructors and
+``python -m arc_cy`` go through) and the messages an operator reads; the
+analysis is ``arc_cy._fingerprint`` (standard library only), the table
+``arc_cy._verified``. It imports neither implementation:
+:data:`POLICY_NAMES` is what they define.
 """
 
 from __future__ import annotations
@@ -236,7 +213,7 @@ def refused_message(code: CodeCheck) -> str:
         f"arc_cy: {head}{reasons(code)}. arc_cy reproduces vLLM arc decision for "
         f"decision on the ARC code of the releases it verified ({_verified_releases()}). "
         "Install one of them, or verify this vLLM from an arc_cy checkout with "
-        "`.ci/vllm_compat.sh VERSION` (docs/usage.md#vllm-versions), or set "
+        "`.ci/vllm_compat.sh VERSION` (docs/usage.md#the-guard), or set "
         f"{OVERRIDE_ENV}=1 to use arc_cy anyway, unverified."
     )
 

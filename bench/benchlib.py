@@ -465,7 +465,7 @@ TWIN_MISS = (
 )
 TWIN_STORE_GOAL = 1.35
 TWIN_STORE_MISS = (
-    "the pure twin's store costs more than it did: a guard, not a speed goal. The twin is "
+    "the pure twin's store costs more than it did: a ceiling, not a speed goal. The twin is "
     "for debugging; since the hardening rules, each of its calls takes and gives back a "
     "busy token and checks its arguments (docs/hardening.md), which weighs most against "
     "vLLM arc's C OrderedDict calls in a store's many short calls (1.12x to 1.34x of vLLM "
