@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 from engines import BLOCK_SIZE, FAULTS, NUM_GPU_BLOCKS
 
+pytestmark = pytest.mark.engine
+
 # A logprob differs from the reference's by float noise (most likely: a
 # load's timing changes which requests share a step, and so the order the
 # CPU's kernels sum in; not traced further). Measured here (an Intel Xeon,

@@ -32,7 +32,7 @@ from helpers import (
     manager_state,
 )
 
-pytestmark = pytest.mark.needs_vllm
+pytestmark = [pytest.mark.needs_vllm, pytest.mark.sdist]
 
 
 def same(method, results):
@@ -116,6 +116,7 @@ def run_policy_sequence(seed: int, steps: int, capacity: int, universe: int) -> 
     return t.stats["evictions"], t.stats["evict_none"]
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("seed", range(12))
 def test_random_policy_sequences(seed):
     capacity = [1, 2, 3, 5, 8, 13][seed % 6]
@@ -137,6 +138,7 @@ def manager_key(i: int) -> bytes:
     return make_offload_key(f"blk{i}".encode(), 0)
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("seed", range(6))
 def test_random_manager_traffic(seed):
     """Conversations sharing prefixes, loads in flight, failed stores
@@ -292,6 +294,7 @@ class _Region:
         pass
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("seed", range(4))
 def test_random_primary_tier_traffic(seed):
     """The tiering primary tier (vLLM's CPUPrimaryTierOffloadingManager, its

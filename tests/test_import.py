@@ -16,6 +16,8 @@ import pytest
 from childproc import run_prog
 from helpers import REPO
 
+pytestmark = pytest.mark.sdist
+
 
 @pytest.mark.parametrize(
     "value,expected",

@@ -79,11 +79,13 @@ PR_55461_CASES = [
 ]
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("pinned,protected,new,evicted", PR_55461_CASES)
 def test_pr_55461_fallback_to_t1(impl, pinned, protected, new, evicted):
     check_pr_55461(impl, pinned, protected, new, evicted)
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("pinned,protected,new,evicted", PR_55461_CASES)
 def test_pr_55461_fallback_to_t1_in_vllm(pinned, protected, new, evicted):
     """The expected outcomes are vLLM's own (run once, not per impl)."""
@@ -105,6 +107,7 @@ def check_pr_55461(impl, pinned, protected, new, evicted):
         assert out.keys_to_store == keys(*new)
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("pinned,protected,new,evicted", PR_55461_CASES)
 def test_pr_55461_state_matches_vllm(impl, pinned, protected, new, evicted):
     managers = [adaptive_state(None), adaptive_state(impl)]

@@ -20,6 +20,8 @@ from packaging.utils import canonicalize_name
 import arc_cy
 from helpers import REPO, pyproject
 
+pytestmark = pytest.mark.sdist
+
 LOCK_DIR = REPO / ".ci"
 PYVER = "{}.{}".format(*sys.version_info[:2])
 LOCK = LOCK_DIR / f"requirements-py{PYVER}.lock"

@@ -10,6 +10,8 @@ import pytest
 
 from helpers import CTX, ChunkStatus, filled, ready
 
+pytestmark = pytest.mark.sdist
+
 
 def test_get_insert_remove(policy_cls):
     policy = policy_cls(4)

@@ -44,7 +44,7 @@ from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
 import arc_cy
 from helpers import manager_state
 
-pytestmark = pytest.mark.needs_vllm
+pytestmark = [pytest.mark.needs_vllm, pytest.mark.compat]
 
 SCHEDULER_TOUCHES = "self.manager.touch(" in inspect.getsource(scheduler)
 """Whether this release's scheduler touches the manager (0.30 does)."""
@@ -147,6 +147,7 @@ class Traffic:
                 manager._policy._check_invariants()
 
 
+@pytest.mark.stand_in
 @pytest.mark.parametrize("seed", range(6))
 def test_scheduler_shaped_traffic(seed: int) -> None:
     """Conversations sharing prefixes, loads held across steps, failed
