@@ -158,15 +158,14 @@ def test_methods_refuse_an_object_of_another_type(impl):
 
 
 def test_objects_the_collector_cleared_refuse_or_were_not_cleared(impl):
-    """A finalizer that runs late in a collection (tests/progs/cleared_by_gc.py)
-    uses a policy and a view iterator that the collector has cleared. Cython
-    gave the core's iterator a tp_clear that set its core to None, which
-    next() then read as a core (out of bounds), and the core's own clear
-    set its capacity, target and chunk-type cache to None (insert() read
-    None as a weak reference). The core's objects now cannot be cleared to
-    None: the iterator keeps its core, the core its scalars, and the core's
-    clear drops only its entries (the iterator then refuses: the lists
-    changed). The twin's objects are Python's: cleared, they refuse."""
+    """Rule 13: a finalizer that runs late in a collection
+    (tests/progs/cleared_by_gc.py) uses a policy and a view iterator that
+    the collector has cleared. The core's objects cannot be cleared to
+    None (Cython's generated tp_clear would leave next() reading None as a
+    core, and insert() reading None as the chunk-type cache): the iterator
+    keeps its core, the core its scalars, and the core's clear drops only
+    its entries (the iterator then refuses: the lists changed). The twin's
+    objects are Python's: cleared, they refuse."""
     got = run_json("cleared_by_gc.py", impl, "--no-vllm")
     assert got.pop("seen") == [True, True], got
     if impl == "cython":

@@ -465,9 +465,9 @@ def test_no_crash_in_a_child_process():
 def test_nested_reads_in_two_threads_leave_the_policy_usable(impl):
     """Thread A's get() compares keys while thread B's get() starts (it
     nests), returns, and clear()s while B is still comparing. B's probe
-    starts again on the emptied table (it read a freed, shrunk table), and
-    B's return does not leave the policy busy (the core restored the busy
-    it found, A's get, for ever)."""
+    starts again on the emptied table, never reading a freed one, and B's
+    return gives busy back to A's call, which gives it back in turn: the
+    policy is not left busy."""
     out = run_json("surface.py", "nested", impl, "--no-vllm")
     assert out == {"a": True, "b": [True], "t1": [1]}
 

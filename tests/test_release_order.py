@@ -73,10 +73,10 @@ def _released(cls, how, acting):
 @pytest.mark.parametrize("acting", [False, True], ids=["logged", "acting"])
 @pytest.mark.parametrize("how", ["__init__", "clear"])
 def test_release_order_is_vllms(policy_cls, how, acting):
-    """__init__ again released each list in list order (LRU first)
-    where vLLM, replacing each OrderedDict, releases its entries in
-    insertion order; clear() releases the values in insertion order, then
-    the keys in list order. A __del__ that acts sees what vLLM's sees."""
+    """__init__ again releases each list's entries in insertion order, as
+    vLLM replacing each OrderedDict does; clear() releases the values in
+    insertion order, then the keys in list order. A __del__ that acts sees
+    what vLLM's sees."""
     assert _released(policy_cls, how, acting) == _released(VllmARC, how, acting)
 
 
@@ -124,9 +124,9 @@ def _release_scenario(cls, reset):
 
 @pytest.mark.needs_vllm
 def test_clear_releases_lists_in_turn_then_resets_the_target(policy_cls):
-    """The core reset target_t1_size before releasing the keys (and
-    released them all at once), so a released key's __del__ that set the
-    target left 3 where vLLM and the twin end with 0.0."""
+    """clear() releases the lists in turn, then resets target_t1_size, as
+    vLLM: a released key's __del__ that sets the target is overwritten
+    (0.0), and each key sees the lists before its own empty."""
     got = _release_scenario(policy_cls, lambda p: p.clear())
     assert got == _release_scenario(VllmARC, lambda p: p.clear())
     assert got[1] == (0.0, float)
@@ -136,8 +136,8 @@ def test_clear_releases_lists_in_turn_then_resets_the_target(policy_cls):
 @pytest.mark.needs_vllm
 def test_init_again_resets_like_vllms_init(policy_cls):
     """__init__ again sets the capacity and target first, then
-    empties the lists (vLLM replaces them in turn); both twins now also
-    reset _max_entries, which vLLM's class does not have."""
+    empties the lists (vLLM replaces them in turn); both implementations
+    also reset _max_entries, which vLLM's class does not have."""
     got = _release_scenario(policy_cls, lambda p: p.__init__(6))
     assert got == _release_scenario(VllmARC, lambda p: p.__init__(6))
     assert got[1] == (3, int)  # set by a __del__ after the target was reset
@@ -219,8 +219,7 @@ def _init_in_clear(cls):
 def test_init_from_a_del_in_clear_releases_in_vllms_order(policy_cls):
     """clear() looks each list up when its turn comes: an __init__ that a
     t1 key's __del__ runs releases t2, b1 and b2 itself, as vLLM's does, so
-    each __del__ sees what it would see in vLLM (the twin once released
-    them after, from the lists it held)."""
+    each __del__ sees what it would see in vLLM."""
     got = _init_in_clear(policy_cls)
     assert got == _init_in_clear(VllmARC)
     names = [entry[0] for entry in got[0]]

@@ -93,9 +93,9 @@ ARMED_LENGTHS = set()
 
 
 def working(o):
-    # the shapes of the working lists a call used to keep: n Nones (trash,
-    # results to fill), (key, chunk) pairs, (key, chunk, from_t1) triples,
-    # keys
+    # the shapes a call's working storage would have as Python lists: n
+    # Nones (trash, results to fill), (key, chunk) pairs, (key, chunk,
+    # from_t1) triples, keys
     return all(
         x is None or type(x) is Key or type(x) is tuple and x and type(x[0]) is Key for x in o
     )
