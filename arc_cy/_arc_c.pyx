@@ -358,12 +358,16 @@ cdef class ARCCore:
         # (arc_cy's own) is reset too.
         cdef int outer = self.release_busy
         cdef unsigned long outer_thread = self.releaser
+        cdef Py_ssize_t c_capacity
         self._enter(OP_INIT)
         try:
             capacity = check_capacity(cache_capacity)
+            # Everything that can fail (min() makes a Python int) before the
+            # first change: a failed __init__ changes nothing (rule 11).
+            c_capacity = min(capacity, PY_SSIZE_T_MAX)
             self._releasing(OP_INIT)
             self.capacity_obj = capacity
-            self.capacity = min(capacity, PY_SSIZE_T_MAX)
+            self.capacity = c_capacity
             self.max_entries = MAX_ENTRIES
             self.target = 0.0
             self._empty_lists(True)

@@ -298,6 +298,7 @@ class ARCCachePolicy(CachePolicy):
                 elif len(t1) + len(t2) + len(b1) + len(b2) >= self._limit:
                     raise MemoryError(MSG_FULL.format(self._limit))
                 t1[key] = chunk
+                del t1, t2, b1, b2  # before what is released (rule 6)
             finally:
                 if "_busy" in call[1] and call[1]["_busy"] is call:
                     del call[1]["_busy"]
@@ -315,6 +316,7 @@ class ARCCachePolicy(CachePolicy):
                     if key in od:
                         released = (_pop_entry(od, key), released)
                         break
+                del od  # before what is released (rule 6)
             finally:
                 if "_busy" in call[1] and call[1]["_busy"] is call:
                     del call[1]["_busy"]
@@ -384,6 +386,7 @@ class ARCCachePolicy(CachePolicy):
                         t2.move_to_end(key)
                     else:
                         self._adapt_to_ghost_hit(key)
+                del t1, t2, b1, b2  # before what is released (rule 6)
             finally:
                 if "_busy" in call[1] and call[1]["_busy"] is call:
                     del call[1]["_busy"]
@@ -436,6 +439,7 @@ class ARCCachePolicy(CachePolicy):
                             t2[key] = chunk
                         elif key in t2:
                             t2.move_to_end(key)
+                del t1, t2  # before what is released (rule 6)
             finally:
                 if "_busy" in call[1] and call[1]["_busy"] is call:
                     del call[1]["_busy"]
@@ -491,6 +495,7 @@ class ARCCachePolicy(CachePolicy):
                 for ghost in (b1, b2):
                     for _ in range(len(ghost) - self._capacity):
                         released = (ghost.popitem(last=False), released)
+                del t1, t2, b1, b2, ghost, t1_victims, t2_victims  # before released (rule 6)
                 return _entries(victims)
             finally:
                 if "_busy" in call[1] and call[1]["_busy"] is call:

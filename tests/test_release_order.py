@@ -302,3 +302,62 @@ def test_init_after_a_write_in_clear_releases_the_write_at_once(policy_cls):
     assert got[0] == ["a", "b", "new", "c"]
     assert got[1] == _init_after_a_write_in_clear(VllmARC)[1]
     assert _init_after_a_write_in_clear(VllmARC)[0] == ["a", "b", "c", "new"]
+
+
+def _init_after(cls, call):
+    """A key that `call` lets go of runs __init__ again from its __del__,
+    after the call returned; "returned" marks where that __init__ returns."""
+
+    def init(p):
+        p.__init__(4)
+        RELEASE_LOG.append(("returned",))
+
+    if call == "evict":
+        # capacity 1: evicting y trims x from b1; the caller holds y
+        RELEASE_LOG.clear()
+        policy = cls(1)
+        policy.insert(Acting("x", policy, init), ready(0), CTX)
+        assert [k.name for k, _ in policy.evict(1, ())] == ["x"]
+        for name in ("y", "w"):
+            policy.insert(Acting(name, policy), ready(0), CTX)
+        gc.collect()
+        RELEASE_LOG.clear()
+        victims = policy.evict(1, ())
+        assert [k.name for k, _ in victims] == ["y"]
+        del victims
+    else:
+        policy = _full(cls, "b1-a" if call == "insert" else "t1-a", init)
+        key = Acting("b1-a" if call == "insert" else "t1-a", None)
+        if call == "insert":
+            policy.insert(key, ready(1), CTX)
+        elif call == "remove":
+            policy.remove(key)
+        elif call == "touch":
+            policy.touch([key], CTX)
+        else:
+            policy.on_request_finished(((key,),), set(), {key}, CTX)
+        del key
+    gc.collect()
+    return [entry[0] for entry in RELEASE_LOG], keysnap(policy)
+
+
+_INIT_AFTER = {
+    # the key the call let go of, then t1, t2, b1 and b2's in turn
+    "insert": ["b1-a", "t1-a", "t1-b", "t2-a", "t2-b", "b2-a", "returned"],
+    "remove": ["t1-a", "t1-b", "t2-a", "t2-b", "b1-a", "b2-a", "returned"],
+    "touch": ["t1-a", "t1-b", "t2-a", "t2-b", "b1-a", "b2-a", "returned"],
+    "on_request_finished": ["t1-a", "t1-b", "t2-a", "t2-b", "b1-a", "b2-a", "returned"],
+    # the trimmed ghost, t1's w, then y, which the caller held
+    "evict": ["x", "w", "returned", "y"],
+}
+
+
+@pytest.mark.parametrize("call", list(_INIT_AFTER))
+def test_init_from_a_del_after_a_call_releases_the_old_lists_itself(policy_cls, call):
+    """A key that a call let go of runs __init__ again from its __del__,
+    after the call returned: that __init__ releases what only the old lists
+    held before it returns, as when it is called from the top (rule 6: the
+    twin's finished call holds none of its lists)."""
+    names, state = _init_after(policy_cls, call)
+    assert names == _INIT_AFTER[call]
+    assert state == keysnap(policy_cls(4))

@@ -2,7 +2,8 @@
 tests/childproc.py sets it).
 
     PYTHONPATH=tests python -P tests/progs/hostile_fuzz.py --mode agree|chaos \
-        --impl cython|python|both --profile ci|long [--seed N] [--exclude F,..]
+        --impl cython|python|both --profile ci|long [--seed N] [--exclude F,..] \
+        [--strict]
 
 A hypothesis RuleBasedStateMachine drives tiny policies (capacity 0-8, a
 small key universe) with objects whose callbacks act:
@@ -29,8 +30,18 @@ and the state (t1/t2 keys and chunk identity, b1, b2, target value and
 type), requires every mutator that a callback attempts while a call runs to
 be refused with arc_cy's RuntimeError (MSG_REENTRANT), and runs
 _check_invariants() on both arc_cy policies. Keys keep Python's hash/eq
-contract, and __del__ and gc-hook actions only read (arc_cy releases what a
-call drops after the call has returned; vLLM at once).
+contract, and gc-hook actions and shared objects' __del__ only read (a
+shared object dies when the last of the three policies drops it).
+Acting copies (MKey, MChunk: each policy its own copy of a key or chunk,
+named across them by one oid) mutate from __del__: insert (also a chunk
+that acts in turn, so releases chain), remove, touch, on_store_miss,
+on_request_finished, evict, clear, __init__ again, the target, get. They
+act where clear() and __init__ release (in vLLM's order: rule 6; nested
+calls, a nested __init__ and writes to the list being released included)
+and where any other call's drops are released, after it returns (the
+oracle holds what vLLM's call drops and lets go of it after, in vLLM's
+order: Oracle item 7). What each saw (list sizes, capacity, target) and
+what its action returned or raised are compared per step (G.mlog).
 
 --mode chaos (per implementation, no oracle) adds contract-breaking keys,
 mutating __del__ and gc-hook actions, non-chunk objects, bad n and targets,
@@ -43,7 +54,7 @@ a reproduce_failure blob; a crash is a signal exit (faulthandler prints the
 stack). The seed is printed first, on stderr: rerun with --seed N.
 --exclude (triage only) switches features off, so that a run can get past
 a known failure: liar_chunks, gets, targets, n, iters, ctx, copy, hooks,
-threshold, del, reinit, mutate, raise, nonchunks.
+threshold, del, reinit, mutate, raise, nonchunks, mdel (acting copies).
 """
 
 from __future__ import annotations
@@ -59,7 +70,7 @@ import random
 import re
 import sys
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from fractions import Fraction
 
 from hypothesis import HealthCheck, Phase, settings
@@ -130,6 +141,16 @@ class G:
     counts: Counter = Counter()
     exclude: set = set()
     plain_keys: list = []
+    # Acting copies (MKey, MChunk): what each policy's __del__ actions saw
+    # and did, by policy, compared after every step in agree mode; the
+    # depth of nested acting __del__s; the operations running (the step's,
+    # then each acting action's), innermost last; per policy, the objects
+    # that actions made so far (their oids).
+    mlog: dict = {}
+    mdepth = 0
+    mstack: list = []
+    mseq: Counter = Counter()
+    universe = 12
 
 
 # --- actions ---------------------------------------------------------------
@@ -418,6 +439,181 @@ class LiarChunk(ChunkStatus):
         return self.ref_cnt > 0
 
 
+# --- acting copies: __del__ actions that mutate, compared (agree mode) -----
+#
+# A key or chunk shared by the three policies dies when the last of them
+# drops it, so its __del__ acts on whichever runs then: agree mode's shared
+# objects' __del__ only read. An acting copy is one policy's own: each
+# policy gets a copy of the key (MKey, equal by kid) or the chunk (MChunk),
+# named across the three by one oid, and each copy's __del__ acts on its
+# own policy when that policy lets go of it (while armed; a copy that dies
+# unarmed, after a step, does nothing). What it sees (the lists' sizes,
+# capacity, target) and what its action returns or raises go to G.mlog,
+# compared per step. The objects an action makes are per policy too, named
+# ("d", n) in the order each policy's actions make them.
+
+MDEPTH = 2  # an acting __del__ may act inside another's action, not deeper
+
+
+def oid(obj):
+    """An object's name across the policies: an acting copy's oid, else
+    its identity (an object the policies share)."""
+    d = getattr(obj, "__dict__", None)
+    if d is not None and "oid" in d:
+        return d["oid"]
+    return id(obj)
+
+
+def _strip(exc):
+    """Drop an exception's tracebacks (and its context's): their frames
+    hold the locals of the call that raised (the twin's, the oracle's), and
+    so what it dropped, which is released now, while armed, as the core's
+    _leave releases it, not when the fuzzer lets go of the exception."""
+    todo = [exc]
+    seen = set()
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = None
+        todo += (e.__context__, e.__cause__)
+
+
+def _mnext():
+    G.mseq[G.pname] += 1
+    return ("d", G.mseq[G.pname])
+
+
+def _mkey(i, act=None):
+    return MKey(i % G.universe, _mnext(), G.pname, act)
+
+
+def _mchunk(act=None, ref=0):
+    c = MChunk(0)
+    c.ref_cnt = ref
+    c.oid = _mnext()
+    c.pname = G.pname
+    c.mact = act
+    return c
+
+
+# What an acting __del__ does to its policy, given an int i from its action.
+# The chunks "insert_acting" makes act too (MCHAIN), so releases chain.
+M_ACTIONS = {
+    "insert": lambda p, i: p.insert(_mkey(i), _mchunk(), None),
+    "insert_acting": lambda p, i: p.insert(_mkey(i), _mchunk(MCHAIN[i % len(MCHAIN)]), None),
+    "insert_pending": lambda p, i: p.insert(_mkey(i), _mchunk(None, -1), None),
+    "remove": lambda p, i: p.remove(HKey(i % G.universe)),
+    "touch": lambda p, i: p.touch([_mkey(i), _mkey(i + 5)], None),
+    "finished": lambda p, i: p.on_request_finished(
+        ((_mkey(i), _mkey(i + 3)),), frozenset(), frozenset(map(HKey, range(12))), _ctx()
+    ),
+    "store_miss": lambda p, i: p.on_store_miss([_mkey(i), _mkey(i + 2)], None),
+    "evict": lambda p, i: p.evict(1 + i % 2, set()),
+    "clear": lambda p, i: p.clear(),
+    "__init__": lambda p, i: p.__init__(i % 9),
+    "target": lambda p, i: setattr(p, "target_t1_size", i % 5),
+    "get": lambda p, i: p.get(HKey(i % G.universe)),
+}
+MCHAIN = [("__init__", 3), ("insert", 5), ("clear", 0), ("touch", 2), ("evict", 1), ("remove", 4)]
+M_WRITES = frozenset(["insert", "insert_acting", "insert_pending", "touch", "finished", "evict"])
+
+
+def _mnorm(value):
+    if isinstance(value, list):
+        return [(getattr(k, "kid", None), oid(k), oid(c)) for k, c in value]
+    if isinstance(value, ctypes.Structure):
+        return ("chunk", oid(value))
+    return value
+
+
+def _mseen(p):
+    t = p.target_t1_size
+    return (len(p.t1), len(p.t2), len(p.b1), len(p.b2), p.cache_capacity, type(t).__name__, str(t))
+
+
+def _mdel(d):
+    """An acting copy's __del__ (d: its __dict__)."""
+    act = d.get("mact")
+    if act is None or not G.armed or (G.in_action and not G.mdepth):
+        return  # no action, not in a step, or inside another kind of action
+    if G.mdepth >= MDEPTH:
+        G.counts["mdel_too_deep"] += 1
+        return
+    if d.get("pname") != G.pname:
+        G.failures.append(f"{d.get('pname')}'s {d.get('oid')} released in a call on {G.pname}")
+        return
+    where = G.mstack[-1] if G.mstack else "?"
+    c = G.counts
+    c["mdel_fired"] += 1
+    c[{"clear": "mdel_in_clear", "__init__": "mdel_in_init"}.get(where, "mdel_after_call")] += 1
+    if G.mdepth:
+        c["mdel_nested"] += 1
+    op, i = act
+    c["mdel_op_" + op.strip("_")] += 1
+    if where == "clear" and op in ("__init__", "clear"):
+        c["mdel_" + op.strip("_") + "_in_clear"] += 1
+    elif where == "clear" and op in M_WRITES:
+        c["mdel_write_in_clear"] += 1
+    elif where == "__init__" and op in M_WRITES | {"__init__", "clear"}:
+        c["mdel_mutate_in_init"] += 1
+    old = G.in_action
+    G.in_action = True
+    G.mdepth += 1
+    G.mstack.append(op)
+    try:
+        p = G.policy
+        seen = (d.get("oid"), _mseen(p))
+        try:
+            result = M_ACTIONS[op](p, i)
+        except ALLOWED as exc:
+            _strip(exc)
+            out = ("raised", type(exc).__name__, str(exc))
+            c["mdel_raised"] += 1
+        else:
+            out = ("ok", _mnorm(result))
+            c["mdel_ok"] += 1
+            del result  # what it returned (evict's chunks) is released here
+        G.mlog.setdefault(G.pname, []).append((seen, act, out, _mseen(p)))
+    except BaseException as exc:
+        G.failures.append(f"{G.pname}: acting __del__ {act}: {exc!r}")
+    finally:
+        G.mstack.pop()
+        G.mdepth -= 1
+        G.in_action = old
+
+
+class MKey(HKey):
+    """One policy's copy of a key (equal to the others' by kid, named by
+    oid), whose __del__ acts on that policy (mact, or None: it does not
+    act). A copy of it (copy.deepcopy from a copy action) does not act."""
+
+    def __init__(self, kid, oid, pname, mact):
+        super().__init__(kid)
+        self.oid = oid
+        self.pname = pname
+        self.mact = mact
+
+    def __del__(self):
+        _mdel(self.__dict__)
+
+    def __deepcopy__(self, memo):
+        return HKey(self.kid)
+
+
+class MChunk(ChunkStatus):
+    """One policy's copy of a chunk (named by oid, mact as MKey's)."""
+
+    def __del__(self):
+        _mdel(self.__dict__)
+
+    def __deepcopy__(self, memo):
+        c = ChunkStatus(self.chunk_id)
+        c.ref_cnt = self.ref_cnt
+        return c
+
+
 class OtherLayout(ctypes.Structure):
     _fields_ = [("ref_cnt", ctypes.c_int64)]
 
@@ -585,8 +781,8 @@ class Oracle:
        quiet (arc_cy does not look the keys up again). Target arithmetic
        still acts, and a failure there leaves the call half applied, as in
        vLLM and arc_cy alike.
-    3. evict validates n with check_evict_n under the guard, returns []
-       for 0 and None at once when n > len(t1) + len(t2) (no scan). Keys
+    3. evict validates n with check_evict_n under the guard (0 gives []
+       at once, as vLLM's own check). Keys
        do not raise during evict (hostile_fuzz's no_key_raise): the core
        never calls a key's __hash__ or __eq__ there, while vLLM's and the
        twin's t1.items() hash every key it visits (documented divergence,
@@ -595,9 +791,28 @@ class Oracle:
        and a key already in t1 or t2 (ValueError, MSG_DUPLICATE).
     5. The target setter validates with check_target; __init__ called again
        validates with check_capacity (both under the guard).
-    6. clear() checks the guard, then runs unguarded.
-    7. What a call releases arc_cy releases after it returns; vLLM at once.
-       So in agree mode __del__ and gc-hook actions only read.
+    6. clear() checks the guard, then runs unguarded, and takes each list
+       out whole before it releases it (vLLM's clear() empties the
+       OrderedDict in place): a write while a list is released lands in
+       the new list, where vLLM's half-cleared OrderedDict keeps it in its
+       dict but in no order, and a read sees an empty list, where vLLM's
+       iteration raises KeyError (documented: arc_cy's clear(), as its
+       __init__ again and vLLM's __init__, replaces the list). The lists
+       are released as vLLM's clear() releases them: each in turn, the
+       values in insertion order then the keys in list order
+       (OrderedDict.clear), each looked up when its turn comes (an
+       __init__ that a __del__ runs replaces the later ones). __init__
+       called again is vLLM's, unguarded once the capacity is checked.
+    7. What any other call drops arc_cy releases after it returns, busy
+       clear; vLLM at once. The oracle holds every key and chunk of the
+       lists over the call (_hold) and lets go of them after it (_drop),
+       in vLLM's order for what the call dropped: the key objects touch
+       and on_request_finished replace, tail first; evict's forgotten
+       ghosts, b1's then b2's, oldest first; remove's key, then its chunk
+       (the fuzzer never gives both an action: the twin lets go of the
+       chunk first). So a __del__ of a shared object only reads (it dies
+       when the last policy drops it), and the acting copies (MKey,
+       MChunk: one per policy) mutate, compared.
     8. The core compares keys (__eq__) only while it looks them up; the twin
        and vLLM compare again in the dict operations that apply a call. So
        in agree mode a key's __eq__ never raises (it may still act).
@@ -685,96 +900,178 @@ class Oracle:
         except RuntimeError:
             raise RuntimeError(MSG_MUTATED) from None
 
+    def _hold(self):
+        """Every key and chunk the lists hold (item 7): t1's and t2's
+        entries, key then chunk, and b1's and b2's keys, each in list
+        order. Iterating an OrderedDict hashes its keys: quiet."""
+        v = self._v
+
+        def take():
+            held = []
+            for od in (v.t1, v.t2):
+                for entry in od.items():
+                    held += entry
+            for od in (v.b1, v.b2):
+                held += od
+            return held
+
+        return _quiet(take)
+
+    @staticmethod
+    def _t1_first(held, n_t1, keys):
+        """The indices in held of the t1 keys that keys name, tail first:
+        the order touch and on_request_finished replace them in."""
+        pos = {}
+        for m in range(n_t1):
+            pos.setdefault(getattr(held[2 * m], "kid", None), 2 * m)
+        first = []
+        for key in reversed(keys):
+            i = pos.pop(getattr(key, "kid", None), None)
+            if i is not None:
+                first.append(i)
+        return first
+
+    def _drop(self, held, first=()):
+        """Let go of held: first of what the lists still hold (no object
+        dies, and none is kept from a later release, an __init__'s that a
+        __del__ runs), then of what the call dropped, the indices in first
+        first, then the others in order."""
+        if not held:
+            return
+        live = {id(x) for x in self._hold()}
+        for i in range(len(held)):
+            if id(held[i]) in live:
+                held[i] = None
+        del live
+        for i in first:
+            held[i] = None
+        for i in range(len(held)):
+            held[i] = None
+
     def insert(self, key, chunk, req_context=None):
         self._enter("insert")
-        self._busy = "insert"
+        held = []
         try:
-            chunk_ref_offset(type(chunk))
-            v = self._v
-            if key in v.t1:
-                raise ValueError(MSG_DUPLICATE.format(key, "t1"))
-            if key in v.t2:
-                raise ValueError(MSG_DUPLICATE.format(key, "t2"))
-            key in v.b1 or key in v.b2  # noqa: B018 -- item 2: the keys looked up first
-            _quiet(v.insert, key, chunk, req_context)
+            self._busy = "insert"
+            try:
+                chunk_ref_offset(type(chunk))
+                v = self._v
+                if key in v.t1:
+                    raise ValueError(MSG_DUPLICATE.format(key, "t1"))
+                if key in v.t2:
+                    raise ValueError(MSG_DUPLICATE.format(key, "t2"))
+                key in v.b1 or key in v.b2  # noqa: B018 -- item 2: the keys looked up first
+                held = self._hold()
+                _quiet(v.insert, key, chunk, req_context)
+            finally:
+                self._busy = None
         finally:
-            self._busy = None
+            self._drop(held)
 
     def remove(self, key):
         self._enter("remove")
-        self._busy = "remove"
+        held = []
         try:
-            v = self._v
-            key in v.t1 or key in v.t2  # noqa: B018 -- item 2: the keys looked up first
-            _quiet(v.remove, key)
+            self._busy = "remove"
+            try:
+                v = self._v
+                key in v.t1 or key in v.t2  # noqa: B018 -- item 2: the keys looked up first
+                held = self._hold()
+                _quiet(v.remove, key)
+            finally:
+                self._busy = None
         finally:
-            self._busy = None
+            self._drop(held)
 
     def on_store_miss(self, keys, req_context):
         self._enter("on_store_miss")
-        self._busy = "on_store_miss"
+        held = []
         try:
-            v = self._v
-            keys = list(keys)
-            for key in keys:
-                key in v.b1 or key in v.b2  # noqa: B018 -- item 2: the keys looked up first
-            _quiet(v.on_store_miss, keys, req_context)
+            self._busy = "on_store_miss"
+            try:
+                v = self._v
+                keys = list(keys)
+                for key in keys:
+                    key in v.b1 or key in v.b2  # noqa: B018 -- item 2: the keys looked up first
+                held = self._hold()
+                _quiet(v.on_store_miss, keys, req_context)
+            finally:
+                self._busy = None
         finally:
-            self._busy = None
+            self._drop(held)
 
     def touch(self, keys, req_context):
         self._enter("touch")
-        self._busy = "touch"
+        held, first = [], ()
         try:
-            v = self._v
-            keys = list(keys)
-            for key in keys:
-                key in v.t1 or key in v.t2 or key in v.b1 or key in v.b2  # noqa: B018 -- item 2: the keys looked up first
-            _quiet(v.touch, keys, req_context)
+            self._busy = "touch"
+            try:
+                v = self._v
+                keys = list(keys)
+                for key in keys:
+                    key in v.t1 or key in v.t2 or key in v.b1 or key in v.b2  # noqa: B018 -- item 2: the keys looked up first
+                held = self._hold()
+                first = self._t1_first(held, len(v.t1), keys)
+                _quiet(v.touch, keys, req_context)
+            finally:
+                self._busy = None
         finally:
-            self._busy = None
+            self._drop(held, first)
 
     def on_request_access(self, keys, req_context):
         return None
 
     def on_request_finished(self, key_groups, insertion_only_keys, reused_keys, req_context):
         self._enter("on_request_finished")
-        self._busy = "on_request_finished"
+        held, first = [], ()
         try:
-            v = self._v
-            keys = order_request_keys(key_groups, req_context)
-            kinds = []
-            for key in reversed(keys):
-                if key in insertion_only_keys:
-                    kinds.append(1)
-                elif key in reused_keys:
-                    kinds.append(2)
-                else:
-                    kinds.append(0)
-            for key, kind in zip(reversed(keys), kinds):
-                if kind:
-                    key in v.t1 or key in v.t2  # noqa: B018 -- item 2: the keys looked up first
-            _quiet(v.on_request_finished, key_groups, insertion_only_keys, reused_keys, req_context)
+            self._busy = "on_request_finished"
+            try:
+                v = self._v
+                keys = order_request_keys(key_groups, req_context)
+                kinds = []
+                for key in reversed(keys):
+                    if key in insertion_only_keys:
+                        kinds.append(1)
+                    elif key in reused_keys:
+                        kinds.append(2)
+                    else:
+                        kinds.append(0)
+                for key, kind in zip(reversed(keys), kinds):
+                    if kind:
+                        key in v.t1 or key in v.t2  # noqa: B018 -- item 2: the keys looked up first
+                held = self._hold()
+                first = self._t1_first(held, len(v.t1), keys)
+                _quiet(
+                    v.on_request_finished, key_groups, insertion_only_keys, reused_keys, req_context
+                )
+            finally:
+                self._busy = None
         finally:
-            self._busy = None
+            self._drop(held, first)
 
     def evict(self, n, protected):
         self._enter("evict")
-        self._busy = "evict"
+        held = []
         try:
-            n = check_evict_n(n)
-            if n == 0:
-                return []
-            v = self._v
-            if n > len(v.t1) + len(v.t2):
-                return None
-            return v.evict(n, protected)
+            self._busy = "evict"
+            try:
+                n = check_evict_n(n)
+                if n == 0:
+                    return []
+                held = self._hold()
+                return self._v.evict(n, protected)
+            finally:
+                self._busy = None
         finally:
-            self._busy = None
+            self._drop(held)
 
     def clear(self):
         self._enter("clear")
-        self._v.clear()
+        v = self._v
+        for name in ("t1", "t2", "b1", "b2"):
+            _take_out_and_clear(v, name)
+        v.target_t1_size = 0.0
 
     def mark_evictable(self, key):
         return None
@@ -784,6 +1081,13 @@ class Oracle:
 
     def _check_invariants(self):
         assert self._busy is None
+
+
+def _take_out_and_clear(v, name):
+    """vLLM's `v.<name>.clear()`, the list taken out whole first (item 6)."""
+    old = v.__dict__[name]
+    v.__dict__[name] = OrderedDict()
+    old.clear()
 
 
 # --- the machine's strategies ---------------------------------------------
@@ -879,6 +1183,7 @@ target_st = st.deferred(
         ),
     )
 )
+mact_st = st.tuples(st.sampled_from(list(M_ACTIONS)), st.integers(0, 11))
 iter_kind_st = _sampled("iter")
 cont_kind_st = _sampled("cont")
 n_kind_st = _sampled("n")
@@ -930,6 +1235,10 @@ class HostileMachine(RuleBasedStateMachine):
         self.hook_action = None
         self.threshold = False
         self.next_chunk = 0
+        self.next_m = 0
+        G.universe = self.universe
+        G.mseq.clear()
+        G.mlog.clear()
 
     # --- building objects (unarmed) --------------------------------------
 
@@ -1002,6 +1311,12 @@ class HostileMachine(RuleBasedStateMachine):
 
     # --- the reference state (what rules draw against) --------------------
 
+    # The rules read the reference policy's state through these, which give
+    # back ints (kids, sizes, ref_cnts), never its lists, keys or chunks: a
+    # rule holding one of those over a call would keep it alive in one
+    # policy while the others release it (an acting copy's __del__ would
+    # then act in two policies and not in the third).
+
     def lists(self):
         p = self.ref
         if isinstance(p, Oracle):
@@ -1009,12 +1324,25 @@ class HostileMachine(RuleBasedStateMachine):
             return v.t1, v.t2, v.b1, v.b2
         return p.t1, p.t2, p.b1, p.b2
 
-    def resident(self, pred=lambda c: True):
-        t1, t2, _, _ = self.lists()
-        return [k for k, c in [*t1.items(), *t2.items()] if pred(c)]
+    def sizes(self):
+        return tuple(len(od) for od in self.lists())
+
+    def kid_list(self, which):
+        return [getattr(k, "kid", None) for k in self.lists()[which]]
 
     def kids(self, which):
-        return {getattr(k, "kid", None) for k in self.lists()[which]}
+        return set(self.kid_list(which))
+
+    def resident(self, pred=lambda c: True):
+        """The kids of t1's and t2's entries whose chunk pred accepts."""
+        t1, t2, _, _ = self.lists()
+        return [getattr(k, "kid", None) for k, c in [*t1.items(), *t2.items()] if pred(c)]
+
+    def resident_keys(self):
+        """t1's and t2's keys for a call's arguments: the shared objects as
+        they are, an acting copy as its canonical key (equal, shared)."""
+        t1, t2, _, _ = self.lists()
+        return [self.canon[k.kid] if isinstance(k, MKey) else k for k in [*t1.keys(), *t2.keys()]]
 
     # --- running one operation on every policy -----------------------------
 
@@ -1033,6 +1361,7 @@ class HostileMachine(RuleBasedStateMachine):
             try:
                 result = ("ok", CALL_IN[pname](fn, p))
             except ALLOWED as exc:
+                _strip(exc)
                 result = ("raised", exc)
             except BaseException as exc:
                 if G.mode == "chaos" and not isinstance(exc, AssertionError):
@@ -1048,10 +1377,19 @@ class HostileMachine(RuleBasedStateMachine):
 
     def run(self, what, fn, **kw):
         G.counts["steps"] += 1
+        G.mlog.clear()
         outcomes = {}
         for pname, p in self.policies.items():
+            G.mstack[:] = [what]
             outcomes[pname] = self.call(pname, p, fn, **kw)
+        G.mstack.clear()
         assert not G.failures, (what, list(G.failures))
+        if G.mode == "agree":
+            ref = G.mlog.get("vllm", [])
+            for pname in self.impls:
+                mine = G.mlog.get(pname, [])
+                assert mine == ref, (what, "acting __del__", pname, mine, "vllm", ref)
+        G.mlog.clear()
         norm = {k: self.norm(v) for k, v in outcomes.items()}
         for _k, v in outcomes.items():
             if v[0] == "raised":
@@ -1084,19 +1422,19 @@ class HostileMachine(RuleBasedStateMachine):
         if kind == "raised":
             return ("raised", type(value).__name__, str(value))
         if isinstance(value, list):
-            return ("ok", [(getattr(k, "kid", k), id(k), id(c)) for k, c in value])
+            return ("ok", [(getattr(k, "kid", k), oid(k), oid(c)) for k, c in value])
         if isinstance(value, ctypes.Structure):
-            return ("ok", id(value))
+            return ("ok", oid(value))
         return ("ok", value)
 
     @staticmethod
     def state(p):
         def keyid(k):
-            return (getattr(k, "kid", repr(k)), id(k))
+            return (getattr(k, "kid", repr(k)), oid(k))
 
         return (
-            [(keyid(k), id(c)) for k, c in p.t1.items()],
-            [(keyid(k), id(c)) for k, c in p.t2.items()],
+            [(keyid(k), oid(c)) for k, c in p.t1.items()],
+            [(keyid(k), oid(c)) for k, c in p.t2.items()],
             [keyid(k) for k in p.b1],
             [keyid(k) for k in p.b2],
             p.target_t1_size,
@@ -1123,12 +1461,49 @@ class HostileMachine(RuleBasedStateMachine):
             G.counts["ghost_reinsert"] += 1
         self.run("insert", lambda p: p.insert(k, c, None))
 
+    @precondition(lambda self: "mdel" not in G.exclude)
+    @rule(
+        kid=st.integers(0, 11),
+        on=st.sampled_from(["key", "key", "chunk"]),
+        ref=st.sampled_from([0, 0, -1, 1]),
+        mact=mact_st,
+    )
+    def insert_acting(self, kid, on, ref, mact):
+        """Insert an entry whose key or chunk is each policy's own copy,
+        acting on that policy when it is released (MKey, MChunk)."""
+        kid %= self.universe
+        self.next_m += 1
+        name = ("m", self.next_m)
+        objs = {}
+        for pname in self.impls:
+            k = MKey(kid, name, pname, mact if on == "key" else None)
+            c = MChunk(self.next_m)
+            c.ref_cnt = ref
+            c.oid, c.pname, c.mact = name, pname, mact if on == "chunk" else None
+            objs[pname] = (k, c)
+        del k, c
+        if kid in self.kids(2) | self.kids(3):
+            G.counts["ghost_reinsert"] += 1
+        self.run("insert_acting", lambda p: p.insert(*objs[G.pname], None))
+
+    @precondition(lambda self: "mdel" not in G.exclude)
+    @rule(how=st.sampled_from(["clear", "__init__"]), cap=st.integers(0, 8), go=st.integers(0, 3))
+    def reset(self, how, cap, go):
+        """clear() or __init__ again, with plain arguments: where arc_cy
+        releases in vLLM's order (acting copies act there)."""
+        if go:
+            return
+        if how == "clear":
+            self.run("clear", lambda p: p.clear())
+        else:
+            self.run("__init__", lambda p: p.__init__(cap))
+
     @rule(i=st.integers(0, 20), key=key_st, chunk=chunk_st)
     def reinsert_ghost(self, i, key, chunk):
-        ghosts = [*self.lists()[2], *self.lists()[3]]
+        ghosts = [*self.kid_list(2), *self.kid_list(3)]
         if not ghosts:  # (no precondition: chaos-mode state may vary on replay)
             return
-        kid = ghosts[i % len(ghosts)].kid
+        kid = ghosts[i % len(ghosts)]
         k = self.key((kid,) + key[1:])
         c = self.chunk(chunk)
         G.counts["ghost_reinsert"] += 1
@@ -1137,8 +1512,8 @@ class HostileMachine(RuleBasedStateMachine):
     @rule(start=st.integers(0, 11), ref=st.sampled_from([0, 0, -1, 1]))
     def fill(self, start, ref):
         for j in range(self.universe):
-            t1, t2, _, _ = self.lists()
-            if len(t1) + len(t2) >= self.ref.cache_capacity:
+            n1, n2, _, _ = self.sizes()
+            if n1 + n2 >= self.ref.cache_capacity:
                 break
             k = self.canon[(start + j) % self.universe]
             if k.kid not in self.kids(0) and k.kid not in self.kids(1):
@@ -1151,10 +1526,22 @@ class HostileMachine(RuleBasedStateMachine):
         t1, t2, _, _ = self.lists()
         chunks = [c for _, c in [*t1.items(), *t2.items()] if isinstance(c, ctypes.Structure)]
         if chunks:
-            try:
-                chunks[i % len(chunks)].ref_cnt = value
-            except (TypeError, AttributeError):
-                pass
+            chunk = chunks[i % len(chunks)]
+            if isinstance(chunk, MChunk):  # each policy's copy
+                chunks = [
+                    c
+                    for p in self.policies.values()
+                    for view in (p.t1, p.t2)
+                    for _, c in view.items()
+                    if oid(c) == chunk.oid
+                ]
+            else:
+                chunks = [chunk]
+            for chunk in chunks:
+                try:
+                    chunk.ref_cnt = value
+                except (TypeError, AttributeError):
+                    pass
 
     @rule(keys=keys_st, kind=iter_kind_st, action=act)
     def touch(self, keys, kind, action):
@@ -1166,9 +1553,10 @@ class HostileMachine(RuleBasedStateMachine):
 
     @rule(idx=st.lists(st.integers(0, 20), max_size=6), action=act)
     def touch_resident(self, idx, action):
-        res = self.resident()
+        res = self.resident_keys()
         if res:
             ks = [res[i % len(res)] for i in idx]
+            del res
             kind = "list" if "iters" in G.exclude else "hiter"
             make = self.iterable(ks, kind, action)
             self.run("touch_resident", lambda p: p.touch(make(), None))
@@ -1213,10 +1601,10 @@ class HostileMachine(RuleBasedStateMachine):
     def evict(self, size, j, nkind, nact, prot, pkind, pact):
         pkeys = [self.key(s) for s in prot]
         pkids = {k.kid for k in pkeys}
-        t1, t2, _, _ = self.lists()
-        resident = len(t1) + len(t2)
+        n1, n2, _, _ = self.sizes()
+        resident = n1 + n2
         ready = self.resident(lambda c: getattr(c, "ref_cnt", 1) == 0)
-        evictable = len([k for k in ready if k.kid not in pkids])
+        evictable = len([kid for kid in ready if kid not in pkids])
         n = {
             "zero": 0,
             "one": min(1, resident),
@@ -1231,6 +1619,7 @@ class HostileMachine(RuleBasedStateMachine):
         t1, t2, _, _ = self.lists()
         before = [[(k.kid, getattr(c, "ref_cnt", None)) for k, c in d.items()] for d in (t1, t2)]
         full = self.ref.cache_capacity > 0 and len(t1) + len(t2) >= self.ref.cache_capacity
+        del t1, t2
         prot = make_prot()
         result = self.run(
             "evict", lambda p: p.evict(make_n(), prot), no_key_raise=G.mode == "agree"
@@ -1267,16 +1656,16 @@ class HostileMachine(RuleBasedStateMachine):
         if any(k.kid in self.kids(2) | self.kids(3) for k in missing):
             G.counts["ghost_hit"] += 1
         self.run("store_miss", lambda p: p.on_store_miss(missing, None))
-        t1, t2, _, _ = self.lists()
-        need = len(t1) + len(t2) + len(missing) - cap
+        n1, n2, _, _ = self.sizes()
+        need = n1 + n2 + len(missing) - cap
         if need > 0:
             self.do_evict(
                 lambda: need,
                 lambda: HProt(keys, pact) if "iters" not in G.exclude else set(keys),
                 {k.kid for k in keys},
             )
-            t1, t2, _, _ = self.lists()
-            if len(t1) + len(t2) + len(missing) > cap:
+            n1, n2, _, _ = self.sizes()
+            if n1 + n2 + len(missing) > cap:
                 return
         for k in missing:
             c = ChunkStatus(0)

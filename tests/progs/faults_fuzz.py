@@ -1,0 +1,1016 @@
+"""Faults fuzzer for arc_cy: objects the garbage collector has cleared, and
+allocations that fail. A standalone program (tests/ on PYTHONPATH, as
+tests/childproc.py sets it); vLLM is hidden (no oracle: nothing here is
+vLLM's behaviour, and its import costs seconds).
+
+    PYTHONPATH=tests python -P tests/progs/faults_fuzz.py --mode cleared|nomem|all \
+        [--impl cython|python|both] [--profile ci|long] [--seed N]
+
+--mode cleared (docs/hardening.md rule 13): each round builds one or two
+policies with entries and, around them, views (policy.t1 ...), items views
+and list iterators (some advanced), keys (an int subclass: its hash is the
+int's, which no clear can take away) and chunks (a ChunkStatus subclass),
+lists and dicts, and finalizers, joined by random references into a graph
+of random shape, nearly always with a cycle through each policy. The round
+drops it and runs gc.collect(). While the collector finalizes the cycle,
+the finalizers (and keys' and chunks' __del__) call random methods on
+what they hold (intact objects, though their cycle's other finalizers may
+have run), make Late objects that they put in the garbage lists, and may
+rescue an object (resurrect it). A Late dies when the collector clears the
+list that holds it, after it cleared some of the other objects: it finds
+the round's policies, views and iterators with gc.get_objects() and calls
+random methods on them, cleared or not, and may rescue one. Every call must
+return or raise one of CLEARED_ALLOWED (AttributeError: a twin, a view, a
+key whose instance dict or slots were cleared; StopIteration: a closed
+generator; RuntimeError: an iterator of a core whose entries were dropped);
+no crash. After the collection every rescued policy must not be busy and
+must pass _check_invariants(), or, for the twin only, refuse with
+AttributeError because the collector emptied its instance dict.
+
+--mode nomem: each round drives one policy (and a shadow of the same
+implementation, unarmed, with equal but distinct key objects and the same
+chunks) with random calls, most of them made with
+_testcapi.set_nomemory(start, stop) armed: the start-th allocation from
+there fails, and with it the next stop - start - 1 (a single failure, a
+burst, or, with stop 0, every one until the call returns). Every call must
+return or raise MemoryError (or the call's own exception: ValueError for a
+duplicate, KeyError for a missing view item); then, disarmed:
+
+- the core: _check_invariants() passes; a call that raised left the state
+  as it was (rule 11), but for touch() and on_store_miss() failing in the
+  target's arithmetic at a ghost hit after earlier keys were applied (as a
+  target whose arithmetic raises: vLLM and arc_cy alike; the traceback
+  names _adapt, or a burst left none); a call that returned agrees with the
+  shadow (result and state);
+- the twin: never busy, its lists one 4-tuple of OrderedDicts, and a call
+  that returned agrees with the shadow; a call that raised may have been
+  cut short halfway (a MemoryError is raised at any line of the twin's
+  Python, as a hook's exception: rule 2), so its state and invariants are
+  counted, not checked, and the round ends there.
+
+It counts what the core's fallbacks reached: MemoryError per method;
+inserts of a new key that failed where the table or the node array had to
+grow; calls of more than 64 keys that failed (the working storage's
+growth); clear() and __init__ whose release showed every list emptied at
+once (the keys' __del__ see the later lists already empty: _detach found
+no memory and _empty() released everything together) and that still ended
+as the shadow did.
+
+Output: a line ``COVERAGE <run> {json}`` on stdout per run that passed
+(cleared-cython, cleared-python, nomem-cython, nomem-python); exit 1 if any
+failed (its failures on stderr), a signal exit on a crash (faulthandler
+prints the stack). The seed is printed first, on stderr: rerun with
+--seed N (and --mode, --impl) to replay a run. ARC_CY_GC_STRESS=1 (the
+test suite's GC-stress leg) runs the nomem rounds with gc.set_threshold(1):
+a collection at nearly every allocation, the failing one's neighbours
+included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import gc
+import json
+import os
+import random
+import sys
+import time
+from collections import Counter, OrderedDict
+from fractions import Fraction
+
+sys.modules["vllm"] = None  # type: ignore[assignment]  # arc_cy's stand-ins: no oracle here
+
+import _testcapi  # noqa: E402 -- after hiding vLLM
+
+from arc_cy._arc_c import ARCCachePolicy as CPolicy  # noqa: E402 -- after hiding vLLM
+from arc_cy._arc_py import ARCCachePolicy as PyPolicy  # noqa: E402 -- after hiding vLLM
+from arc_cy._base import ChunkStatus  # noqa: E402 -- after hiding vLLM
+from arc_cy._env import env_flag  # noqa: E402 -- after hiding vLLM
+from arc_cy._views import ListView  # noqa: E402 -- after hiding vLLM
+
+IMPLS = {"cython": CPolicy, "python": PyPolicy}
+PROFILES = {
+    # ci: 2 to 7 s per run on a 2-core machine (normal build; 3-5x under ASan)
+    "ci": {"cleared": 10_000, "nomem": 3_000},
+    "long": {"cleared": 50_000, "nomem": 30_000},
+}
+
+
+class Run:
+    """The running run's counts and failures."""
+
+    counts: Counter = Counter()
+    failures: list = []
+    impl = ""
+    unraisable = False
+
+
+# Known defects and CPython limits the runs step around (--strict: none), each
+# named where it is allowed; remove a defect's name once it is fixed.
+KNOWN = {
+    # CPython 3.11: a MemoryError propagating out of a Python frame is lost
+    # when tearing the frame down cannot allocate the caller's frame object
+    # (take_ownership's PyErr_Clear): the caller's eval loop raises
+    # SystemError("error return without exception set"), its own wording
+    # (a C function such as the core's methods returning NULL without an
+    # exception gets "... returned NULL without setting an exception").
+    # The round ends there.
+    "cpython_lost_exception",
+}
+LOST = "error return without exception set"
+
+
+def fail(msg: str) -> None:
+    if len(Run.failures) < 50:
+        Run.failures.append(msg)
+
+
+class Ctx:
+    """A request context that knows no key's position (keys stay in the
+    order given)."""
+
+    def get_offload_key_position(self, key):
+        return None
+
+
+CTX = Ctx()
+
+
+def _chunk(ref: int = 0) -> ChunkStatus:
+    c = ChunkStatus(0)
+    c.ref_cnt = ref
+    return c
+
+
+# --- cleared: objects the collector cleared, used by finalizers --------------
+
+# What a call on a cleared (or half-torn) object may raise. AttributeError:
+# the twin's instance dict, a view's or an items view's slot, cleared;
+# StopIteration: a generator the collector closed; RuntimeError: an
+# iterator whose core's entries were dropped (MSG_MUTATED), a mutator
+# refused; TypeError, ValueError, KeyError: the calls' own (a duplicate, a
+# missing item); MemoryError: MSG_FULL.
+CLEARED_ALLOWED = (
+    AttributeError,
+    StopIteration,
+    RuntimeError,
+    TypeError,
+    ValueError,
+    KeyError,
+    MemoryError,
+    ZeroDivisionError,
+)
+
+REG: dict[int, str] = {}  # id -> kind of the round's policies, views, iterators
+SURVIVORS: list = []  # what finalizers rescued
+BUILT: dict[int, int] = {}  # a policy's id -> its entries when the round dropped it
+MARK = 1.25  # every round's policies' target: what no call of a poke sets
+
+
+# No finalizer here reads self.__dict__: on CPython 3.11 that can make the
+# instance's dict object then, outside the garbage, referring into it, and
+# the collector takes the whole cycle for resurrected (nothing is cleared).
+
+
+class GKey(int):
+    """A key: hash and eq are the int's (a cleared key still hashes). It
+    may hold references (refs) and act when it dies (seed)."""
+
+    def __del__(self):
+        seed = getattr(self, "seed", None)
+        if seed is not None:
+            Run.counts["key_del"] += 1
+            _late_pokes(seed, "key_del")
+
+
+class GChunk(ChunkStatus):
+    def __del__(self):
+        seed = getattr(self, "seed", None)
+        if seed is not None:
+            Run.counts["chunk_del"] += 1
+            _late_pokes(seed, "chunk_del")
+
+
+class Fin:
+    """A finalizer in the garbage: pokes what it holds, puts Lates in the
+    garbage lists it holds, may rescue something."""
+
+    def __init__(self, seed, rescue=0.03):
+        self.seed = seed
+        self.refs = []
+        self.rescue = rescue  # a rescue revives all the garbage it reaches: rare
+
+    def __del__(self):
+        Run.counts["fin_run"] += 1
+        r = random.Random(self.seed)
+        refs = getattr(self, "refs", ())
+        for _ in range(r.randint(1, 4)):
+            if refs:
+                _poke(r.choice(refs), r, "fin")
+        for obj in refs:
+            if type(obj) is list and r.random() < 0.7:
+                obj.append(Late(r.randrange(2**32)))
+                Run.counts["late_made"] += 1
+        if refs and r.random() < getattr(self, "rescue", 0):
+            SURVIVORS.append(r.choice(refs))
+            Run.counts["rescued_by_fin"] += 1
+
+
+class Late:
+    """Made by a finalizer during the collection, so never finalized with
+    the cycle: its __del__ runs when the collector clears the list that
+    holds it."""
+
+    def __init__(self, seed):
+        self.seed = seed
+
+    def __del__(self):
+        Run.counts["late_run"] += 1
+        _late_pokes(self.seed, "late")
+
+
+def _late_pokes(seed, where):
+    r = random.Random(seed)
+    found = [o for o in gc.get_objects() if id(o) in REG and _kind(o) == REG[id(o)]]
+    if not found:
+        return
+    Run.counts[where + "_found"] += 1
+    for _ in range(r.randint(1, 4)):
+        _poke(r.choice(found), r, where)
+    if r.random() < 0.1:
+        SURVIVORS.append(r.choice(found))
+        Run.counts["rescued_by_" + where] += 1
+    del found
+
+
+def _kind(obj) -> str:
+    tp = type(obj)
+    if tp in (CPolicy, PyPolicy):
+        return "policy"
+    if tp is ListView:
+        return "view"
+    if tp.__name__ == "_Items":
+        return "items"
+    if tp.__name__ in ("_ListIter", "generator"):
+        return "iter"
+    return "other"
+
+
+def _policy_call(p, r):
+    k = GKey(r.randrange(8))
+    name = r.choice(
+        [
+            "get",
+            "insert",
+            "insert",
+            "remove",
+            "touch",
+            "on_store_miss",
+            "on_request_finished",
+            "evict",
+            "clear",
+            "__init__",
+            "target",
+            "views",
+            "check",
+            "capacity",
+        ]
+    )
+    if name == "get":
+        p.get(k)
+    elif name == "insert":
+        p.insert(k, _chunk(r.choice([0, 0, -1])), None)
+    elif name == "remove":
+        p.remove(k)
+    elif name == "touch":
+        p.touch([k, GKey(r.randrange(8))], None)
+    elif name == "on_store_miss":
+        p.on_store_miss([k], None)
+    elif name == "on_request_finished":
+        p.on_request_finished(((k,),), set(), {k}, CTX)
+    elif name == "evict":
+        p.evict(r.randint(1, 2), set())
+    elif name == "clear":
+        p.clear()
+    elif name == "__init__":
+        p.__init__(r.randint(0, 6))
+    elif name == "target":
+        p.target_t1_size = r.choice([0, 1.5, Fraction(5, 2)])
+    elif name == "views":
+        for v in (p.t1, p.t2, p.b1, p.b2):
+            len(v)
+            list(v.items())
+            k in v  # noqa: B015 -- the read is the point
+    elif name == "check":
+        try:
+            p._check_invariants()
+        except AssertionError as exc:
+            # called while a call of this policy runs (a __del__ that its
+            # clear() or __init__ releases): it says so, and checks nothing
+            if "did not finish" not in str(exc):
+                raise
+            Run.counts["check_while_running"] += 1
+    else:
+        p.cache_capacity  # noqa: B018 -- the read is the point
+        p.target_t1_size  # noqa: B018 -- for what it runs, not its value
+    return name
+
+
+def _poke(obj, r, where):
+    """One random use of obj; what it raises must be allowed."""
+    kind = _kind(obj)
+    what = kind
+    try:
+        if kind == "policy":
+            if type(obj) is PyPolicy and not hasattr(obj, "_lists"):
+                Run.counts[f"poke_{where}_cleared_twin"] += 1
+            elif (
+                type(obj) is CPolicy
+                and BUILT.get(id(obj))
+                and obj.target_t1_size == MARK
+                and not any(obj._list_len(w) for w in range(4))
+            ):
+                # entries gone, the target still the round's mark: the
+                # collector's clear emptied it (clear() and __init__ reset
+                # the target, remove() and evict() leave ghosts)
+                Run.counts[f"poke_{where}_cleared_core"] += 1
+            what = "policy." + _policy_call(obj, r)
+        elif kind == "view":
+            op = r.choice(["len", "iter", "in", "getitem", "items"])
+            what = "view." + op
+            if op == "len":
+                len(obj)
+            elif op == "iter":
+                list(obj)
+            elif op == "in":
+                GKey(r.randrange(8)) in obj  # noqa: B015 -- for what it runs, not its value
+            elif op == "getitem":
+                obj[GKey(r.randrange(8))]
+            else:
+                list(obj.items())
+        elif kind == "items":
+            what = "items.iter"
+            list(obj)
+        elif kind == "iter":
+            what = "iter.next"
+            next(obj)
+        elif isinstance(obj, GKey):
+            what = "key.hash"
+            hash(obj)
+        else:
+            return
+        Run.counts[f"poke_{where}_ok"] += 1
+    except CLEARED_ALLOWED as exc:
+        Run.counts[f"poke_{where}_raised"] += 1
+        Run.counts["exc_" + type(exc).__name__] += 1
+        if where in ("late", "key_del", "chunk_del") and kind in ("policy", "view", "iter"):
+            Run.counts[f"late_{kind}_{type(exc).__name__}"] += 1
+    except BaseException as exc:  # every other exception is a finding
+        fail(f"{Run.impl}: {what} from {where}: {exc!r}")
+    Run.counts["pokes"] += 1
+    if where in ("late", "key_del", "chunk_del"):
+        Run.counts[f"late_poke_{kind}"] += 1
+
+
+def _build(cls, r: random.Random) -> None:
+    """The round's graph; everything in it is garbage once this returns
+    (what no cycle holds dies then, by reference counting)."""
+    nodes: list = []  # everything the round makes
+    holders: list = []  # what can hold references: (object, its refs list or None: a dict)
+    cyclic: list = []  # per policy, the keys and chunks with refs that it stores
+    for _ in range(r.choice([1, 1, 2])):
+        p = cls(r.randint(0, 6))
+        own = []
+        for i in r.sample(range(8), r.randint(0, 6)):
+            k, c = GKey(i), GChunk(0)
+            c.ref_cnt = r.choice([0, 0, 0, -1, 1])
+            for obj in (k, c):
+                if r.random() < 0.3:
+                    obj.refs = []
+                    holders.append((obj, obj.refs))
+                    own.append(obj)
+                if r.random() < 0.2:
+                    obj.seed = r.randrange(2**32)
+            try:
+                p.insert(k, c, None)
+            except (ValueError, MemoryError):
+                pass
+            nodes += (k, c)
+        keys = [k for k, _ in p.t1.items()]
+        if keys and r.random() < 0.6:
+            p.touch(r.sample(keys, r.randint(1, len(keys))), None)
+        if p.cache_capacity and r.random() < 0.6:
+            p.evict(1, set())
+        p.target_t1_size = MARK
+        REG[id(p)] = "policy"
+        BUILT[id(p)] = sum(p._list_len(w) for w in range(4))
+        nodes.append(p)
+        cyclic.append((p, own))
+        for v in (p.t1, p.t2, p.b1, p.b2):
+            if r.random() < 0.4:
+                REG[id(v)] = "view"
+                nodes.append(v)
+            if r.random() < 0.25:
+                it = iter(v.items()) if r.random() < 0.6 else iter(v)
+                for _ in range(r.randint(0, 2)):
+                    try:
+                        next(it)
+                    except StopIteration:
+                        break
+                REG[id(it)] = "iter"
+                nodes.append(it)
+            if r.random() < 0.15:
+                items = v.items()
+                REG[id(items)] = "items"
+                nodes.append(items)
+    lists = []
+    for _ in range(r.randint(1, 4)):
+        lst: list = []
+        nodes.append(lst)
+        holders.append((lst, lst))
+        lists.append(lst)
+    for _ in range(r.randint(0, 2)):
+        d: dict = {}
+        nodes.append(d)
+        holders.append((d, None))
+    for _ in range(r.randint(1, 4)):
+        f = Fin(r.randrange(2**32))
+        nodes.append(f)
+        holders.append((f, f.refs))
+    # random references, then (nearly always) a cycle through each policy:
+    # policy -> a key or chunk it stores -> a list -> policy, or a list
+    # that holds the policy and itself
+    for holder, refs in holders:
+        for _ in range(r.randint(0, 4)):
+            target = r.choice(nodes)
+            if refs is None:
+                holder[len(holder)] = target
+            else:
+                refs.append(target)
+    for p, own in cyclic:
+        if r.random() < 0.9:
+            lst = r.choice(lists)
+            lst.append(p)
+            if own and r.random() < 0.7:
+                r.choice(own).refs.append(lst)
+                Run.counts["cycle_through_entry"] += 1
+            else:
+                lst.append(lst)
+            if r.random() < 0.6:
+                # cleared_by_gc.py's shape: a finalizer in the list puts a
+                # Late there, which dies when the list is cleared, after the
+                # policy (made first) was, while the list still holds it
+                f = Fin(r.randrange(2**32), rescue=0)
+                f.refs.append(lst)
+                lst.append(f)
+    Run.counts["graph_nodes"] += len(nodes)
+    Run.counts["graph_policies"] += len(cyclic)
+
+
+def cleared_round(cls, r: random.Random) -> None:
+    REG.clear()
+    BUILT.clear()
+    SURVIVORS.clear()
+    gc.disable()
+    try:
+        _build(cls, r)
+        gc.collect()
+        Run.counts["collections"] += 1
+    finally:
+        gc.enable()
+    check_survivors()
+
+
+def check_survivors() -> None:
+    seen = set()
+    while SURVIVORS:
+        obj = SURVIVORS.pop()
+        if id(obj) in seen:  # rescued twice
+            del obj
+            continue
+        seen.add(id(obj))
+        kind = _kind(obj)
+        Run.counts["survivor_" + kind] += 1
+        if kind == "policy":
+            if type(obj) is PyPolicy and not hasattr(obj, "_lists"):
+                Run.counts["survivor_twin_cleared"] += 1
+                try:
+                    obj._check_invariants()
+                except AttributeError:
+                    pass
+                except BaseException as exc:
+                    fail(f"{Run.impl}: a cleared twin's _check_invariants(): {exc!r}")
+                continue
+            try:
+                obj._check_invariants()
+                Run.counts["survivor_policy_checked"] += 1
+                obj.insert(GKey(99), _chunk(), None)
+                obj.evict(1, set())
+                obj._check_invariants()
+            except BaseException as exc:
+                fail(f"{Run.impl}: a rescued policy: {exc!r}")
+        elif kind in ("view", "items", "iter"):
+            _poke(obj, random.Random(len(SURVIVORS)), "survivor")
+        del obj
+
+
+def cleared_mode(cls, rounds: int, seed: int) -> None:
+    r = random.Random(seed)
+    for _ in range(rounds):
+        s = r.randrange(2**32)
+        if TRACE:
+            print(f"cleared round {s}", file=sys.stderr, flush=True)
+        try:
+            cleared_round(cls, random.Random(s))
+        except BaseException as exc:
+            fail(f"{Run.impl}: round {s}: {exc!r}")
+        if Run.failures:
+            fail(f"(round seed {s})")
+            return
+        Run.counts["rounds"] += 1
+
+
+# --- nomem: allocations that fail --------------------------------------------
+
+
+class PKey(int):
+    """A key of one policy (the shadow has its own, equal ones)."""
+
+
+class RKey(PKey):
+    """A key of a watch round: while a release is watched (WATCH), its
+    __del__ tells whether a later list was already emptied when its own
+    was released (the release fallback). Python code that runs while
+    allocations fail: only watch rounds use these keys, and they arm only
+    clear() and __init__ (a __del__ that met the failing allocation while
+    another MemoryError propagated once made CPython lose that one: the
+    caller got SystemError('error return without exception set'))."""
+
+    def __del__(self):
+        try:
+            w = getattr(self, "w", -1)
+            watch = WATCH[0]
+            if w < 0 or watch is None:
+                return
+            p, nonempty = watch
+            for later in (1, 2, 3):
+                if later > w and nonempty[later] and p._list_len(later) == 0:
+                    WATCH[1] = True
+        except MemoryError:
+            Run.unraisable = True  # it met the failing allocation: it saw nothing
+
+
+WATCH: list = [None, False]  # (policy, which lists held entries), and what was seen
+
+
+def _unraisable(hook_args) -> None:
+    # A __del__ (or a generator's close) that met the failing allocation
+    # itself: counted (after the call), not printed. No allocation here.
+    Run.unraisable = True
+
+
+class Side:
+    """A policy and the type of its keys: a new key object each time (the
+    policy's lists are what holds one, so a release frees it)."""
+
+    def __init__(self, cls, cap, key_type):
+        self.p = cls(cap)
+        self.key = key_type
+
+    def state(self) -> tuple:
+        p = self.p
+        lists = tuple(
+            tuple((int(k), id(c)) for k, c in view.items()) for view in (p.t1, p.t2, p.b1, p.b2)
+        )
+        t = p.target_t1_size
+        return lists, p.cache_capacity, type(t).__name__, t, p._max_entries
+
+
+MIN_TABLE_BITS = 3  # the core's (arc_cy/_arc_c.pyx): a table of 8 slots at first
+
+
+class Shape:
+    """The core's table and node array, as far as the calls let them be
+    known: whether an insert of a new key makes the table or the node array
+    grow (an approximation when a release fallback kept a grown table)."""
+
+    def __init__(self):
+        self.bits = MIN_TABLE_BITS
+        self.hw = 0  # nodes used (high-water mark)
+        self.cap = 0  # nodes allocated
+
+    def grows(self, used: int) -> tuple[bool, bool]:
+        table = (used + 1) * 10 > (1 << self.bits) * 7
+        nodes = used >= self.hw and self.hw == self.cap
+        return table, nodes
+
+    def inserted(self, used_before: int) -> None:
+        table, nodes = self.grows(used_before)
+        if table:
+            self.bits += 1
+        if used_before >= self.hw:
+            if nodes:
+                self.cap = max(64, 2 * self.cap)
+            self.hw += 1
+
+    def emptied(self) -> None:
+        self.__init__()
+
+
+def _armed(fn, start: int, stop: int):
+    _testcapi.set_nomemory(start, stop)
+    try:
+        return fn()
+    finally:
+        _testcapi.remove_mem_hooks()
+
+
+def _norm(value):
+    if isinstance(value, list):
+        return [(int(k), id(c)) for k, c in value]
+    if isinstance(value, ChunkStatus):
+        return id(value)
+    return value
+
+
+class NomemRound:
+    def __init__(self, cls, r: random.Random):
+        self.cls = cls
+        self.r = r
+        big = r.random() < 0.35
+        cap = r.randint(40, 160) if big else r.randint(0, 8)
+        self.universe = cap * 2 + 4
+        self.watch = r.random() < 0.3  # a round that watches releases
+        self.a = Side(cls, cap, RKey if self.watch else PKey)  # armed
+        self.s = Side(cls, cap, PKey)  # shadow
+        self.chunks = [_chunk(ref) for ref in (0, 0, 0, 0, -1, 1)]
+        self.shape = Shape()
+        self.core = cls is CPolicy
+        self.fresh = self.universe  # keys never used before: the table grows
+
+    def rand_keys(self, n):
+        return [self.r.randrange(self.universe) for _ in range(n)]
+
+    def op(self):
+        """A random call: (name, fn(side) -> result, ints of the keys it names)."""
+        r = self.r
+        p = self.a.p
+        n1, n2, nb1, nb2 = (p._list_len(w) for w in range(4))
+        name = r.choice(
+            [
+                "insert",
+                "insert",
+                "insert",
+                "insert_fresh",
+                "insert_fresh",
+                "insert_ghost",
+                "remove",
+                "touch",
+                "touch",
+                "on_store_miss",
+                "on_request_finished",
+                "evict",
+                "evict",
+                "clear",
+                "__init__",
+                "target",
+                "get",
+                "read",
+            ]
+        )
+        many = r.random() < 0.15  # more keys than the working storage's first 64
+        nkeys = r.randint(65, 150) if many else r.randint(1, 6)
+        if name == "insert":
+            i = r.randrange(self.universe)
+            c = r.choice(self.chunks)
+            return name, (lambda side: side.p.insert(side.key(i), c, None)), (i,)
+        if name == "insert_fresh":
+            i = self.fresh
+            self.fresh += 1
+            c = r.choice(self.chunks)
+            return "insert", (lambda side: side.p.insert(side.key(i), c, None)), (i,)
+        if name == "insert_ghost":
+            ghosts = [int(k) for k in p.b1] + [int(k) for k in p.b2]
+            if not ghosts:
+                return self.op()
+            i = r.choice(ghosts)
+            c = r.choice(self.chunks)
+            return name, (lambda side: side.p.insert(side.key(i), c, None)), (i,)
+        if name == "remove":
+            i = r.randrange(self.universe)
+            return name, (lambda side: side.p.remove(side.key(i))), (i,)
+        if name in ("touch", "on_store_miss"):
+            ks = self.rand_keys(nkeys)
+            meth = name
+            name = name + ("_many" if many else "")
+            return (
+                name,
+                (lambda side: getattr(side.p, meth)([side.key(i) for i in ks], None)),
+                ks,
+            )
+        if name == "on_request_finished":
+            ks = self.rand_keys(nkeys)
+            reused = set(r.sample(ks, len(ks) // 2))
+            name = name + ("_many" if many else "")
+            return (
+                name,
+                (
+                    lambda side: side.p.on_request_finished(
+                        ([side.key(i) for i in ks],),
+                        {side.key(i) for i in ks if i not in reused},
+                        {side.key(i) for i in reused},
+                        CTX,
+                    )
+                ),
+                ks,
+            )
+        if name == "evict":
+            n = r.randint(1, max(1, n1 + n2 + 1))
+            prot = self.rand_keys(r.randint(0, 3))
+            return name, (lambda side: side.p.evict(n, {side.key(i) for i in prot})), prot
+        if name == "clear":
+            return name, (lambda side: side.p.clear()), ()
+        if name == "__init__":
+            cap = r.choice([p.cache_capacity, r.randint(0, 8), r.randint(40, 160)])
+            return name, (lambda side: side.p.__init__(cap)), ()
+        if name == "target":
+            t = r.choice([0, 2, 1.5, 7.25, Fraction(7, 3), 10**20])
+
+            def set_target(side):
+                side.p.target_t1_size = t
+
+            return name, set_target, ()
+        if name == "get":
+            i = r.randrange(self.universe)
+            return name, (lambda side: side.p.get(side.key(i))), (i,)
+        i = r.randrange(self.universe)
+        which = r.randrange(4)
+
+        def read(side):
+            view = (side.p.t1, side.p.t2, side.p.b1, side.p.b2)[which]
+            return (len(view), side.key(i) in view, [int(k) for k, _ in view.items()])
+
+        return "read", read, (i,)
+
+    def fill(self):
+        """Unarmed inserts until t1 + t2 hold the capacity (or a few)."""
+        p = self.a.p
+        want = min(p.cache_capacity, 200)
+        for i in range(self.universe):
+            if sum(p._list_len(w) for w in (0, 1)) >= want:
+                break
+            if i in p.t1 or i in p.t2:
+                continue
+            c = self.r.choice(self.chunks)
+            used = sum(p._list_len(w) for w in range(4))
+            for side in (self.a, self.s):
+                side.p.insert(side.key(i), c, None)
+            if i not in p.b1 and i not in p.b2:
+                self.shape.inserted(used)
+
+    def step(self) -> bool:
+        """One call; False ends the round (a call cut short)."""
+        r = self.r
+        c = Run.counts
+        if r.random() < 0.1:
+            self.fill()
+        name, fn, ks = self.op()
+        base = name.split("_many")[0]
+        a, s = self.a, self.s
+        p = a.p
+        used = sum(p._list_len(w) for w in range(4))
+        ghost = ks and any(i in p.b1 or i in p.b2 for i in ks)
+        new_key = base == "insert" and not (ks[0] in p.t1 or ks[0] in p.t2 or ghost)
+        grows = self.shape.grows(used) if new_key else (False, False)
+        dup = base == "insert" and (ks[0] in p.t1 or ks[0] in p.t2)
+        before = a.state()
+        armed = r.random() < 0.8 and (not self.watch or base in ("clear", "__init__"))
+        start = stop = None
+        if armed:
+            roll = r.random()
+            start = min(int(r.expovariate(0.25)), 80)
+            stop = start + (1 if roll < 0.7 else r.randint(2, 6))
+            if roll < 0.15 and self.core:
+                # every allocation fails until the call returns: the core
+                # only. CPython 3.11 never finishes unwinding to a finally
+                # handler past offset 256 when no int can be made
+                # (its eval loop spins): the twin's calls have them.
+                stop = 0
+        watch = base in ("clear", "__init__") and armed
+        if watch:
+            for w, view in enumerate((p.t1, p.t2, p.b1, p.b2)):
+                for k in view:
+                    k.w = w
+            WATCH[:] = [(p, [p._list_len(w) > 0 for w in range(4)]), False]
+        try:
+            if armed:
+                result = ("ok", _norm(_armed(lambda: fn(a), start, stop)))
+            else:
+                result = ("ok", _norm(fn(a)))
+        except BaseException as exc:
+            result = ("raised", exc)
+        finally:
+            fallback = WATCH[1]
+            WATCH[:] = [None, False]
+        c["calls"] += 1
+        if armed:
+            c["calls_armed"] += 1
+        if Run.unraisable:
+            Run.unraisable = False
+            c["del_unraisable"] += 1
+        raised = result[0] == "raised"
+        if raised:
+            exc = result[1]
+            tb_names = []
+            tb = exc.__traceback__
+            while tb is not None:
+                tb_names.append(tb.tb_frame.f_code.co_name)
+                tb = tb.tb_next
+            exc.__traceback__ = None
+            # the call's own exception: a duplicate's ValueError
+            natural = dup and type(exc) is ValueError and "already cached" in str(exc)
+            if (
+                armed
+                and type(exc) is SystemError
+                and str(exc) == LOST
+                and "cpython_lost_exception" in KNOWN
+            ):
+                c["cpython_lost_exception"] += 1
+                return False
+            if not (natural or (armed and type(exc) is MemoryError)):
+                fail(
+                    f"{Run.impl}: {name} raised {exc!r} (armed {armed}, start {start}, stop {stop})"
+                )
+                return False
+            if isinstance(exc, MemoryError) and not natural:
+                c["nomem_" + base] += 1
+                if name.endswith("_many"):
+                    c["nomem_many_keys"] += 1
+                if grows[0]:
+                    c["nomem_insert_table_grows"] += 1
+                if grows[1]:
+                    c["nomem_insert_nodes_grow"] += 1
+            del exc
+            result = ("raised",)
+        elif armed:
+            c["ok_armed_" + base] += 1
+            if grows[0] or grows[1]:
+                c["ok_armed_insert_grows"] += 1
+        if watch and fallback:
+            c["release_fallback_" + base] += 1
+        # the checks, disarmed
+        if not self.core:
+            running = p.__dict__.get("_busy")
+            if running is not None:
+                fail(f"{Run.impl}: {name} left busy {running!r}")
+                return False
+            lists = p.__dict__.get("_lists")
+            if not (
+                type(lists) is tuple
+                and len(lists) == 4
+                and all(type(od) is OrderedDict for od in lists)
+            ):
+                fail(f"{Run.impl}: {name} left _lists {lists!r}")
+                return False
+        after = a.state()
+        if raised:
+            if after == before:
+                c["failed_unchanged"] += 1
+            elif not self.core:
+                c["twin_cut_short"] += 1
+                try:
+                    p._check_invariants()
+                except AssertionError:
+                    c["twin_cut_short_invariants"] += 1
+                return False
+            elif base in ("touch", "on_store_miss") and ("_adapt" in tb_names or stop == 0):
+                c["core_cut_short_in_adapt"] += 1  # a target's arithmetic: vLLM's as well
+                p._check_invariants()
+                return False
+            else:
+                fail(f"{Run.impl}: {name} raised and changed the state: {before} -> {after}")
+                return False
+            try:
+                p._check_invariants()
+            except AssertionError as exc:
+                fail(f"{Run.impl}: after a failed {name}: {exc}")
+                return False
+            return True
+        try:
+            p._check_invariants()
+        except AssertionError as exc:
+            fail(f"{Run.impl}: after {name}: {exc}")
+            return False
+        shadow = ("ok", _norm(fn(s)))
+        if shadow != result:
+            fail(f"{Run.impl}: {name} returned {result}, the shadow {shadow}")
+            return False
+        if after != s.state():
+            fail(f"{Run.impl}: {name}: the state {after}, the shadow's {s.state()}")
+            return False
+        c["agreed"] += 1
+        if new_key:
+            self.shape.inserted(used)
+        if base in ("clear", "__init__"):
+            self.shape.emptied()
+        return True
+
+
+def nomem_mode(cls, rounds: int, seed: int) -> None:
+    r = random.Random(seed)
+    stress = env_flag("ARC_CY_GC_STRESS")
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = _unraisable
+    threshold = gc.get_threshold()
+    if stress:
+        gc.set_threshold(1)
+    try:
+        for _ in range(rounds):
+            s = r.randrange(2**32)
+            if TRACE:
+                print(f"nomem round {s}", file=sys.stderr, flush=True)
+            rnd = NomemRound(cls, random.Random(s))
+            try:
+                for _ in range(rnd.r.randint(10, 40)):
+                    if not rnd.step():
+                        break
+            except BaseException as exc:
+                fail(f"{Run.impl}: round {s}: {exc!r}")
+            if Run.failures:
+                fail(f"(round seed {s})")
+                return
+            Run.counts["rounds"] += 1
+    finally:
+        sys.unraisablehook = old_hook
+        gc.set_threshold(*threshold)
+
+
+MODES = {"cleared": cleared_mode, "nomem": nomem_mode}
+TRACE = False
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", choices=[*MODES, "all"], required=True)
+    ap.add_argument("--impl", choices=["cython", "python", "both"], default="both")
+    ap.add_argument("--profile", choices=list(PROFILES), default="ci")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--trace", action="store_true", help="print each round's seed (stderr)")
+    ap.add_argument("--strict", action="store_true", help="step around no known failure")
+    ap.add_argument(
+        "--watchdog", type=float, default=600, help="seconds a run may take before it is a hang"
+    )
+    args = ap.parse_args(argv)
+    global TRACE
+    TRACE = args.trace
+    if args.strict:
+        KNOWN.clear()
+    faulthandler.enable()
+    if args.seed is not None:
+        seed = args.seed
+    elif args.profile == "ci":
+        seed = 7
+    else:
+        seed = random.SystemRandom().randrange(2**32)
+    print(
+        f"faults_fuzz: mode={args.mode} impl={args.impl} profile={args.profile} "
+        f"seed={seed} (rerun with --seed {seed})",
+        file=sys.stderr,
+        flush=True,
+    )
+    modes = list(MODES) if args.mode == "all" else [args.mode]
+    impls = ["cython", "python"] if args.impl == "both" else [args.impl]
+    gc.collect()
+    gc.freeze()  # what the imports made: gc.get_objects() sees the rounds' objects only
+    failed = False
+    for mode in modes:
+        for impl in impls:
+            Run.counts = Counter()
+            Run.failures = []
+            Run.impl = impl
+            start = time.monotonic()
+            rounds = args.rounds or PROFILES[args.profile][mode]
+            # a hang (a loop that never ends) prints every stack and exits
+            faulthandler.dump_traceback_later(args.watchdog, exit=True)
+            MODES[mode](IMPLS[impl], rounds, seed)
+            faulthandler.cancel_dump_traceback_later()
+            name = f"{mode}-{impl}"
+            if Run.failures:
+                failed = True
+                print(f"faults_fuzz: {name} FAILED (seed {seed}):", file=sys.stderr)
+                for msg in Run.failures:
+                    print("  " + msg, file=sys.stderr)
+                continue
+            counts = dict(sorted(Run.counts.items()))
+            counts["seconds"] = round(time.monotonic() - start, 1)
+            counts["seed"] = seed
+            print(f"COVERAGE {name} " + json.dumps(counts), flush=True)
+    sys.stderr.flush()
+    # Skip interpreter teardown: objects whose __del__ acts die there.
+    os._exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

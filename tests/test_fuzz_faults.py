@@ -1,0 +1,137 @@
+"""The faults fuzzer, run in a child process (tests/progs/faults_fuzz.py):
+objects the garbage collector cleared, used by finalizers while it clears
+them (docs/hardening.md rule 13), and allocations that fail at random
+points of random calls (rule 11, and the core's fallbacks when memory runs
+out). One child runs every mode on both implementations (--mode all);
+each run prints its counts, which its test asserts; a crash fails the run
+it happened in and those after it.
+
+    cleared-cython, cleared-python  random reference graphs through
+                    policies, views, iterators, keys and chunks, collected;
+                    finalizers call random methods on what they find,
+                    cleared or not: allowed exceptions only, and rescued
+                    policies pass _check_invariants() (a cleared twin
+                    refuses)
+    nomem-cython, nomem-python      random calls with
+                    _testcapi.set_nomemory armed: MemoryError or the
+                    call's own result, a failed call changed nothing (the
+                    twin: never busy, may be cut short), a call that
+                    returned agrees with an unarmed shadow
+
+The module is marked hostile (the GC-stress leg runs it: the child reads
+ARC_CY_GC_STRESS and runs its nomem rounds with gc.set_threshold(1)) and
+sanitize (.ci/sanitize.sh runs it under ASan). ARC_CY_FUZZ_PROFILE=long
+runs the long profile; ARC_CY_FUZZ_SEED=N fixes the seed (rerun the
+program by hand with --seed N, --mode and --impl: see its docstring).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from childproc import child_env
+
+pytestmark = [pytest.mark.sanitize, pytest.mark.hostile]
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+PROG = os.path.join(TESTS, "progs", "faults_fuzz.py")
+PROFILE = os.environ.get("ARC_CY_FUZZ_PROFILE", "ci")
+# Generous: the ci profile takes ~20 s here, 35 s in GC stress, 3-5x under ASan.
+TIMEOUT = {"ci": 1200, "long": 8 * 3600}[PROFILE]
+
+# Counts each run must reach (about a quarter of what ci-profile runs
+# reached here; the same under ASan: runs are sized by rounds).
+MIN = {
+    "cleared-cython": {
+        "collections": 2500,
+        "fin_run": 8000,  # finalizers of the garbage that called methods
+        "key_del": 2000,  # keys' and chunks' __del__ while the collector works
+        "chunk_del": 2000,
+        "cycle_through_entry": 1500,  # policy -> key or chunk -> list -> policy
+        "late_run": 2400,  # Late finalizers, run while the collector clears
+        "late_found": 1900,  # ... that found the round's objects
+        "poke_late_cleared_core": 1600,  # calls on a core the collector emptied
+        "late_iter_RuntimeError": 35,  # its iterators refuse (MSG_MUTATED)
+        "late_view_AttributeError": 750,  # cleared views refuse
+        "survivor_policy_checked": 140,  # rescued cores pass _check_invariants()
+    },
+    "cleared-python": {
+        "collections": 2500,
+        "fin_run": 8000,
+        "key_del": 2000,
+        "chunk_del": 2000,
+        "cycle_through_entry": 1500,
+        "late_run": 2400,
+        "late_found": 1900,
+        "poke_late_cleared_twin": 2600,  # calls on a twin the collector cleared
+        "late_policy_AttributeError": 2200,  # ... refused
+        "late_view_AttributeError": 780,
+        "survivor_twin_cleared": 85,  # rescued cleared twins refuse
+        "survivor_policy_checked": 40,  # rescued intact twins pass
+    },
+    "nomem-cython": {
+        "calls_armed": 9800,
+        "failed_unchanged": 5300,  # a call that raised changed nothing
+        "agreed": 11000,  # a call that returned agreed with the shadow
+        "nomem_insert": 1150,  # MemoryError per method
+        "nomem_touch": 980,
+        "nomem_evict": 940,
+        "nomem_on_store_miss": 480,
+        "nomem_on_request_finished": 550,
+        "nomem_remove": 120,
+        "nomem___init__": 180,
+        "nomem_insert_table_grows": 40,  # where the table had to grow
+        "nomem_insert_nodes_grow": 500,  # where the node array had to
+        "nomem_many_keys": 320,  # calls of over 64 keys (working storage)
+        "ok_armed_clear": 800,  # clear() cannot fail: it falls back
+        "ok_armed_insert_grows": 520,
+        "release_fallback_clear": 13,  # _detach found no memory: released at once
+        "release_fallback___init__": 15,
+    },
+    "nomem-python": {
+        "calls_armed": 8600,
+        "failed_unchanged": 6800,
+        "agreed": 7900,
+        "nomem_insert": 1550,
+        "nomem_touch": 960,
+        "nomem_evict": 930,
+        "nomem_clear": 620,
+        "nomem_insert_table_grows": 60,
+        "nomem_many_keys": 280,
+        "twin_cut_short": 270,  # MemoryError halfway through the twin's lines
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def faults_run() -> dict:
+    cmd = [sys.executable, "-P", PROG, "--mode", "all", "--profile", PROFILE]
+    if os.environ.get("ARC_CY_FUZZ_SEED"):
+        cmd += ["--seed", os.environ["ARC_CY_FUZZ_SEED"]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=child_env())
+    runs = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("COVERAGE "):
+            _, run, counts = line.split(" ", 2)
+            runs[run] = json.loads(counts)
+    how = f"exit {proc.returncode}"
+    if proc.returncode < 0:
+        how = f"killed by {signal.Signals(-proc.returncode).name} (a crash)"
+    return {"runs": runs, "why": f"{' '.join(cmd)}: {how}\n{proc.stderr[-8000:]}"}
+
+
+@pytest.mark.parametrize("run", list(MIN))
+def test_faults_fuzz(run: str, faults_run: dict, fuzz_coverage: dict) -> None:
+    if run not in faults_run["runs"]:
+        pytest.fail(f"{run} did not pass: {faults_run['why']}", pytrace=False)
+    counts = faults_run["runs"][run]
+    print(f"\n[faults {run} {PROFILE}] {counts}")
+    fuzz_coverage[f"faults {run} ({PROFILE})"] = counts
+    low = {k: (counts.get(k, 0), want) for k, want in MIN[run].items() if counts.get(k, 0) < want}
+    assert not low, f"coverage below the minimum (reached, minimum): {low}; all: {counts}"
