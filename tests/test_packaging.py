@@ -203,6 +203,9 @@ def _third_party_imports(paths: list[Path]) -> set[str]:
     # The project's own modules (bench/ and tests/ import arc_cy_harness).
     local = {p.stem for p in REPO.glob("*/*.py")} | {p.stem for p in REPO.glob("tests/progs/*.py")}
     local |= {"arc_cy", "arc_cy_harness"}
+    # CPython's own test module (the faults fuzzer's set_nomemory): built
+    # with CPython, left out of sys.stdlib_module_names.
+    stdlib = sys.stdlib_module_names | {"_testcapi"}
     found = set()
     for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
@@ -214,7 +217,7 @@ def _third_party_imports(paths: list[Path]) -> set[str]:
                 continue
             for name in names:
                 top = name.partition(".")[0]
-                if top not in sys.stdlib_module_names and top not in local:
+                if top not in stdlib and top not in local:
                     found.add(top)
     return found
 
