@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from typing import Any
@@ -46,3 +47,23 @@ def run_json(name: str, *args: str, timeout: float = 300, env: dict[str, str] | 
     proc = run_prog(name, *args, timeout=timeout, env=env)
     assert proc.returncode == 0, (name, args, proc.returncode, proc.stderr[-3000:])
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_modes(name: str, *args: str, timeout: float) -> tuple[dict[str, Any], str, str, str]:
+    """A fuzzer that runs several modes in one child: python -P
+    tests/progs/<name> args... (with --seed ARC_CY_FUZZ_SEED if set). Each
+    run that passed prints ``COVERAGE <run> {json}``, so a crash fails the
+    run it happened in and those after it. Returns the counts by run, how
+    the child ended (a crash named), its stdout and its stderr."""
+    if os.environ.get("ARC_CY_FUZZ_SEED"):
+        args += ("--seed", os.environ["ARC_CY_FUZZ_SEED"])
+    proc = run_prog(name, *args, timeout=timeout)
+    runs = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("COVERAGE "):
+            _, run, counts = line.split(" ", 2)
+            runs[run] = json.loads(counts)
+    how = f"{name} {' '.join(args)}: exit {proc.returncode}"
+    if proc.returncode < 0:
+        how += f", killed by {signal.Signals(-proc.returncode).name} (a crash)"
+    return runs, how, proc.stdout, proc.stderr

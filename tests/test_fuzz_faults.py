@@ -27,20 +27,14 @@ program by hand with --seed N, --mode and --impl: see its docstring).
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 
 import pytest
 
-from childproc import child_env
+from childproc import run_modes
 
 pytestmark = [pytest.mark.sanitize, pytest.mark.hostile]
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
-PROG = os.path.join(TESTS, "progs", "faults_fuzz.py")
 PROFILE = os.environ.get("ARC_CY_FUZZ_PROFILE", "ci")
 # Generous: the ci profile takes ~20 s here, 35 s in GC stress, 3-5x under ASan.
 TIMEOUT = {"ci": 1200, "long": 8 * 3600}[PROFILE]
@@ -111,19 +105,10 @@ MIN = {
 
 @pytest.fixture(scope="module")
 def faults_run() -> dict:
-    cmd = [sys.executable, "-P", PROG, "--mode", "all", "--profile", PROFILE]
-    if os.environ.get("ARC_CY_FUZZ_SEED"):
-        cmd += ["--seed", os.environ["ARC_CY_FUZZ_SEED"]]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=child_env())
-    runs = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("COVERAGE "):
-            _, run, counts = line.split(" ", 2)
-            runs[run] = json.loads(counts)
-    how = f"exit {proc.returncode}"
-    if proc.returncode < 0:
-        how = f"killed by {signal.Signals(-proc.returncode).name} (a crash)"
-    return {"runs": runs, "why": f"{' '.join(cmd)}: {how}\n{proc.stderr[-8000:]}"}
+    runs, how, _, stderr = run_modes(
+        "faults_fuzz.py", "--mode", "all", "--profile", PROFILE, timeout=TIMEOUT
+    )
+    return {"runs": runs, "why": f"{how}\n{stderr[-8000:]}"}
 
 
 @pytest.mark.parametrize("run", list(MIN))

@@ -44,13 +44,12 @@ import sys
 
 import pytest
 
-from childproc import child_env
+from childproc import child_env, run_modes
 
 pytestmark = pytest.mark.sanitize
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 PROG = os.path.join(TESTS, "progs", "hostile_fuzz.py")
-SURFACE_PROG = os.path.join(TESTS, "progs", "surface_fuzz.py")
 PROFILE = os.environ.get("ARC_CY_FUZZ_PROFILE", "ci")
 # Generous: the ci profile takes ~25 s here (imports included), 3-5x that under ASan.
 TIMEOUT = {"ci": 1200, "long": 8 * 3600}[PROFILE]
@@ -229,35 +228,14 @@ def surface_run(tmp_path_factory) -> dict:
     most of a run's time under ASan. Each run prints its own COVERAGE line,
     so a crash fails the run it happened in and those after it."""
     last = tmp_path_factory.mktemp("surface") / "last_call"
-    cmd = [
-        sys.executable,
-        "-P",
-        SURFACE_PROG,
-        "--mode",
-        "all",
-        "--profile",
-        PROFILE,
-        "--last-call",
-        str(last),
-        "--exclude",
-        SURFACE_EXCLUDE,
-    ]
-    if os.environ.get("ARC_CY_FUZZ_SEED"):
-        cmd += ["--seed", os.environ["ARC_CY_FUZZ_SEED"]]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=child_env())
-    runs = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("COVERAGE "):
-            _, run, counts = line.split(" ", 2)
-            runs[run] = json.loads(counts)
-    how = f"exit {proc.returncode}"
-    if proc.returncode < 0:
-        how = f"killed by {signal.Signals(-proc.returncode).name} (a crash)"
+    args = ("--mode", "all", "--profile", PROFILE, "--last-call", str(last))
+    runs, how, stdout, stderr = run_modes(
+        "surface_fuzz.py", *args, "--exclude", SURFACE_EXCLUDE, timeout=TIMEOUT
+    )
     running = last.read_text().strip() if last.exists() else "?"
     return {
         "runs": runs,
-        "why": f"{' '.join(cmd)}: {how}\nlast call: {running}\n"
-        f"{proc.stdout[-2000:]}\n{proc.stderr[-8000:]}",
+        "why": f"{how}\nlast call: {running}\n{stdout[-2000:]}\n{stderr[-8000:]}",
     }
 
 
