@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Check the sdist: build it, check what it holds, unpack it into an empty
 # directory, and run the README test command there (which builds arc_cy from
-# the unpacked sources). Extra arguments go to pytest.
+# the unpacked sources into the suite's environment, as .ci/env.sh does for
+# a checkout). Extra arguments go to pytest (CI: -m sdist).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/.ci/env.sh"
@@ -22,10 +23,10 @@ with tarfile.open(sdist) as tar:
 tracked = set(subprocess.run(["git", "-C", root, "ls-files"], capture_output=True,
                              text=True, check=True).stdout.split())
 # Everything needed to build and test: the package, its build files, and
-# every tracked file under tests/, harness/ and .ci/ (bench/ too, less its
-# reference run).
+# every tracked file under tests/, engine_tests/, harness/, .ci/ and tools/
+# (bench/ too, less its reference run).
 need = {f for f in tracked
-        if f.startswith(("arc_cy/", "tests/", "harness/", ".ci/"))
+        if f.startswith(("arc_cy/", "tests/", "engine_tests/", "harness/", ".ci/", "tools/"))
         or (f.startswith("bench/") and not f.startswith(("bench/results/", "bench/reference/")))}
 need |= {"LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", "setup.py", "MANIFEST.in",
          ".pre-commit-config.yaml"}

@@ -1,6 +1,7 @@
 # Source this from bash: sets and exports ARC_CY_ENV and ARC_CY_PY (a Python
 # with vLLM and the test and bench tools), after syncing that environment to
-# its Python's lock and installing this checkout's arc_cy into it.
+# its Python's lock and installing this checkout's arc_cy into it
+# (.ci/venv.sh, which makes every environment).
 #
 # The Python: ARC_CY_BASE_PYTHON, a version (3.12) or an interpreter's path,
 # python3 if unset. Each verified Python has its own lock,
@@ -17,8 +18,12 @@ _arc_cy_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || return
 ARC_CY_BASE_PYTHON=$("$_arc_cy_root/.ci/find-python" "${ARC_CY_BASE_PYTHON:-python3}") || return
 export ARC_CY_BASE_PYTHON
 _arc_cy_pyver=$("$ARC_CY_BASE_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])') || return
-export ARC_CY_LOCK=$_arc_cy_root/.ci/requirements-py$_arc_cy_pyver.lock
+if [ ! -f "$_arc_cy_root/.ci/requirements-py$_arc_cy_pyver.lock" ]; then
+    echo "arc_cy: Python $_arc_cy_pyver ($ARC_CY_BASE_PYTHON) has no lock, .ci/requirements-py$_arc_cy_pyver.lock: arc_cy is verified on Python $(cd "$_arc_cy_root/.ci" && ls requirements-py*.lock | sed 's/requirements-py\(.*\)\.lock/\1/' | xargs) (tools/lock.sh makes a lock for another)" >&2
+    return 2
+fi
 export ARC_CY_ENV=${ARC_CY_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/arc_cy/venv-py$_arc_cy_pyver}
 export ARC_CY_PY=$ARC_CY_ENV/bin/python
-bash "$_arc_cy_root/.ci/setup-env.sh" || return
+"$_arc_cy_root/.ci/venv.sh" "$ARC_CY_ENV" "$_arc_cy_root/.ci/requirements-py$_arc_cy_pyver.lock" \
+    --python "$ARC_CY_BASE_PYTHON" || return
 unset _arc_cy_root _arc_cy_pyver

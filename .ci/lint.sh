@@ -10,24 +10,32 @@
 # ARC_CY_BASE_PYTHON (python3 if unset) pins, with the pins they need from
 # it. They live in a small environment of their own, without vLLM (seconds
 # to make): ${XDG_CACHE_HOME:-~/.cache}/arc_cy/lint-py<X.Y>, or
-# ARC_CY_LINT_ENV, made again whenever those pins move. pre-commit runs
-# this script (.pre-commit-config.yaml), so the pins have one place.
+# ARC_CY_LINT_ENV, made and synced to those pins by .ci/venv.sh, as every
+# environment is. pre-commit runs this script (.pre-commit-config.yaml), so
+# the pins have one place.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 base=$(.ci/find-python "${ARC_CY_BASE_PYTHON:-python3}")
 pyver=$("$base" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-pins=$("$base" .ci/lock_pins.py ".ci/requirements-py$pyver.lock" ruff cython-lint)
+lock=.ci/requirements-py$pyver.lock
 env=${ARC_CY_LINT_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/arc_cy/lint-py$pyver}
-if [ "$(cat "$env/.arc_cy-pins" 2>/dev/null)" != "$pins" ]; then
-    echo "lint: making $env: $pins" >&2
-    rm -rf "$env"
-    "$base" -m venv "$env"
-    # One word per pin; --no-deps: the pins are the whole closure.
-    # shellcheck disable=SC2086
-    "$env/bin/python" -m pip install -q --disable-pip-version-check --no-deps $pins
-    echo "$pins" > "$env/.arc_cy-pins"
+# The linters' lines of the lock: ruff, cython-lint and what cython-lint
+# imports (Cython, pycodestyle, tokenize-rt; the lock's `# via cython-lint`),
+# and uv, which makes the environment.
+names=(ruff cython-lint cython pycodestyle tokenize-rt uv)
+pins=$(mktemp "${TMPDIR:-/tmp}/arc_cy-lint-pins.XXXXXX")
+trap 'rm -f "$pins"' EXIT
+pattern=$(IFS='|'; echo "${names[*]}")
+grep -iE "^($pattern)==" "$lock" > "$pins" || true
+if [ "$(wc -l < "$pins")" != "${#names[@]}" ]; then
+    echo "lint: $lock does not pin each of ${names[*]}: $(xargs < "$pins")" >&2
+    exit 2
 fi
+.ci/venv.sh "$env" "$pins" --python "$base" --no-project
+# Nothing the linters need is missing (a lock that moves them to releases
+# with another dependency fails here, naming it, until the list above has it).
+"$env/bin/python" -m uv pip check -q --python "$env/bin/python"
 # cython-lint runs pycodestyle by name.
 export PATH=$env/bin:$PATH
 status=0

@@ -13,8 +13,8 @@
 #     "address,undefined"; setup.py turns it into -fsanitize=... flags).
 #     Nothing is installed: the shared environment keeps its normal build.
 #   * pytest runs with PYTHONPATH=<tmp copy> and -P, so `import arc_cy` (and
-#     tests/conftest.py's `arc_cy._arc_c`) loads the sanitized extension; the
-#     script checks that it did.
+#     tests/helpers.py's direct import of `arc_cy._arc_c`) loads the
+#     sanitized extension; the script checks that it did.
 #   * gcc's ASan runtime is LD_PRELOADed (the python binary is not built
 #     with ASan); PYTHONMALLOC=malloc lets ASan see every Python allocation;
 #     detect_leaks=0 because CPython itself leaks at exit. UBSan findings

@@ -2,7 +2,7 @@
 rule: docs/usage.md, "The guard"): which ARC code a vLLM runs, and whether its
 callers ask of the policy only what ``CachePolicy`` declares.
 
-Standard library only: ``.ci/fingerprint.py`` imports it by name (``import
+Standard library only: ``tools/fingerprint.py`` imports it (``import
 arc_cy`` loads nothing else), and the table it checks against is handed in.
 
 - :func:`arc_code` splits ``cpu/policies/arc.py`` and ``base.py`` into the

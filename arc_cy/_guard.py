@@ -213,7 +213,7 @@ def refused_message(code: CodeCheck) -> str:
         f"arc_cy: {head}{reasons(code)}. arc_cy reproduces vLLM arc decision for "
         f"decision on the ARC code of the releases it verified ({_verified_releases()}). "
         "Install one of them, or verify this vLLM from an arc_cy checkout with "
-        "`.ci/vllm_compat.sh VERSION` (docs/usage.md#the-guard), or set "
+        "`tools/vllm_compat.sh VERSION` (docs/usage.md#the-guard), or set "
         f"{OVERRIDE_ENV}=1 to use arc_cy anyway, unverified."
     )
 

@@ -5,8 +5,8 @@
 it; ``arc``, the fingerprint of each object ARC runs and reads
 (``arc_cy._fingerprint.arc_code``); and ``callers``, the fingerprints of the
 callers those releases shipped (each accepted as it shipped). A release
-joins only after ``.ci/vllm_compat.sh VERSION`` passed on it; that script
-prints this table with the release added (``.ci/fingerprint.py``).
+joins only after ``tools/vllm_compat.sh VERSION`` passed on it; that script
+prints this table with the release added (``tools/fingerprint.py``).
 
 ``SUPPORTED_VLLM`` is what the ``[vllm]`` extra installs, as a PEP 440
 specifier: from the oldest verified release to the newest one's minor

@@ -63,10 +63,10 @@ def test_this_python_has_a_lock() -> None:
 
 @pytest.mark.parametrize("version", lock_versions())
 def test_lock_is_what_the_environment_sync_reads(version: str) -> None:
-    # .ci/lock.sh writes `uv pip compile` output: pins at the start of a
-    # line, uv's annotations as comments. .ci/setup-env.sh installs uv from
-    # the line `grep '^uv=='` finds, then `uv pip sync`s the lock, and
-    # installs arc_cy with the pip it pins.
+    # tools/lock.sh writes `uv pip compile` output: pins at the start of a
+    # line, uv's annotations as comments. .ci/venv.sh installs uv from the
+    # line `grep '^uv=='` finds, then `uv pip sync`s the lock, and installs
+    # arc_cy with the pip it pins; .ci/lint.sh takes the linters' lines.
     path = LOCK_DIR / f"requirements-py{version}.lock"
     lines = path.read_text().splitlines()
     assert any(f"# Python {version}, " in line for line in lines[:3]), lines[:3]

@@ -3,7 +3,7 @@
 The same multi-turn chat workload (shared system prompts, conversations that
 grow by their earlier turns, preemptions, aborts, loads in flight across
 steps) runs through the installed vLLM's ``Scheduler`` (0.33.0 in the test
-suite, older releases under ``.ci/vllm_compat.sh``) with the CPU offloading
+suite, older releases under ``tools/vllm_compat.sh``) with the CPU offloading
 manager on:
 
 - ``"arc"``: vLLM's own ARC policy (the oracle);

@@ -194,7 +194,7 @@ def test_refuses_a_patched_vllm(runs: dict[str, tuple[int, str, str]]) -> None:
         f"`ARCCachePolicy.evict` ({runs['overlay'][1]}) differs from verified vLLM "
         f"{metadata.version('vllm')}'s."
     )
-    assert "`.ci/vllm_compat.sh VERSION`" in f["error"]
+    assert "`tools/vllm_compat.sh VERSION`" in f["error"]
     assert "ARC_CY_ALLOW_UNVERIFIED_VLLM=1" in f["error"]
     assert f["self-check"].startswith("not run")
     # import arc_cy itself still works: the report got this far.

@@ -172,13 +172,13 @@ def test_fingerprints_do_not_depend_on_formatting() -> None:
 
 
 def test_fingerprint_script_prints_the_table_from_the_release_files() -> None:
-    # .ci/fingerprint.py, given every release's files, prints the table
+    # tools/fingerprint.py, given every release's files, prints the table
     # arc_cy/_verified.py holds: the table is what the files are.
     proc = subprocess.run(
         [
             sys.executable,
             "-P",
-            str(REPO / ".ci" / "fingerprint.py"),
+            str(REPO / "tools" / "fingerprint.py"),
             *map(str, map(DATA.joinpath, RELEASES)),
         ],
         capture_output=True,

@@ -229,7 +229,7 @@ def refused(r: Routes) -> str:
     assert not r.registered and r.built is not None, r
     assert r.log == r.built + " The 'arc_cy' cache policy is NOT registered."
     message, sep, advice = r.built.partition(" arc_cy reproduces vLLM arc decision")
-    assert sep and "`.ci/vllm_compat.sh VERSION`" in advice and f"{OVERRIDE_ENV}=1" in advice
+    assert sep and "`tools/vllm_compat.sh VERSION`" in advice and f"{OVERRIDE_ENV}=1" in advice
     return message
 
 
@@ -926,7 +926,7 @@ def test_fingerprint_script_prints_the_table_as_it_is(tmp_path: Path) -> None:
     # The installed release is in the table: the script, run on it, prints
     # arc_cy/_verified.py's table unchanged.
     proc = subprocess.run(
-        [sys.executable, "-P", str(REPO / ".ci" / "fingerprint.py")],
+        [sys.executable, "-P", str(REPO / "tools" / "fingerprint.py")],
         capture_output=True,
         text=True,
         timeout=600,

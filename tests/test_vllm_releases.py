@@ -19,7 +19,7 @@ does (whether its scheduler calls ``manager.touch``), and feeds vLLM's
 routes (the plugin name and ``cache_policy_module_path``), the same
 scheduler-shaped traffic: every lookup, load, store, eviction, event and the
 final T1/T2/B1/B2 state must agree. It runs in the test suite against the
-vLLM of the lock, and under ``.ci/vllm_compat.sh`` against each older
+vLLM of the lock, and under ``tools/vllm_compat.sh`` against each older
 release. ``ARC_CY_COMPAT_STAND_IN=lru`` puts vLLM's ``lru`` policy in
 arc_cy's place, to show that the check can fail.
 """

@@ -2,10 +2,10 @@
 """Judge vLLM releases as arc_cy's guard does, and print arc_cy/_verified.py's
 table with them added:
 
-    .ci/fingerprint.py                      the vLLM this Python imports
-    .ci/fingerprint.py vllm-0.34.0-*.whl    a wheel or an sdist (read in place)
-    .ci/fingerprint.py DIR ...              trees holding vllm/ (a checkout,
-                                            site-packages, tests/data/vllm/X)
+    tools/fingerprint.py                      the vLLM this Python imports
+    tools/fingerprint.py vllm-0.34.0-*.whl    a wheel or an sdist (read in place)
+    tools/fingerprint.py DIR ...              trees holding vllm/ (a checkout,
+                                              site-packages, tests/data/vllm/X)
 
 For each vLLM: which verified ARC code its own is (arc_cy._fingerprint
 splits arc.py and base.py into the objects ARC runs and reads), and what
@@ -14,10 +14,13 @@ its callers use of the names the guard forbids, with arc_cy's policy names
 with each release joined to the entry of its ARC code (a new entry if none
 has it) and its callers' fingerprints added. A caller in the table is
 accepted as it shipped, whatever the scan finds, so add a release only
-after .ci/vllm_compat.sh passed on it. Exits 1 if a release cannot be read.
+after tools/vllm_compat.sh passed on it. Exits 1 if a release cannot be read.
 
-It imports arc_cy._fingerprint, _guard and _verified by name: the installed
-arc_cy, else this checkout's.
+It imports arc_cy._fingerprint, _guard and _verified, which import nothing
+else (``import arc_cy`` loads no vLLM and no compiled core): run it with a
+Python that has arc_cy installed ("$ARC_CY_PY" tools/fingerprint.py, after
+``source .ci/env.sh``), or with the checkout on the path
+(``PYTHONPATH=. python3 tools/fingerprint.py``).
 """
 
 from __future__ import annotations
@@ -29,12 +32,9 @@ import tarfile
 import zipfile
 from collections.abc import Callable
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.append(ROOT)  # after site-packages: an installed arc_cy comes first
-
-from arc_cy import _fingerprint as fp  # noqa: E402 -- after sys.path has the checkout
-from arc_cy._guard import POLICY_NAMES  # noqa: E402 -- after sys.path has the checkout
-from arc_cy._verified import VERIFIED  # noqa: E402 -- after sys.path has the checkout
+import arc_cy._fingerprint as fp
+from arc_cy._guard import POLICY_NAMES
+from arc_cy._verified import VERIFIED
 
 MODULES = (fp.ARC_MODULE, fp.BASE_MODULE, *fp.CALLER_MODULES)
 
@@ -131,7 +131,7 @@ def judge(target: str | None, table: list[dict]) -> bool:
             print(
                 f"    {name} uses what the guard forbids callers outside the table: "
                 + ", ".join(f"{n!r} (line {line})" for n, line in sorted(uses.items()))
-                + "; check that none is a call on the policy (.ci/vllm_compat.sh drove it)"
+                + "; check that none is a call on the policy (tools/vllm_compat.sh drove it)"
             )
         else:
             print(f"    {name} uses nothing the guard forbids")

@@ -1,6 +1,6 @@
 """What a user of the installed vLLM gets from arc_cy with no override:
 the plugin registers ``arc_cy``, ``cache_policy_module_path`` builds the
-manager, and ``python -m arc_cy`` exits 0. .ci/vllm_compat.sh ends with it,
+manager, and ``python -m arc_cy`` exits 0. tools/vllm_compat.sh ends with it,
 run outside the checkout with the override unset. Exits 1, naming the
 guard's reasons, if any of the three fails."""
 
