@@ -4,8 +4,9 @@
 
 Layout: every key the policy knows (t1, t2, b1, b2) has one node in a
 growable array; the four lists are doubly linked through node indices, and
-an open-addressing table maps a key's hash to its node. Moving an entry
-between lists relinks two nodes and never touches the table.
+an open-addressing table (_table.pxi) maps a key's hash to its node.
+Moving an entry between lists relinks two nodes and never touches the
+table.
 
 The rules of docs/hardening.md, as they apply here:
 
@@ -24,11 +25,11 @@ the storage is held across anything that can allocate: what is needed is
 read into owned references first, and the list's version is checked again
 on the next step.
 
-Surface: nothing internal is a Python object. The scan's cursors are C
-structs; a view's iterator is made from a live core by its constructor,
-and nothing can re-state it (no pickling: auto_pickle is off). Neither
-class is cleared to None by the garbage collector (no_gc_clear): the
-core's own clear only drops its entries (_core_clear).
+Surface: nothing internal is a Python object. The list walks (evict()'s
+cursors) are C structs; a view's iterator is made from a live core by its
+constructor, and nothing can re-state it (no pickling: auto_pickle is
+off). Neither class is cleared to None by the garbage collector
+(no_gc_clear): the core's own clear only drops its entries (_core_clear).
 
 Working storage: what a call holds while Python code may run is never a
 Python object that such code could reach and resize. Node indices live in
@@ -434,9 +435,9 @@ cdef class ARCCore:
     # --- walks: evict()'s scan, _trim and _detach ------------------------
 
     cdef inline void _prefetch_ahead(self, Walk *walk, int what) noexcept:
-        """Ask for the memory that the walk will touch at walk.ahead, and
-        move ahead on. Entries far apart in memory far larger than the
-        cache (10^6 entries) are random accesses: asked for early."""
+        """Ask for what the walk will read of node walk.ahead, and move
+        ahead to the next node: at 10^6 entries these are random accesses
+        into memory far larger than the cache."""
         cdef Node *node = &self.nodes[walk.ahead]
         if what == SCAN:
             # The ChunkStatus object: its header holds b_ptr; a small
