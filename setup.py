@@ -114,7 +114,7 @@ if not PURE:
         Extension(
             "arc_cy._arc_c",
             ["arc_cy/_arc_c.pyx"],
-            depends=["arc_cy/_arc_layout.h", "arc_cy/_capi.pxd"],
+            depends=["arc_cy/_arc_layout.h", "arc_cy/_capi.pxd", "arc_cy/_table.pxi"],
             extra_compile_args=compile_args,
             extra_link_args=link_args,
         )

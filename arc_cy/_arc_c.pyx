@@ -4,8 +4,9 @@
 
 Layout: every key the policy knows (t1, t2, b1, b2) has one node in a
 growable array; the four lists are doubly linked through node indices, and
-an open-addressing table maps a key's hash to its node. Moving an entry
-between lists relinks two nodes and never touches the table.
+an open-addressing table (_table.pxi) maps a key's hash to its node.
+Moving an entry between lists relinks two nodes and never touches the
+table.
 
 The rules of docs/hardening.md, as they apply here:
 
@@ -24,11 +25,11 @@ the storage is held across anything that can allocate: what is needed is
 read into owned references first, and the list's version is checked again
 on the next step.
 
-Surface: nothing internal is a Python object. The scan's cursors are C
-structs; a view's iterator is made from a live core by its constructor,
-and nothing can re-state it (no pickling: auto_pickle is off). Neither
-class is cleared to None by the garbage collector (no_gc_clear): the
-core's own clear only drops its entries (_core_clear).
+Surface: nothing internal is a Python object. The list walks (evict()'s
+cursors) are C structs; a view's iterator is made from a live core by its
+constructor, and nothing can re-state it (no pickling: auto_pickle is
+off). Neither class is cleared to None by the garbage collector
+(no_gc_clear): the core's own clear only drops its entries (_core_clear).
 
 Working storage: what a call holds while Python code may run is never a
 Python object that such code could reach and resize. Node indices live in
@@ -181,42 +182,18 @@ ctypedef struct Order:
     uint64_t stamp
     int32_t idx
 
-ctypedef struct Cursor:
-    # A forward-only walk over one list, for evict()'s scan.
-    int32_t pos
+ctypedef struct Walk:
+    # A forward-only walk over one list, C state on its caller's stack:
+    # evict()'s scan (one per list), _trim and _detach.
+    int32_t pos         # the next node, or EMPTY
     int32_t ahead       # PREFETCH_AHEAD nodes past pos, or EMPTY
 
-ctypedef struct Slot:
-    int32_t idx         # node index, or EMPTY
-    uint32_t h32        # fold(hash): probes skip most nodes without a load
-
-
-cdef inline uint32_t fold(Py_hash_t h) noexcept nogil:
-    return <uint32_t>(<uint64_t>h ^ (<uint64_t>h >> 32))
-
-
-# The table: open addressing, linear probing. Every walk starts at
-# probe_start and moves by probe_next; walks that look for a slot by its
-# node index (EMPTY: the first free one) are first_slot.
-
-cdef inline size_t probe_start(uint32_t h32, uint32_t bits) noexcept nogil:
-    # Fibonacci hashing spreads sequential hashes (small ints) out.
-    return (<uint32_t>(h32 * 2654435769U)) >> (32 - bits)
-
-
-cdef inline size_t probe_next(size_t s, size_t mask) noexcept nogil:
-    return (s + 1) & mask
-
-
-cdef inline size_t first_slot(const Slot *table, uint32_t bits, uint32_t h32,
-                              int32_t idx) noexcept nogil:
-    """The first slot from h32's home on that holds node idx (EMPTY: the
-    first free slot). There is one: the load stays below 1."""
-    cdef size_t mask = (<size_t>1 << bits) - 1
-    cdef size_t s = probe_start(h32, bits)
-    while table[s].idx != idx:
-        s = probe_next(s, mask)
-    return s
+# What a walk asks for ahead of it: what the scan reads of an entry, or what
+# forgetting one touches. Always a constant where a walk starts or steps: the
+# C compiler drops the other branch.
+cdef enum:
+    SCAN = 0
+    FORGET = 1
 
 
 cdef inline uint64_t stamp_of(const Node *node) noexcept nogil:
@@ -241,8 +218,12 @@ cdef inline int _check_which(int which) except -1:
     return 0
 
 
-# Declared here, defined below: _ListIter, which ARCCore returns, holds one.
+# Declared here, defined below: the table's functions take one, and
+# _ListIter, which ARCCore returns, holds one.
 cdef class ARCCore
+
+
+include "_table.pxi"
 
 
 @cython.final
@@ -310,8 +291,7 @@ cdef class ARCCore:
         uint64_t version[4]     # bumped on every change to a list
 
         # The policy's values.
-        Py_ssize_t capacity     # cache_capacity, clamped to Py_ssize_t
-        object capacity_obj     # cache_capacity as given (a Python int)
+        Py_ssize_t capacity     # cache_capacity (check_capacity bounds it)
         object target           # int() of it is taken in evict(), as vLLM does
         Py_ssize_t max_entries  # t1 + t2 + b1 + b2 never exceed this
 
@@ -330,161 +310,7 @@ cdef class ARCCore:
         Py_ssize_t last_off     # seen, and its ref_cnt offset
         Py_ssize_t visits       # entries examined by evict() scans
 
-    def __cinit__(self, *args, **kwargs):
-        self.nodes = NULL
-        self.scratch = NULL
-        self.work = NULL
-        self.table = <Slot *>PyMem_Malloc(sizeof(Slot) << MIN_TABLE_BITS)
-        if self.table is NULL:
-            raise MemoryError()
-        self.table_bits = MIN_TABLE_BITS
-        self._empty()
-        self.target = 0.0
-        self.last_type_ref = dead_ref()  # no chunk type seen yet
-        self.max_entries = MAX_ENTRIES
-
-    def __dealloc__(self):
-        self._release_work()
-        PyMem_Free(self.work)
-        ARCCore._release(self.nodes, self.nodes_used)
-        PyMem_Free(self.table)
-        PyMem_Free(self.scratch)
-
-    def __init__(self, cache_capacity=NO_ARG):
-        if vllm_guard.pending:
-            vllm_guard.check()
-        # Called again, it starts over as vLLM's __init__ does: capacity and
-        # target first, then the lists are emptied in turn; _max_entries
-        # (arc_cy's own) is reset too.
-        cdef int outer = self.release_busy
-        cdef unsigned long outer_thread = self.releaser
-        cdef Py_ssize_t c_capacity
-        self._enter(OP_INIT)
-        try:
-            capacity = check_capacity(cache_capacity)
-            # Everything that can fail (min() makes a Python int) before the
-            # first change: a failed __init__ changes nothing (rule 11).
-            c_capacity = min(capacity, PY_SSIZE_T_MAX)
-            self._releasing(OP_INIT)
-            self.capacity_obj = capacity
-            self.capacity = c_capacity
-            self.max_entries = MAX_ENTRIES
-            self.target = 0.0
-            self._empty_lists(True)
-        finally:
-            self._released(outer, outer_thread)
-
-    def __reduce__(self):
-        raise TypeError(MSG_NO_COPY.format(type(self).__qualname__))
-
-    # Python's own errors for a property without a setter or deleter (the
-    # twin's), where Cython's would name ARCCore or say NotImplementedError.
-    def __setattr__(self, name, value):
-        if name in _PROPERTIES and name not in _SETTABLE:
-            raise AttributeError(MSG_NO_ACCESSOR.format(name, type(self).__name__, "setter"))
-        PyObject_GenericSetAttr(self, name, <PyObject *>value)
-
-    def __delattr__(self, name):
-        if name in _PROPERTIES:
-            raise AttributeError(MSG_NO_ACCESSOR.format(name, type(self).__name__, "deleter"))
-        PyObject_GenericSetAttr(self, name, NULL)
-
     # --- storage ---------------------------------------------------------
-
-    cdef void _empty(self) noexcept:
-        """Forget every entry at once, and give grown memory back: for
-        __cinit__, the garbage collector's tp_clear, and _empty_lists. It
-        needs no allocation, so it cannot fail halfway."""
-        cdef Node *nodes = self.nodes
-        cdef int32_t used = self.nodes_used
-        cdef Slot *small
-        cdef int w
-        if self.table_bits > MIN_TABLE_BITS:
-            # Give a grown table's memory back; if that fails, keep it.
-            small = <Slot *>PyMem_Realloc(self.table, sizeof(Slot) << MIN_TABLE_BITS)
-            if small is not NULL:
-                self.table = small
-                self.table_bits = MIN_TABLE_BITS
-        memset(self.table, 0xFF, sizeof(Slot) << self.table_bits)  # all EMPTY
-        self.table_used = 0
-        self.epoch += 1
-        self.nodes = NULL
-        self.nodes_cap = 0
-        self.nodes_used = 0
-        self.free_head = EMPTY
-        for w in range(4):
-            self.head[w] = EMPTY
-            self.tail[w] = EMPTY
-            self.size[w] = 0
-            self.version[w] += 1
-        # Released last: a __del__ that calls back finds an empty policy.
-        ARCCore._release(nodes, used)
-
-    cdef void _empty_lists(self, bint replaced) noexcept:
-        """Empty t1, t2, b1 and b2 in turn, as vLLM's clear() does (or, if
-        replaced, as its __init__ replacing each list does): a list's
-        entries are released (busy in its releasing state) once it is
-        empty, before the next list is touched. Then the memory goes back, unless entries were
-        added meanwhile."""
-        cdef uint8_t w
-        for w in range(4):
-            if not self._detach(w, replaced):
-                self._empty()  # no memory to hold them: all at once
-            self._release_work()
-        if self.table_used == 0:
-            self._empty()
-
-    cdef bint _detach(self, uint8_t w, bint replaced) noexcept:
-        """Take list w's entries out of the policy, their references into
-        work in the order vLLM's list releases them: OrderedDict.clear()
-        drops the values in insertion order, then the keys in list order; a
-        replaced (deallocated) OrderedDict drops key and value entry by
-        entry, in insertion order. False, with nothing done, if there is no
-        memory for it."""
-        cdef Py_ssize_t n = self.size[w], k
-        cdef int32_t i = self.head[w], ahead = i
-        cdef Order *order
-        cdef PyObject **out
-        cdef Node *node
-        cdef bint values = w <= T2
-        if n == 0:
-            return True
-        order = <Order *>PyMem_Malloc(n * sizeof(Order))
-        if order is NULL or self._work_grow((2 if values else 1) * n) < 0:
-            PyMem_Free(order)
-            return False
-        ahead = self._prefetch_ghosts(ahead, PREFETCH_AHEAD)  # as _trim
-        for k in range(n):  # list order
-            if ahead != EMPTY:
-                ahead = self._prefetch_ghost(ahead)
-            order[k].idx = i
-            order[k].stamp = stamp_of(&self.nodes[i])
-            self._table_del(i)
-            i = self.nodes[i].next
-        out = self.work + self.work_used
-        if not replaced:
-            for k in range(n):  # the keys, after the values, in list order
-                out[n * values + k] = self.nodes[order[k].idx].key
-        if replaced or values:
-            qsort(order, n, sizeof(Order), by_stamp)
-        for k in range(n):
-            node = &self.nodes[order[k].idx]
-            if not replaced:
-                if values:
-                    out[k] = node.chunk
-            elif values:
-                out[2 * k] = node.key
-                out[2 * k + 1] = node.chunk
-            else:
-                out[k] = node.key
-            self._free_node(order[k].idx)
-        self.work_used += (2 if values else 1) * n
-        PyMem_Free(order)
-        self.head[w] = EMPTY
-        self.tail[w] = EMPTY
-        self.size[w] = 0
-        self.version[w] += 1
-        return True
 
     @staticmethod
     cdef void _release(Node *nodes, int32_t used) noexcept:
@@ -525,97 +351,37 @@ cdef class ARCCore:
         self.free_head = i
         self.epoch += 1
 
-    cdef int32_t _find(self, object key, Py_hash_t hash, int lists) except -2:
-        """Node index of key if one of lists (a mask) holds it, else EMPTY:
-        the probe walk from the hash's home slot. Keys are unique across the
-        lists, so for keys that keep Python's hash and eq contract at most
-        one node equals key; for keys that break it, the first in probe
-        order wins (docs/hardening.md, "The key contract").
-
-        __eq__ may run another thread's calls, or a read's callbacks may
-        mutate: the stored key is held while it runs, and if the storage
-        changed meanwhile the walk starts again, as CPython's dict does."""
-        cdef uint32_t h = fold(hash)
-        cdef size_t mask, s
-        cdef int32_t i
-        cdef uint64_t epoch
-        cdef PyObject *stored
-        cdef int same
-        while True:
-            mask = (<size_t>1 << self.table_bits) - 1
-            s = probe_start(h, self.table_bits)
-            epoch = self.epoch
-            while True:
-                i = self.table[s].idx
-                if i == EMPTY:
-                    return EMPTY
-                if (self.table[s].h32 == h and self.nodes[i].hash == hash
-                        and (1 << self.nodes[i].where) & lists):
-                    stored = self.nodes[i].key
-                    if stored is <PyObject *>key:  # identity first, as dicts do
-                        return i
-                    Py_XINCREF(stored)
-                    same = PyObject_RichCompareBool(stored, <PyObject *>key, Py_EQ)
-                    Py_XDECREF(stored)  # may run a __del__
-                    if same < 0:
-                        return -2
-                    if self.epoch != epoch:
-                        break  # the storage changed: walk again
-                    if same:
-                        return i
-                s = probe_next(s, mask)
-
-    cdef int _reserve_slot(self) except -1:
-        """Grow the table so that one more entry keeps the load <= 0.7."""
-        cdef uint32_t bits = self.table_bits
-        cdef size_t old_size = <size_t>1 << bits
-        cdef size_t size, s, j
-        cdef Slot *old = self.table
-        cdef Slot *table
-        if (self.table_used + 1) * 10 <= <Py_ssize_t>old_size * 7:
-            return 0
-        bits += 1
-        size = <size_t>1 << bits
-        table = <Slot *>PyMem_Malloc(size * sizeof(Slot))
-        if table is NULL:
-            raise MemoryError()
-        for s in range(size):
-            table[s].idx = EMPTY
-        self.table = table
-        self.table_bits = bits
+    cdef void _empty(self) noexcept:
+        """Forget every entry at once, and give grown memory back: for
+        __cinit__, the garbage collector's tp_clear, and _empty_lists. It
+        needs no allocation, so it cannot fail halfway."""
+        cdef Node *nodes = self.nodes
+        cdef int32_t used = self.nodes_used
+        cdef Slot *small
+        cdef int w
+        if self.table_bits > MIN_TABLE_BITS:
+            # Give a grown table's memory back; if that fails, keep it.
+            small = <Slot *>PyMem_Realloc(self.table, sizeof(Slot) << MIN_TABLE_BITS)
+            if small is not NULL:
+                self.table = small
+                self.table_bits = MIN_TABLE_BITS
+        memset(self.table, 0xFF, sizeof(Slot) << self.table_bits)  # all EMPTY
+        self.table_used = 0
         self.epoch += 1
-        for j in range(old_size):
-            if old[j].idx != EMPTY:
-                table[first_slot(table, bits, old[j].h32, EMPTY)] = old[j]
-        PyMem_Free(old)
-        return 0
+        self.nodes = NULL
+        self.nodes_cap = 0
+        self.nodes_used = 0
+        self.free_head = EMPTY
+        for w in range(4):
+            self.head[w] = EMPTY
+            self.tail[w] = EMPTY
+            self.size[w] = 0
+            self.version[w] += 1
+        # Released last: a __del__ that calls back finds an empty policy.
+        ARCCore._release(nodes, used)
 
-    cdef inline void _table_add(self, int32_t i, Py_hash_t hash) noexcept:
-        cdef uint32_t h = fold(hash)
-        cdef size_t s = first_slot(self.table, self.table_bits, h, EMPTY)
-        self.table[s].idx = i
-        self.table[s].h32 = h
-        self.table_used += 1
-        self.epoch += 1
-
-    cdef void _table_del(self, int32_t i) noexcept:
-        """Drop node i's slot, shifting its probe run back (no tombstones)."""
-        cdef size_t mask = (<size_t>1 << self.table_bits) - 1
-        cdef size_t s = first_slot(self.table, self.table_bits, fold(self.nodes[i].hash), i)
-        cdef size_t j, home
-        j = s
-        while True:
-            j = probe_next(j, mask)
-            if self.table[j].idx == EMPTY:
-                break
-            home = probe_start(self.table[j].h32, self.table_bits)
-            # Move slot j into the hole at s unless its home lies in (s, j].
-            if ((j - home) & mask) >= ((j - s) & mask):
-                self.table[s] = self.table[j]
-                s = j
-        self.table[s].idx = EMPTY
-        self.table_used -= 1
-        self.epoch += 1
+    # --- table: _table.pxi, included above (table_find, table_reserve,
+    # table_add and table_del take the core)
 
     # --- lists -----------------------------------------------------------
 
@@ -666,7 +432,44 @@ cdef class ARCCore:
             self._move(i, w)
             set_stamp(&self.nodes[i], stamp)
 
-    # --- working storage (see the top of this file) -----------------------
+    # --- walks: evict()'s scan, _trim and _detach ------------------------
+
+    cdef inline void _prefetch_ahead(self, Walk *walk, int what) noexcept:
+        """Ask for what the walk will read of node walk.ahead, and move
+        ahead to the next node: at 10^6 entries these are random accesses
+        into memory far larger than the cache."""
+        cdef Node *node = &self.nodes[walk.ahead]
+        if what == SCAN:
+            # The ChunkStatus object: its header holds b_ptr; a small
+            # struct's buffer sits inside the object, past the header.
+            arc_prefetch(node.chunk)
+            arc_prefetch(<char *>node.chunk + 64)
+        else:
+            # The table slot that table_del empties.
+            arc_prefetch(&self.table[probe_start(fold(node.hash), self.table_bits)])
+        arc_prefetch(node.key)  # protected's lookup, or its release
+        walk.ahead = node.next
+
+    cdef inline void _walk_start(self, Walk *walk, uint8_t w, int what) noexcept:
+        """A walk of list w from its LRU end, PREFETCH_AHEAD nodes asked for."""
+        cdef int count = PREFETCH_AHEAD
+        walk.pos = self.head[w]
+        walk.ahead = walk.pos
+        while count > 0 and walk.ahead != EMPTY:
+            self._prefetch_ahead(walk, what)
+            count -= 1
+
+    cdef inline int32_t _walk_step(self, Walk *walk, int what) noexcept:
+        """The walk's next node (walk.pos, which is not EMPTY), one more
+        node's memory asked for. The walk moves on before its caller can
+        unlink or free the node."""
+        cdef int32_t i = walk.pos
+        if walk.ahead != EMPTY:
+            self._prefetch_ahead(walk, what)
+        walk.pos = self.nodes[i].next
+        return i
+
+    # --- working storage (see the top of this file) ----------------------
 
     cdef int _work_grow(self, Py_ssize_t n) noexcept:
         """Room for n more references in work; -1 (no exception set) if
@@ -706,13 +509,6 @@ cdef class ARCCore:
         self.work_used += n
         return n
 
-    cdef inline void _leave(self) noexcept:
-        """End of a call: not busy (or back to the releasing call it nested
-        in), then what it held is released."""
-        self.busy = self.release_busy
-        if self.work_used:
-            self._release_work()
-
     cdef void _release_work(self) noexcept:
         """Release the references in work. A __del__ run meanwhile may call
         the policy again: it finds work empty (and gets a buffer of its own)."""
@@ -731,7 +527,99 @@ cdef class ARCCore:
         else:
             PyMem_Free(items)
 
-    # --- helpers ---------------------------------------------------------
+    cdef int32_t *_scratch(self, Py_ssize_t n) except NULL:
+        cdef int32_t *grown
+        if n > self.scratch_cap or self.scratch is NULL:
+            n = max(n, 64)
+            grown = <int32_t *>PyMem_Realloc(self.scratch, n * sizeof(int32_t))
+            if grown is NULL:
+                raise MemoryError()
+            self.scratch = grown
+            self.scratch_cap = n
+        return self.scratch
+
+    # What a call forgets goes to work, to be released when it returns.
+
+    cdef void _trim(self, uint8_t w, Py_ssize_t drop) noexcept:
+        """Forget the drop oldest ghosts of w; their keys go to work (room
+        was reserved)."""
+        cdef Walk walk
+        cdef int32_t i
+        self._walk_start(&walk, w, FORGET)
+        while drop > 0:
+            i = self._walk_step(&walk, FORGET)
+            self._unlink(i)
+            table_del(self, i)
+            self._hold(self.nodes[i].key)
+            self._free_node(i)
+            drop -= 1
+
+    cdef bint _detach(self, uint8_t w, bint replaced) noexcept:
+        """Take list w's entries out of the policy, their references into
+        work in the order vLLM's list releases them: OrderedDict.clear()
+        drops the values in insertion order, then the keys in list order; a
+        replaced (deallocated) OrderedDict drops key and value entry by
+        entry, in insertion order. False, with nothing done, if there is no
+        memory for it."""
+        cdef Py_ssize_t n = self.size[w], k
+        cdef Walk walk
+        cdef int32_t i
+        cdef Order *order
+        cdef PyObject **out
+        cdef Node *node
+        cdef bint values = w <= T2
+        if n == 0:
+            return True
+        order = <Order *>PyMem_Malloc(n * sizeof(Order))
+        if order is NULL or self._work_grow((2 if values else 1) * n) < 0:
+            PyMem_Free(order)
+            return False
+        self._walk_start(&walk, w, FORGET)
+        for k in range(n):  # list order
+            i = self._walk_step(&walk, FORGET)
+            order[k].idx = i
+            order[k].stamp = stamp_of(&self.nodes[i])
+            table_del(self, i)
+        out = self.work + self.work_used
+        if not replaced:
+            for k in range(n):  # the keys, after the values, in list order
+                out[n * values + k] = self.nodes[order[k].idx].key
+        if replaced or values:
+            qsort(order, n, sizeof(Order), by_stamp)
+        for k in range(n):
+            node = &self.nodes[order[k].idx]
+            if not replaced:
+                if values:
+                    out[k] = node.chunk
+            elif values:
+                out[2 * k] = node.key
+                out[2 * k + 1] = node.chunk
+            else:
+                out[k] = node.key
+            self._free_node(order[k].idx)
+        self.work_used += (2 if values else 1) * n
+        PyMem_Free(order)
+        self.head[w] = EMPTY
+        self.tail[w] = EMPTY
+        self.size[w] = 0
+        self.version[w] += 1
+        return True
+
+    cdef void _empty_lists(self, bint replaced) noexcept:
+        """Empty t1, t2, b1 and b2 in turn, as vLLM's clear() does (or, if
+        replaced, as its __init__ replacing each list does): a list's
+        entries are released (busy in its releasing state) once it is
+        empty, before the next list is touched. Then the memory goes back,
+        unless entries were added meanwhile."""
+        cdef uint8_t w
+        for w in range(4):
+            if not self._detach(w, replaced):
+                self._empty()  # no memory to hold them: all at once
+            self._release_work()
+        if self.table_used == 0:
+            self._empty()
+
+    # --- busy ------------------------------------------------------------
 
     cdef inline bint _busy_elsewhere(self) noexcept:
         """Whether a call runs that this one cannot take busy from: any but
@@ -749,6 +637,13 @@ cdef class ARCCore:
                 MSG_REENTRANT.format(OP_NAMES[op], OP_NAMES[abs(self.busy)]))
         self.busy = op
         return 0
+
+    cdef inline void _leave(self) noexcept:
+        """End of a call: not busy (or back to the releasing call it nested
+        in), then what it held is released."""
+        self.busy = self.release_busy
+        if self.work_used:
+            self._release_work()
 
     cdef inline void _releasing(self, int op) noexcept:
         """From here the running clear() or __init__ only releases what it
@@ -775,6 +670,8 @@ cdef class ARCCore:
         self.busy = OP_GET
         return True
 
+    # --- the policy's helpers --------------------------------------------
+
     cdef inline Py_ssize_t _ref_off(self, object chunk) except -1:
         """Offset of ref_cnt in chunk's type (TypeError if it has none)."""
         cdef Py_ssize_t off
@@ -786,14 +683,6 @@ cdef class ARCCore:
             self.last_off = off
         return self.last_off
 
-    cdef inline int _ref_cnt(self, PyObject *chunk, int32_t *out) except -1:
-        """chunk.ref_cnt, read through the chunk's current type (it may have
-        changed since insert()) and within its buffer."""
-        if arc_ref_cnt(chunk, <PyObject *>self.last_type_ref, self.last_off,
-                       out) == 0:
-            return 0
-        return self._ref_cnt_slow(chunk, out)
-
     cdef int _ref_cnt_slow(self, PyObject *chunk, int32_t *out) except -1:
         cdef Py_ssize_t off = self._ref_off(<object>chunk)
         if arc_ref_cnt(chunk, <PyObject *>self.last_type_ref, off, out) == 0:
@@ -801,16 +690,13 @@ cdef class ARCCore:
         raise TypeError(MSG_CHUNK_SIZE.format(
             type(<object>chunk).__qualname__, arc_cdata_size(chunk), off))
 
-    cdef int32_t *_scratch(self, Py_ssize_t n) except NULL:
-        cdef int32_t *grown
-        if n > self.scratch_cap or self.scratch is NULL:
-            n = max(n, 64)
-            grown = <int32_t *>PyMem_Realloc(self.scratch, n * sizeof(int32_t))
-            if grown is NULL:
-                raise MemoryError()
-            self.scratch = grown
-            self.scratch_cap = n
-        return self.scratch
+    cdef inline int _ref_cnt(self, PyObject *chunk, int32_t *out) except -1:
+        """chunk.ref_cnt, read through the chunk's current type (it may have
+        changed since insert()) and within its buffer."""
+        if arc_ref_cnt(chunk, <PyObject *>self.last_type_ref, self.last_off,
+                       out) == 0:
+            return 0
+        return self._ref_cnt_slow(chunk, out)
 
     cdef Py_ssize_t _threshold(self) except? -1:
         """int(target_t1_size), clamped to Py_ssize_t."""
@@ -839,7 +725,7 @@ cdef class ARCCore:
             delta = 1
         if w == B1:
             value = self.target + delta
-            capacity = self.capacity_obj
+            capacity = self.capacity
             if capacity < value:  # min(value, capacity)
                 value = capacity
         else:
@@ -857,7 +743,7 @@ cdef class ARCCore:
         cdef Py_ssize_t j
         for j in range(n):
             key = <object>self.work[j]
-            found[j] = self._find(key, PyObject_Hash(key), lists)
+            found[j] = table_find(self, key, PyObject_Hash(key), lists)
         return 0
 
     cdef inline void _set_key(self, int32_t i, PyObject *key) noexcept:
@@ -870,11 +756,96 @@ cdef class ARCCore:
             node.key = key
             self.epoch += 1
 
-    # --- attributes ------------------------------------------------------
+    cdef int32_t _next_victim(self, Walk *c, object protected, bint fast) except -2:
+        """Next node of c's list with ref_cnt == 0 whose key is not
+        protected, or EMPTY. evict() is busy: the nodes cannot move, nor
+        their keys go, while protected runs."""
+        cdef int32_t i
+        cdef Node *node
+        cdef int hit
+        cdef int32_t ref_cnt
+        while c.pos != EMPTY:
+            i = self._walk_step(c, SCAN)
+            node = &self.nodes[i]
+            self.visits += 1
+            self._ref_cnt(node.chunk, &ref_cnt)
+            if ref_cnt == 0:
+                if fast:
+                    hit = PySet_Contains(<PyObject *>protected, node.key)
+                else:
+                    hit = PySequence_Contains(<PyObject *>protected, node.key)
+                if not hit:
+                    return i
+        return EMPTY
+
+    # --- the API: making the policy --------------------------------------
+
+    def __cinit__(self, *args, **kwargs):
+        self.nodes = NULL
+        self.scratch = NULL
+        self.work = NULL
+        self.table = <Slot *>PyMem_Malloc(sizeof(Slot) << MIN_TABLE_BITS)
+        if self.table is NULL:
+            raise MemoryError()
+        self.table_bits = MIN_TABLE_BITS
+        self._empty()
+        self.target = 0.0
+        self.last_type_ref = dead_ref()  # no chunk type seen yet
+        self.max_entries = MAX_ENTRIES
+
+    def __dealloc__(self):
+        self._release_work()
+        PyMem_Free(self.work)
+        ARCCore._release(self.nodes, self.nodes_used)
+        PyMem_Free(self.table)
+        PyMem_Free(self.scratch)
+
+    def __init__(self, cache_capacity=NO_ARG):
+        if vllm_guard.pending:
+            vllm_guard.check()
+        # Called again, it starts over as vLLM's __init__ does: capacity and
+        # target first, then the lists are emptied in turn; _max_entries
+        # (arc_cy's own) is reset too.
+        cdef int outer = self.release_busy
+        cdef unsigned long outer_thread = self.releaser
+        cdef Py_ssize_t capacity
+        self._enter(OP_INIT)
+        try:
+            # Everything that can fail before the first change: a failed
+            # __init__ changes nothing (rule 11). check_capacity bounds it, so
+            # it is a C value: storing it cannot fail.
+            capacity = check_capacity(cache_capacity)
+            self._releasing(OP_INIT)
+            self.capacity = capacity
+            self.max_entries = MAX_ENTRIES
+            self.target = 0.0
+            self._empty_lists(True)
+        finally:
+            self._released(outer, outer_thread)
+
+    def __reduce__(self):
+        raise TypeError(MSG_NO_COPY.format(type(self).__qualname__))
+
+    # Python's own errors for a property without a setter or deleter (the
+    # twin's), where Cython's would name ARCCore or say NotImplementedError.
+
+    # Python's own errors for a property without a setter or deleter (the
+    # twin's), where Cython's would name ARCCore or say NotImplementedError.
+    def __setattr__(self, name, value):
+        if name in _PROPERTIES and name not in _SETTABLE:
+            raise AttributeError(MSG_NO_ACCESSOR.format(name, type(self).__name__, "setter"))
+        PyObject_GenericSetAttr(self, name, <PyObject *>value)
+
+    def __delattr__(self, name):
+        if name in _PROPERTIES:
+            raise AttributeError(MSG_NO_ACCESSOR.format(name, type(self).__name__, "deleter"))
+        PyObject_GenericSetAttr(self, name, NULL)
+
+    # --- the API: attributes ---------------------------------------------
 
     @property
     def cache_capacity(self):
-        return self.capacity_obj
+        return self.capacity
 
     @property
     def target_t1_size(self):
@@ -923,7 +894,7 @@ cdef class ARCCore:
         """Entries examined by evict() scans since the policy was made."""
         return self.visits
 
-    # --- CachePolicy -----------------------------------------------------
+    # --- the API: CachePolicy --------------------------------------------
 
     def get(self, key=NO_ARG):
         cdef int32_t i
@@ -932,7 +903,7 @@ cdef class ARCCore:
             raise missing_arguments("get", key=key)
         took = self._read_begin()
         try:
-            i = self._find(key, PyObject_Hash(key), IN_T)
+            i = table_find(self, key, PyObject_Hash(key), IN_T)
             if i == EMPTY:
                 return None
             chunk = <object>self.nodes[i].chunk
@@ -956,14 +927,14 @@ cdef class ARCCore:
         try:
             self._ref_off(chunk)
             h = PyObject_Hash(key)
-            i = self._find(key, h, IN_ANY)
+            i = table_find(self, key, h, IN_ANY)
             if i == EMPTY:
                 if self.table_used >= self.max_entries:
                     raise MemoryError(MSG_FULL.format(self.max_entries))
-                self._reserve_slot()
+                table_reserve(self)
                 i = self._new_node()
                 node = &self.nodes[i]
-                self._table_add(i, h)
+                table_add(self, i, h)
                 node.hash = h
             else:
                 node = &self.nodes[i]
@@ -990,12 +961,12 @@ cdef class ARCCore:
             raise missing_arguments("remove", key=key)
         self._enter(OP_REMOVE)
         try:
-            i = self._find(key, PyObject_Hash(key), IN_T)
+            i = table_find(self, key, PyObject_Hash(key), IN_T)
             if i != EMPTY:
                 self._work_reserve(2)
                 node = &self.nodes[i]
                 self._unlink(i)
-                self._table_del(i)
+                table_del(self, i)
                 self._hold(node.key)
                 self._hold(node.chunk)
                 self._free_node(i)
@@ -1101,7 +1072,7 @@ cdef class ARCCore:
             for j in range(n - 1, -1, -1):
                 if kinds[j]:
                     key = <object>self.work[j]
-                    found[j] = self._find(key, PyObject_Hash(key), IN_T)
+                    found[j] = table_find(self, key, PyObject_Hash(key), IN_T)
                 else:
                     found[j] = EMPTY
             for j in range(n - 1, -1, -1):
@@ -1126,7 +1097,7 @@ cdef class ARCCore:
         cdef int32_t *picked
         cdef int32_t i
         cdef Node *node
-        cdef Cursor c1, c2
+        cdef Walk c1, c2
         cdef bint fast, exact
         cdef Py_ssize_t threshold = 0
         if n is NO_ARG or protected is NO_ARG:
@@ -1142,8 +1113,8 @@ cdef class ARCCore:
             want = n if n <= resident else resident + 1
             picked = self._scratch(want)
             fast = PyAnySet_CheckExact(protected)
-            self._cursor_start(&c1, T1)
-            self._cursor_start(&c2, T2)
+            self._walk_start(&c1, T1, SCAN)
+            self._walk_start(&c2, T2, SCAN)
             # Select without changing anything; t1's size is tracked
             # virtually. Both cursors only move forward (vLLM PR 50992).
             # vLLM takes int(target_t1_size) at every step: once is the same
@@ -1197,86 +1168,6 @@ cdef class ARCCore:
         finally:
             self._leave()
 
-    # --- the scan's cursors: forward-only walks, C state on evict()'s stack
-
-    cdef inline void _cursor_start(self, Cursor *c, uint8_t w) noexcept:
-        cdef int count = PREFETCH_AHEAD
-        c.pos = self.head[w]
-        c.ahead = c.pos
-        while count > 0 and c.ahead != EMPTY:  # the warm-up, as _prefetch_ghosts
-            self._prefetch_ahead(c)
-            count -= 1
-
-    cdef inline void _prefetch_ahead(self, Cursor *c) noexcept:
-        # What the scan reads of an entry: the ChunkStatus object (its
-        # header holds b_ptr; a small struct's buffer sits inside the
-        # object, past the header) and, for the protected lookup, the key.
-        cdef Node *node = &self.nodes[c.ahead]
-        arc_prefetch(node.chunk)
-        arc_prefetch(<char *>node.chunk + 64)
-        arc_prefetch(node.key)
-        c.ahead = node.next
-
-    cdef int32_t _next_victim(self, Cursor *c, object protected, bint fast) except -2:
-        """Next node of c's list with ref_cnt == 0 whose key is not
-        protected, or EMPTY. evict() is busy: the nodes cannot move, nor
-        their keys go, while protected runs."""
-        cdef int32_t i = c.pos
-        cdef Node *node
-        cdef int hit
-        cdef int32_t ref_cnt
-        while i != EMPTY:
-            if c.ahead != EMPTY:
-                self._prefetch_ahead(c)
-            node = &self.nodes[i]
-            c.pos = node.next
-            self.visits += 1
-            self._ref_cnt(node.chunk, &ref_cnt)
-            if ref_cnt == 0:
-                if fast:
-                    hit = PySet_Contains(<PyObject *>protected, node.key)
-                else:
-                    hit = PySequence_Contains(<PyObject *>protected, node.key)
-                if not hit:
-                    return i
-            i = c.pos
-        return EMPTY
-
-    cdef inline int32_t _prefetch_ghost(self, int32_t i) noexcept:
-        """Ask for node i's table slot and key; the next node of its list."""
-        cdef Node *node = &self.nodes[i]
-        arc_prefetch(&self.table[probe_start(fold(node.hash), self.table_bits)])
-        arc_prefetch(node.key)
-        return node.next
-
-    cdef inline int32_t _prefetch_ghosts(self, int32_t i, int count) noexcept:
-        """_prefetch_ghost for count nodes from i on (fewer where the list
-        ends): the warm-up of a walk that then asks one node ahead per
-        step. The node after them."""
-        while count > 0 and i != EMPTY:
-            i = self._prefetch_ghost(i)
-            count -= 1
-        return i
-
-    cdef void _trim(self, uint8_t w, Py_ssize_t drop) noexcept:
-        """Forget the drop oldest ghosts of w; their keys go to work (room
-        was reserved)."""
-        cdef int32_t i
-        cdef int32_t ahead = self.head[w]
-        # A ghost's table slot and its key (released right after) are
-        # random accesses into memory far larger than the cache at 10^6
-        # entries: ask for them early.
-        ahead = self._prefetch_ghosts(ahead, PREFETCH_AHEAD)
-        while drop > 0:
-            if ahead != EMPTY:
-                ahead = self._prefetch_ghost(ahead)
-            i = self.head[w]
-            self._unlink(i)
-            self._table_del(i)
-            self._hold(self.nodes[i].key)
-            self._free_node(i)
-            drop -= 1
-
     def clear(self):
         # As vLLM: the lists in turn, then the target.
         cdef int outer = self.release_busy
@@ -1311,7 +1202,7 @@ cdef class ARCCore:
         _check_which(which)
         took = self._read_begin()
         try:
-            i = self._find(key, PyObject_Hash(key), 1 << which)
+            i = table_find(self, key, PyObject_Hash(key), 1 << which)
         finally:
             if took:
                 self.busy = self.release_busy
@@ -1330,17 +1221,6 @@ cdef class ARCCore:
 
     def _list_iter(self, int which):
         return _ListIter(self, which)
-
-    def _check_invariants(self):
-        """Raise AssertionError if the lists or the table are inconsistent."""
-        assert self.busy == 0, f"{OP_NAMES[abs(self.busy)]}() did not finish"
-        assert self.work_used == 0, "a finished call still holds references"
-        # The check hashes and compares keys: user code, locked out of changes.
-        self.busy = OP_CHECK
-        try:
-            self._check()
-        finally:
-            self.busy = 0
 
     cdef int _check(self) except -1:
         cdef int w
@@ -1400,6 +1280,17 @@ cdef class ARCCore:
                     s = probe_next(s, size - 1)
                 i = self.nodes[i].next
         return 0
+
+    def _check_invariants(self):
+        """Raise AssertionError if the lists or the table are inconsistent."""
+        assert self.busy == 0, f"{OP_NAMES[abs(self.busy)]}() did not finish"
+        assert self.work_used == 0, "a finished call still holds references"
+        # The check hashes and compares keys: user code, locked out of changes.
+        self.busy = OP_CHECK
+        try:
+            self._check()
+        finally:
+            self.busy = 0
 
 
 # --- the module's wiring, done before ARCCachePolicy subclasses ARCCore ---
