@@ -15,11 +15,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 import arc_cy
-from arc_cy import _arc_c
 from arc_cy._fingerprint import release_key
 from arc_cy._verified import SUPPORTED_VLLM, VERIFIED
 from arc_cy_harness import vllm_overlay
-from helpers import REPO, build_requirement
+from helpers import IMPLEMENTATIONS, REPO, build_requirement
 
 NEWEST = max((r for e in VERIFIED for r in e["releases"]), key=release_key)
 
@@ -122,7 +121,10 @@ def fields(stdout: str) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     ("no_extensions", "impl", "module"),
-    [(None, "cython", "arc_cy._arc_c"), ("1", "python", "arc_cy._arc_py")],
+    [
+        pytest.param(None, "cython", "arc_cy._arc_c", marks=pytest.mark.compiled),
+        ("1", "python", "arc_cy._arc_py"),
+    ],
 )
 def test_report_and_self_check(
     runs: dict[str, tuple[int, str, str]],
@@ -139,6 +141,8 @@ def test_report_and_self_check(
     assert f["ARC_CY_NO_EXTENSIONS"] == ("unset" if no_extensions is None else repr(no_extensions))
     # The Cython recorded in the compiled module at build time: the runtime
     # environment need not have Cython at all.
+    from arc_cy import _arc_c
+
     assert f["built with Cython"] == _arc_c.CYTHON_VERSION
     assert Version(_arc_c.CYTHON_VERSION) in SpecifierSet(BUILD_CYTHON)
     assert f["package"] == str(Path(arc_cy.__file__).parent)
@@ -166,6 +170,7 @@ def test_fails_when_vllm_does_not_load_the_plugin(
     assert f["self-check"].startswith('FAILED: vLLM does not know "arc_cy"')
 
 
+@pytest.mark.compiled
 @pytest.mark.parametrize(
     ("run", "version"), [("vllm_newer", "0.35.0"), ("vllm_unversioned", "unknown")]
 )
@@ -184,6 +189,7 @@ def test_a_verified_releases_code_under_another_version(
     assert f["self-check"].startswith("ok: ")
 
 
+@pytest.mark.compiled
 def test_refuses_a_patched_vllm(runs: dict[str, tuple[int, str, str]]) -> None:
     returncode, stdout, stderr = runs["vllm_patched"]
     assert returncode == 1, stdout + stderr
@@ -201,6 +207,7 @@ def test_refuses_a_patched_vllm(runs: dict[str, tuple[int, str, str]]) -> None:
     assert f["implementation"] == "cython (arc_cy._arc_c)"
 
 
+@pytest.mark.compiled
 def test_patched_vllm_override(runs: dict[str, tuple[int, str, str]]) -> None:
     returncode, stdout, stderr = runs["vllm_patched_overridden"]
     assert returncode == 0, stdout + stderr
@@ -259,6 +266,8 @@ def test_without_vllm(tmp_path: Path) -> None:
         tmp_path, "raise ModuleNotFoundError(\"No module named 'vllm'\", name='vllm')\n"
     )
     for no_extensions, impl in ((None, "cython"), ("1", "python")):
+        if impl not in IMPLEMENTATIONS:
+            continue
         env = {} if no_extensions is None else {"ARC_CY_NO_EXTENSIONS": no_extensions}
         proc = start_main(tmp_path, env, pythonpath=path)
         stdout, stderr = proc.communicate(timeout=300)
