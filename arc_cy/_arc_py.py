@@ -312,11 +312,12 @@ class ARCCachePolicy(CachePolicy):
         try:
             try:
                 _begin(call)
-                for od in self._lists[:2]:
-                    if key in od:
-                        released = (_pop_entry(od, key), released)
-                        break
-                del od  # before what is released (rule 6)
+                t1, t2 = self._lists[:2]
+                if key in t1:
+                    released = (_pop_entry(t1, key), released)
+                elif key in t2:
+                    released = (_pop_entry(t2, key), released)
+                del t1, t2  # before what is released (rule 6)
             finally:
                 if "_busy" in call[1] and call[1]["_busy"] is call:
                     del call[1]["_busy"]
@@ -408,7 +409,7 @@ class ARCCachePolicy(CachePolicy):
         try:
             try:
                 _begin(call)
-                t1, t2, _, _ = self._lists
+                t1, t2 = self._lists[:2]
                 keys = _held(order_request_keys(key_groups, req_context))
                 tail_first = range(len(keys) - 1, -1, -1)
                 # vLLM: asks both containers about each key as it applies it.
@@ -416,30 +417,33 @@ class ARCCachePolicy(CachePolicy):
                 # before the first change: a failure changes nothing.
                 kinds = bytearray(len(keys))
                 for j in tail_first:
-                    if keys[j] in insertion_only_keys:
-                        kinds[j] = _INSERTED_ONLY
-                    elif keys[j] in reused_keys:
-                        kinds[j] = _REUSED
+                    kinds[j] = (
+                        _INSERTED_ONLY
+                        if keys[j] in insertion_only_keys
+                        else _REUSED
+                        if keys[j] in reused_keys
+                        else 0
+                    )
                 for j in tail_first:
-                    if kinds[j]:
-                        keys[j] in t1 or keys[j] in t2
+                    if not kinds[j]:
+                        continue
+                    keys[j] in t1 or keys[j] in t2
                 released: _Chain = ()  # the replaced key objects
+                od = None
                 for j in tail_first:
                     key, kind = keys[j], kinds[j]
-                    if kind == _INSERTED_ONLY:
-                        # A store is not a frequency hit: refresh recency only.
-                        if key in t1:
-                            t1.move_to_end(key)
-                        elif key in t2:
-                            t2.move_to_end(key)
-                    elif kind == _REUSED:
-                        if key in t1:
-                            old_key, chunk = _pop_entry(t1, key)
-                            released = (old_key, released)
-                            t2[key] = chunk
-                        elif key in t2:
-                            t2.move_to_end(key)
-                del t1, t2  # before what is released (rule 6)
+                    od = (t1 if key in t1 else t2 if key in t2 else None) if kind else None
+                    if od is None:
+                        continue
+                    if kind == _REUSED and od is t1:
+                        old_key, chunk = _pop_entry(t1, key)
+                        released = (old_key, released)
+                        t2[key] = chunk
+                        continue
+                    # A store is not a frequency hit: it refreshes recency
+                    # only, as a reuse does in t2.
+                    od.move_to_end(key)
+                del t1, t2, od  # before what is released (rule 6)
             finally:
                 if "_busy" in call[1] and call[1]["_busy"] is call:
                     del call[1]["_busy"]
@@ -483,19 +487,16 @@ class ARCCachePolicy(CachePolicy):
                     virtual_t1_size -= 1
                 victims = _reversed(picked)  # first victim first
                 cell = victims
-                while cell:
+                for _ in range(n):  # the chain's n cells
                     (key, _), from_t1, cell = cell
-                    if from_t1:
-                        del t1[key]
-                        b1[key] = None
-                    else:
-                        del t2[key]
-                        b2[key] = None
+                    resident, ghost = (t1, b1) if from_t1 else (t2, b2)
+                    del resident[key]
+                    ghost[key] = None
                 released: _Chain = ()  # the forgotten ghosts
                 for ghost in (b1, b2):
                     for _ in range(len(ghost) - self._capacity):
                         released = (ghost.popitem(last=False), released)
-                del t1, t2, b1, b2, ghost, t1_victims, t2_victims  # before released (rule 6)
+                del t1, t2, b1, b2, resident, ghost, t1_victims, t2_victims  # rule 6
                 return _entries(victims)
             finally:
                 if "_busy" in call[1] and call[1]["_busy"] is call:

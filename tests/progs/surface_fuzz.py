@@ -11,41 +11,75 @@ attacks the module's own surface: what Python code can reach besides them.
 --mode reflect (both implementations at once): enumerates every type that
 arc_cy._arc_c and arc_cy._arc_py define or hand out (the modules' types
 and module-level functions, then the type of every iterator or view a call
-returns), and every callable attribute of each, as dir() lists them (dunders
-and Cython's generated methods included). Each is called with hostile
-arguments (wrong types, huge and negative ints, None, objects of the other
-types, tuples made from what the object's own __reduce_ex__ returns, with
-their ints changed) on live objects and on half-built ones (T.__new__(T)),
-first every callable on every kind of receiver, then at random. Then, with
+returns), user subclasses of each policy class (ARCCore and both
+ARCCachePolicy classes, whose __init__, __setattr__ and __bool__ call
+super() or not, raise, or call into the policy: the twin's own attribute
+writes run the override inside its calls) and user chunk types
+(ChunkStatus subclasses whose __bool__ or __len__ answers true or false,
+raises, or calls into the policy that holds the chunk), and every callable
+attribute of each, as dir() lists them (dunders and Cython's generated
+methods included; of a chunk type, what it defines: ctypes' from_address
+makes objects over any memory). Each is called with hostile arguments
+(wrong types, huge and negative ints, None, objects of the other types,
+tuples made from what the object's own __reduce_ex__ returns, with their
+ints changed), positionally or a quarter of the time by keyword (the
+parameters' own names, the twin's for the compiled core's methods; a name
+the callable does not take; a name a positional argument already fills),
+on live objects and on half-built ones (T.__new__(T)), first every
+callable on every kind of receiver, then at random. Then: the same
+keyword calls with good values on the compiled policy and on the twin
+(the same outcome and lists after); rounds that make and use a user
+subclass's policy; rounds of get() on every resident key of a policy
+whose chunks are hostile (rule 2: a t1 chunk is truth-tested in the call,
+a falsy one gives None, a t2 chunk is returned untested). Then, with
 --phase in-call, the same from inside a call: a key's __eq__, a
-protected.__contains__ and a gc callback (gc.set_threshold(1)) find objects
-with gc.get_referrers(policy) and gc.get_objects() and call their methods.
-After every call from the top: the compiled policies pass
-_check_invariants() and no policy is left busy. Fails if a callable that the
-enumeration found was never called.
+protected.__contains__ and a gc callback (gc.set_threshold(1)) find
+objects with gc.get_referrers(policy) and gc.get_objects() and call their
+methods. After every call from the top: the compiled policies pass
+_check_invariants() and no policy is left busy. User code that calls into
+a policy (an override, a chunk's truth test) has a mutator refused while
+that policy runs a call and accepted while it runs none, a read never
+refused. Fails if a callable that the enumeration found was never called.
 
 --mode threads (one implementation): three threads drive one policy with
-keys whose __hash__ and __eq__ are Python code, at sys.setswitchinterval(1e-6);
-counts the calls that overlapped another thread's call. Every exception
-must be one the rules document (re-entry or a thread refused: the MSG_*
-texts of arc_cy._messages that speak of a call running or of a thread; a list
-changed during iteration; KeyError from a view's [], ValueError for a
-duplicate insert); afterwards _check_invariants() passes and the policy works.
+keys whose __hash__ and __eq__ are Python code, at sys.setswitchinterval(1e-6),
+calling every mutator (clear() and __init__ again included) and read;
+counts the calls that overlapped another thread's call. A quarter of the
+keys and of the inserted chunks have a __del__ that calls into the policy
+(a mutator, clear() and __init__ included, or a read) from whichever thread
+releases them: nested in that thread's clear() or __init__ (their
+releasing, rule 6) its mutators are accepted; elsewhere they may be refused.
+Every exception must be one the rules document (re-entry or a thread
+refused: the MSG_* texts of arc_cy._messages that speak of a call running
+or of a thread; a list changed during iteration; KeyError from a view's
+[], ValueError for a duplicate insert); afterwards _check_invariants()
+passes and the policy works.
 
 --mode hooks (one implementation): sys.settrace and sys.setprofile hooks
 and a SIGALRM handler (signal.setitimer, 100 us) that, at random lines and
-events inside a call, raise HostileError, call a mutator (which must be
-refused) or a read. After every step the policy must not be busy, must pass
-_check_invariants(), and must equal a reference (vLLM's ARCCachePolicy behind
-hostile_fuzz's Oracle adapter; the other implementation without vLLM) that
-replays the step without hooks: unchanged if the step raised, applied if it
-returned (or if the hook raised after the call had finished). An exception
-that a hook raises inside the twin's own code (arc_cy's Python lines), or in
-a key's __hash__ or __eq__ (which the twin calls again while it applies a
-call, as vLLM does), may leave the twin half applied: there only "not busy
-and consistent" is required, and both policies start over. Hooks never
-raise while arc_cy's code runs a `finally` clause, or anything called from
-one (that skips the clean-up of any Python code).
+events inside a call, raise HostileError or KeyboardInterrupt (a
+BaseException, as a real SIGINT raises it), call a mutator (which must be
+refused) or a read. The steps are every mutator and read, __init__ called
+again on the live policy included. In three steps out of ten the hooks
+also fire inside arc_cy's finally clauses (and what they call), where the
+twin gives busy back; otherwise they skip them. Half the inserted keys are
+the policy's own and have a __del__ (Python code: hooks fire in it, and
+raise there too) that makes a call that changes nothing: run nested in a
+clear()'s or __init__'s release, or after a call returns, its mutator is
+accepted (refused only where a collection finalizes it inside a call, or a
+hook cut the twin's call short). After every step the policy must not be
+busy, must pass _check_invariants(), must work (a mutator accepted; what
+insert() puts in, get() and the t1 view find), and must equal a reference
+(vLLM's ARCCachePolicy behind hostile_fuzz's Oracle adapter; the other
+implementation without vLLM) that replays the step without hooks: unchanged
+if the step raised, applied if it returned (or if the hook raised after
+the call had finished). An exception that a hook raises inside the twin's
+own code (arc_cy's Python lines), or in a key's __hash__ or __eq__ (which
+the twin calls again while it applies a call, as vLLM does), may leave the
+twin half applied (a ghost list over a capacity set first, as vLLM's): there
+only "not busy, one set of lists, and working" is required, and both
+policies start over. What Python cannot pass on (a hook's error in a
+__del__) must be a hook's.
 
 --mode all runs threads and hooks (each implementation) and reflect in one
 process (one import of vLLM, most of a run's time under ASan).
@@ -62,8 +96,10 @@ from __future__ import annotations
 import argparse
 import ast
 import collections.abc
+import contextlib
 import faulthandler
 import gc
+import inspect
 import itertools
 import json
 import os
@@ -97,6 +133,11 @@ def excluded(name: str) -> bool:
 
 class HostileError(Exception):
     """What a hook or an in-call action raises."""
+
+
+# What a hook raises: HostileError, or KeyboardInterrupt (a BaseException, as
+# a real SIGINT raises it): neither may leave a policy busy.
+HOOK_ERRORS = (HostileError, KeyboardInterrupt)
 
 
 COUNTS: Counter = Counter()
@@ -205,15 +246,241 @@ def chunk(ref: int = 0) -> ChunkStatus:
     return c
 
 
-def populated(policy_cls, capacity: int = 6, keys: int = 10):
-    """A policy with entries in t1, t2, b1 and b2 (some pinned)."""
-    p = policy_cls(capacity)
-    for i in range(keys):
-        p.insert(Key(i), chunk(1 if i % 5 == 4 else 0), None)
-        if len(p.t1) + len(p.t2) >= capacity:
-            p.evict(1, set())
-    p.touch([Key(i) for i in range(keys - 3, keys)], None)
+# A hostile chunk's holder, by the chunk's id: a weak reference (ARCCore
+# itself takes none: the policy; an id reused by a later chunk names a
+# policy all the same).
+HOLDERS: dict[int, object] = {}
+
+
+def _holder(c):
+    ref = HOLDERS.get(id(c))
+    return ref() if isinstance(ref, weakref.ref) else ref
+
+
+def populated(policy_cls, capacity: int = 6, keys: int = 10, hostile_chunks: bool = False):
+    """A policy with entries in t1, t2, b1 and b2 (some pinned); with
+    hostile_chunks, some of its chunks are BoolChunk or LenChunk, which know
+    it as their holder."""
+    with User.quiet():
+        p = policy_cls(capacity)
+        for i in range(keys):
+            ref = 1 if i % 5 == 4 else 0
+            if hostile_chunks and i % 3:
+                c = (BoolChunk if i % 3 == 1 else LenChunk)(0)
+                c.ref_cnt = ref
+                HOLDERS[id(c)] = p if type(p) is core_mod.ARCCore else weakref.ref(p)
+            else:
+                c = chunk(ref)
+            p.insert(Key(i), c, None)
+            if len(p.t1) + len(p.t2) >= capacity:
+                p.evict(1, set())
+        p.touch([Key(i) for i in range(keys - 3, keys)], None)
+    while len(HOLDERS) > 100:
+        del HOLDERS[next(iter(HOLDERS))]
     return p
+
+
+# --- user subclasses and chunks (reflect mode) ------------------------------
+
+
+def busy_now(p) -> bool | None:
+    """Whether p runs a call that a mutator must be refused by (True), runs
+    none (False), or cannot tell (None: a release, whose own thread's calls
+    nest, or a twin whose busy was written raw)."""
+    if isinstance(p, PyPolicy):
+        try:
+            running = object.__getattribute__(p, "__dict__").get("_busy")
+        except Exception:
+            return None
+        if running is None:
+            return False
+        # a call's token: [name, slot] (get()'s fast path: [name]); a release
+        # carries its thread and own slot as well
+        return True if type(running) is list and len(running) <= 2 else None
+    if isinstance(p, core_mod.ARCCore):
+        try:
+            p._check_invariants()  # asserts "not busy" before anything else
+        except AssertionError as exc:
+            text = str(exc)
+            if not text.endswith("did not finish"):
+                return None
+            return None if text.startswith(("clear(", "__init__(")) else True
+        except Exception:
+            return None
+        return False
+    return None
+
+
+class User:
+    """What the user subclasses' overrides and the hostile chunks do: drawn
+    at each call (super() and truthy while quiet: the fuzzer building its
+    objects). One calls into a policy at a time."""
+
+    rng = random.Random(0)
+    silent = 0
+    calling = False  # an override or chunk is calling into a policy
+    getting: object = None  # the policy whose get() the fuzzer is calling
+    tested = 0  # hostile chunks' truth tests
+    truth = True  # what the last one answered
+
+    @classmethod
+    @contextlib.contextmanager
+    def quiet(cls):
+        cls.silent += 1
+        try:
+            yield
+        finally:
+            cls.silent -= 1
+
+    @classmethod
+    def how(cls, what: str) -> str:
+        """super (call super(), or for __bool__ return True), skip (do not,
+        or return False), raise, call (call into the policy, then super)."""
+        if cls.silent:
+            return "super"
+        how = cls.rng.choice(["super"] * 4 + ["skip", "skip", "raise", "raise", "call", "call"])
+        if how == "call" and cls.calling:
+            how = "super"
+        COUNTS[f"user_{what}_{how}"] += 1
+        return how
+
+    @classmethod
+    def call_into(cls, p, who: str, must_refuse: bool = False) -> None:
+        """A mutator or a read on p, from user code that p's own call may be
+        running (an override, a chunk's truth test): a mutator is refused
+        while p runs a call (rule 2) and accepted while it runs none."""
+        if cls.calling:
+            return
+        cls.calling = True
+        try:
+            busy = True if must_refuse else busy_now(p)
+            rng = cls.rng
+            name = rng.choice(["insert"] * 3 + ["evict"] * 2 + ["target", "get", "in", "clear"])
+            mutator = name not in ("get", "in")
+            try:
+                if name == "insert":
+                    p.insert(Key(rng.randrange(100, 10**6)), chunk(), None)
+                elif name == "evict":
+                    p.evict(1, set())
+                elif name == "target":
+                    # through the property (a user subclass's __setattr__ may drop it)
+                    inspect.getattr_static(p, "target_t1_size").__set__(p, rng.choice([0, 1, 2.5]))
+                elif name == "clear":
+                    p.clear()
+                elif name == "get":
+                    p.get(Key(rng.randrange(10)))
+                else:
+                    Key(rng.randrange(10)) in p.t1  # noqa: B015 -- a read, for its effect
+            except RuntimeError as exc:
+                if not is_refusal(exc):
+                    COUNTS["user_call_exc_RuntimeError"] += 1
+                    return
+                COUNTS["user_call_refused"] += 1
+                if not mutator:
+                    fail(f"{who}: a read {name}() was refused: {exc}")
+                elif busy is False:
+                    fail(f"{who}: {name}() refused while {type(p).__name__} ran no call: {exc}")
+                return
+            except Exception as exc:
+                # (a policy the fuzzer half built or wrote raw, or another
+                # object called as the method's self)
+                COUNTS["user_call_exc_" + type(exc).__name__] += 1
+                return
+            if mutator and busy is True:
+                fail(f"{who}: {name}() was accepted while {type(p).__name__} was running a call")
+            COUNTS["user_call_accepted" if mutator else "user_call_read"] += 1
+        finally:
+            cls.calling = False
+
+
+def _user_subclass(base: type, label: str) -> type:
+    """A user subclass of a policy class whose __init__, __setattr__ and
+    __bool__ do what User.how draws."""
+
+    class UserPolicy(base):  # type: ignore[valid-type,misc]
+        def __init__(self, *args, **kwargs):
+            how = User.how("init")
+            if how == "raise":
+                raise HostileError("__init__")
+            if how == "call":
+                User.call_into(self, f"{label}.__init__")
+            if how != "skip":
+                super().__init__(*args, **kwargs)
+
+        def __setattr__(self, name, value):
+            how = User.how("setattr")
+            if how == "raise":
+                raise HostileError(f"__setattr__ {name}")
+            if how == "call":
+                User.call_into(self, f"{label}.__setattr__({name!r})")
+            if how != "skip":
+                super().__setattr__(name, value)
+
+        def __bool__(self):
+            how = User.how("bool")
+            if how == "raise":
+                raise HostileError("__bool__")
+            if how == "call":
+                User.call_into(self, f"{label}.__bool__")
+            return how != "skip"
+
+    UserPolicy.__name__ = UserPolicy.__qualname__ = label
+    return UserPolicy
+
+
+USER_POLICIES = (
+    _user_subclass(core_mod.ARCCore, "UserARCCore"),
+    _user_subclass(CPolicy, "UserCompiledPolicy"),
+    _user_subclass(PyPolicy, "UserTwinPolicy"),
+)
+
+
+def _chunk_truth(c, how: str):
+    """A hostile chunk's __bool__ or __len__: true, false, raise, or call
+    into its holder (a mutator is refused while the holder's get() that
+    truth-tests it runs, rule 2)."""
+    COUNTS[f"chunk_{how}"] += 1
+    User.tested += 1
+    User.truth = True
+    if User.silent or User.calling:
+        return True
+    r = User.rng.random()
+    if r < 0.25:
+        return True
+    if r < 0.45:
+        COUNTS["chunk_falsy"] += 1
+        User.truth = False
+        return False
+    if r < 0.6:
+        COUNTS["chunk_raised"] += 1
+        raise HostileError(f"chunk {how}")
+    p = _holder(c)
+    if p is None:
+        return True
+    COUNTS["chunk_call_into"] += 1
+    if User.getting is p:
+        COUNTS["chunk_in_get"] += 1
+    User.call_into(p, f"a chunk's {how}", must_refuse=User.getting is p)
+    return True
+
+
+class BoolChunk(ChunkStatus):
+    """A chunk whose __bool__ acts (get() truth-tests a t1 chunk)."""
+
+    def __bool__(self):
+        return _chunk_truth(self, "bool")
+
+
+class LenChunk(ChunkStatus):
+    """A chunk whose __len__ acts (bool() falls back to it)."""
+
+    def __len__(self):
+        return int(_chunk_truth(self, "len"))
+
+
+# Of a chunk type only what it defines is the surface: ctypes' own methods
+# (from_address with a hostile int) make objects over any memory.
+USER_CHUNKS = {BoolChunk: ["__bool__"], LenChunk: ["__len__"]}
 
 
 # --- reflect mode -----------------------------------------------------------
@@ -249,6 +516,54 @@ RAW_WRITERS = frozenset(
 )
 
 
+_PARAMS: dict = {}
+
+
+def param_names(owner, name: str) -> list[str]:
+    """The names a callable takes by keyword, as its signature gives them,
+    else as the twin's or a view's method of that name does (the compiled
+    core's methods have no signature, and take the twin's names)."""
+    key = (owner, name)
+    if key in _PARAMS:
+        return _PARAMS[key]
+    names: list[str] = []
+    for src in (getattr(owner, name, None), getattr(PyPolicy, name, None)):
+        try:
+            sig = inspect.signature(src)
+        except (TypeError, ValueError):
+            continue
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        names = [q.name for q in sig.parameters.values() if q.kind in kinds]
+        if names and names[0] in ("self", "cls"):  # (a function got from its class)
+            names = names[1:]
+        if names:
+            break
+    _PARAMS[key] = names
+    return names
+
+
+# Keyword names a call may be given that it does not take: other methods'
+# parameters, the receiver's, busy's slot, and junk.
+KW_NAMES = [
+    "key",
+    "chunk",
+    "keys",
+    "n",
+    "protected",
+    "req_context",
+    "cache_capacity",
+    "which",
+    "value",
+    "self",
+    "cls",
+    "_busy",
+    "kye",
+    "__class__",
+    "args",
+    "kwargs",
+]
+
+
 def _owner_name(owner) -> str:
     if isinstance(owner, type):
         return f"{owner.__module__}.{owner.__qualname__}"
@@ -276,17 +591,18 @@ class Surface:
             self.owners[mod] = names
             self.queue.append(mod)
 
-    def add_type(self, tp: type) -> bool:
+    def add_type(self, tp: type, names: list[str] | None = None) -> bool:
         if tp in self.owners:
             return False
-        names = []
-        for name in dir(tp):
-            try:
-                value = getattr(tp, name)
-            except Exception:
-                continue
-            if callable(value):
-                names.append(name)
+        if names is None:
+            names = []
+            for name in dir(tp):
+                try:
+                    value = getattr(tp, name)
+                except Exception:
+                    continue
+                if callable(value):
+                    names.append(name)
         self.owners[tp] = names
         self.instances[tp] = []
         self.queue.append(tp)
@@ -378,6 +694,11 @@ class Reflector:
         self.tainted: set = set()  # ids of twins written raw
         self.keys = [Key(i) for i in range(8)]
         self.done = 0  # owners of surface.queue the systematic pass went through
+        # the user's subclasses and chunk types: receivers like arc_cy's own
+        for tp in USER_POLICIES:
+            self.surface.add_type(tp)
+        for tp, names in USER_CHUNKS.items():
+            self.surface.add_type(tp, list(names))
         self.new_zoo()
 
     # --- objects ----------------------------------------------------------
@@ -385,10 +706,12 @@ class Reflector:
     def new_zoo(self) -> None:
         s = self.surface
         self.policies = []
-        for cls in (CPolicy, core_mod.ARCCore, PyPolicy):
-            p = populated(cls)
+        for cls in (CPolicy, core_mod.ARCCore, PyPolicy, *USER_POLICIES):
+            p = populated(cls, hostile_chunks=True)
             self.policies.append(p)
             s.note(p)
+            for _, c in p.t1.items():
+                s.note(c)  # the hostile chunks, their holder p
             for which in ("t1", "t2", "b1", "b2"):
                 view = getattr(p, which)
                 for obj in (
@@ -429,7 +752,11 @@ class Reflector:
         if r < 0.5 and pool:
             return rng.choice(pool)
         if r < 0.6:
-            return rng.choice(self.keys) if rng.random() < 0.7 else chunk(rng.choice([-1, 0, 1]))
+            if rng.random() < 0.7:
+                return rng.choice(self.keys)
+            c = rng.choice([ChunkStatus, BoolChunk, LenChunk])(0)
+            c.ref_cnt = rng.choice([-1, 0, 1])
+            return c
         if r < 0.7:
             return rng.choice([t for t in self.surface.owners if isinstance(t, type)] + [int])
         if r < 0.85 and pool:
@@ -461,9 +788,64 @@ class Reflector:
 
     # --- calls ----------------------------------------------------------------
 
+    def good_value(self, param: str):
+        """A value of the kind the parameter named param takes (a policy's,
+        a view's, a module function's)."""
+        rng = self.rng
+        keys = self.keys
+        if param == "key":
+            return rng.choice(keys)
+        if param == "chunk":
+            c = rng.choice([ChunkStatus, BoolChunk, LenChunk])(0)
+            return c
+        if param in ("keys", "key_groups"):
+            ks = rng.sample(keys, rng.randrange(0, 4))
+            return [ks] if param == "key_groups" else ks
+        if param in ("insertion_only_keys", "reused_keys"):
+            return set(rng.sample(keys, rng.randrange(0, 3)))
+        if param == "protected":
+            return Protected(rng.sample(keys, rng.randrange(0, 3)))
+        if param in ("n", "which", "cache_capacity", "value"):
+            return rng.choice([0, 1, 2, 3] if param == "which" else [0, 1, 2, 3, 6])
+        if param == "req_context":
+            return rng.choice([None, ReqContext(req_id="kw")])
+        return self.hostile(None, param)
+
+    def keywords(self, owner, name: str, args: tuple) -> tuple[tuple, dict, str]:
+        """args and keywords for a call by keyword: the parameters' own
+        names (some given positionally first), a name the callable does not
+        take, or a name a positional argument already fills."""
+        rng = self.rng
+        names = param_names(owner, name)
+        kind = rng.choice(["right", "right", "wrong", "dup"] if names else ["wrong"])
+        if kind == "wrong":
+            taken = set(names)
+            wrong = rng.choice([n for n in KW_NAMES if n not in taken])
+            kwargs = {wrong: self.hostile(owner, name)}
+            if names and rng.random() < 0.5:
+                kwargs[names[-1]] = self.good_value(names[-1])
+                args = args[: len(names) - 1]
+            return args, kwargs, kind
+        good = rng.random() < 0.7
+        vals = [self.good_value(n) if good else self.hostile(owner, name) for n in names]
+        if kind == "right":
+            i = rng.randrange(len(names))  # at least one by keyword
+            kwargs = {
+                n: v for n, v in zip(names[i:], vals[i:]) if n == names[i] or rng.random() < 0.8
+            }
+            return tuple(vals[:i]), kwargs, kind
+        i = rng.randrange(1, len(names) + 1)  # "dup": positional, then again by keyword
+        j = rng.randrange(i)
+        return tuple(vals[:i]), {names[j]: vals[j]}, kind
+
     def call(self, owner, name: str, receiver, where: str = "top") -> None:
         s = self.surface
         args = self.args_for(owner, name, receiver)
+        kwargs: dict = {}
+        kw = ""
+        if name not in ("__new__", "__class__") and self.rng.random() < 0.25:
+            args, kwargs, kw = self.keywords(owner, name, args)
+        getting = None
         if receiver is None:
             target = owner
             fn = getattr(owner, name, None)
@@ -485,19 +867,43 @@ class Reflector:
         s.called[(_owner_name(owner), name)] += 1
         COUNTS["calls"] += 1
         COUNTS[f"calls_{where}"] += 1
-        LastCall.note(f"{where}: {label} on {_safe_repr(target)} args {_safe_repr(args)}")
+        if kw:
+            COUNTS["calls_kw"] += 1
+            COUNTS[f"calls_kw_{kw}"] += 1
+        if (
+            name == "get"
+            and target is receiver
+            and isinstance(target, (core_mod.ARCCore, PyPolicy))
+            and id(target) not in self.tainted
+            and User.getting is None
+        ):
+            getting = target  # its t1 chunk's truth test runs in the call
+        LastCall.note(
+            f"{where}: {label} on {_safe_repr(target)} args {_safe_repr(args)} "
+            f"keywords {_safe_repr(kwargs)}"
+        )
+        if getting is not None:
+            User.getting = getting
         try:
-            result = fn(*args)
+            result = fn(*args, **kwargs)
         except Exception as exc:
             COUNTS["exc_" + type(exc).__name__] += 1
             return
         except BaseException as exc:
-            fail(f"{label}{_safe_repr(args)} raised {exc!r}")
+            fail(f"{label}{_safe_repr(args)} {_safe_repr(kwargs)} raised {exc!r}")
             return
+        finally:
+            if getting is not None:
+                User.getting = None
         COUNTS["returned"] += 1
+        if kw:
+            COUNTS[f"calls_kw_{kw}_returned"] += 1
         if name in RAW_WRITERS:  # a method, or a module's function given the twin
-            self.tainted.update(id(o) for o in (target, *args) if isinstance(o, PyPolicy))
-        if isinstance(target, PyPolicy) and name == "__init__":
+            self.tainted.update(
+                id(o) for o in (target, *args, *kwargs.values()) if isinstance(o, PyPolicy)
+            )
+        if type(target) is PyPolicy and name == "__init__":
+            # (a user subclass's __init__ may not call the twin's)
             self.tainted.discard(id(target))
         s.note(result)
         if s.belongs(result) and isinstance(result, collections.abc.Iterator):
@@ -513,9 +919,10 @@ class Reflector:
                 except Exception:
                     break
 
-    def check(self, label: str) -> None:
-        """After a call from the top: every policy seen consistent, none busy."""
-        for p in self.surface.all_objects():
+    def check(self, label: str, objs=None) -> None:
+        """After a call from the top: every policy seen (or of objs)
+        consistent, none busy."""
+        for p in self.surface.all_objects() if objs is None else objs:
             if isinstance(p, core_mod.ARCCore):
                 try:
                     p._check_invariants()
@@ -563,6 +970,124 @@ class Reflector:
             if FAILURES:
                 return
 
+    def user_rounds(self, count: int) -> None:
+        """A user subclass's policy made and used: its __init__,
+        __setattr__ (which the twin's own attribute writes run, inside its
+        calls) and __bool__ act. After each call: not busy, and the
+        compiled ones consistent (a twin cut short by its own subclass's
+        __setattr__ may be half applied, as by a hook)."""
+        rng = self.rng
+        for _ in range(count):
+            cls = rng.choice(USER_POLICIES)
+            LastCall.note(f"user round: {cls.__name__}")
+            try:
+                p = cls(rng.choice([0, 3, 6]))
+            except Exception as exc:
+                COUNTS["user_round_exc_" + type(exc).__name__] += 1
+                continue
+            COUNTS["user_rounds"] += 1
+            self.surface.note(p)
+            for _ in range(6):
+                op = rng.choice(
+                    ["insert", "bool"] * 3 + ["touch", "evict", "target", "init", "clear", "get"]
+                )
+                try:
+                    if op == "insert":
+                        p.insert(Key(rng.randrange(12)), chunk(rng.choice([0, 0, 1])), None)
+                    elif op == "touch":
+                        p.touch([Key(rng.randrange(12)) for _ in range(2)], None)
+                    elif op == "evict":
+                        p.evict(1, Protected([Key(0)]))
+                    elif op == "target":
+                        p.target_t1_size = rng.choice([0, 1, 2.5])
+                    elif op == "init":
+                        p.__init__(rng.choice([3, 6]))
+                    elif op == "bool":
+                        bool(p)
+                    elif op == "clear":
+                        p.clear()
+                    else:
+                        p.get(Key(rng.randrange(12)))
+                    COUNTS["user_round_ok"] += 1
+                except Exception as exc:
+                    COUNTS["user_round_exc_" + type(exc).__name__] += 1
+                self.check(f"{cls.__name__}: {op}", [p])
+
+    def truth_rounds(self, count: int) -> None:
+        """get() on every resident key of a policy whose chunks are
+        BoolChunk and LenChunk (rule 2): a t1 chunk is truth-tested in the
+        call, while the policy is busy (a mutator from the test is refused,
+        User.call_into), and a falsy one gives None; a t2 chunk is returned
+        untested."""
+        rng = self.rng
+        for _ in range(count):
+            cls = rng.choice([CPolicy, core_mod.ARCCore, PyPolicy, *USER_POLICIES])
+            p = populated(cls, hostile_chunks=True)
+            with User.quiet():
+                entries = [(k, c, "t1") for k, c in p.t1.items()]
+                entries += [(k, c, "t2") for k, c in p.t2.items()]
+            for k, c, where in entries:
+                if not isinstance(c, (BoolChunk, LenChunk)):
+                    continue
+                LastCall.note(f"truth round: {cls.__name__}.get({k!r}) in {where}")
+                tested = User.tested
+                User.getting = p
+                try:
+                    got = ("ok", p.get(k))
+                except Exception as exc:
+                    got = ("raised", exc)
+                finally:
+                    User.getting = None
+                COUNTS[f"truth_{where}"] += 1
+                if where == "t2":
+                    if User.tested != tested:
+                        fail(f"{cls.__name__}.get(): the t2 chunk of {k!r} was truth-tested")
+                    elif got != ("ok", c):
+                        fail(f"{cls.__name__}.get(): the t2 chunk of {k!r} gave {got!r}")
+                elif User.tested == tested:
+                    fail(f"{cls.__name__}.get(): the t1 chunk of {k!r} was not truth-tested")
+                elif got[0] == "raised":
+                    if not isinstance(got[1], HostileError):
+                        COUNTS["truth_exc_" + type(got[1]).__name__] += 1
+                elif got[1] is not (c if User.truth else None):
+                    fail(
+                        f"{cls.__name__}.get(): the t1 chunk of {k!r} tested "
+                        f"{User.truth}, and get() gave {got[1]!r}"
+                    )
+                self.check(f"truth round {cls.__name__}", [p])
+
+    def keywords_agree(self, count: int) -> None:
+        """The same call by keyword, with good values, on the compiled
+        policy and on the twin, each populated alike: the same outcome (an
+        exception's type) and the same lists after (the core parses its
+        keywords with its own code)."""
+        rng = self.rng
+        for _ in range(count):
+            name = rng.choice(KW_METHODS)
+            names = param_names(PyPolicy, name)
+            vals = [self.good_value(n) for n in names]
+            i = rng.randrange(len(names) + 1)
+            kwargs = {n: v for n, v in zip(names[i:], vals[i:]) if rng.random() < 0.9}
+            args = tuple(vals[:i])
+            LastCall.note(f"keywords: {name} args {_safe_repr(args)} keywords {_safe_repr(kwargs)}")
+            seen = []
+            with User.quiet():
+                for cls in (CPolicy, PyPolicy):
+                    p = populated(cls)
+                    try:
+                        out = ("ok", _plain(getattr(p, name)(*args, **kwargs)))
+                    except Exception as exc:
+                        out = ("raised", type(exc).__name__)
+                    seen.append((out, kid_state(p)))
+            COUNTS["kw_compared"] += 1
+            COUNTS[f"kw_compared_{seen[0][0][0]}"] += 1
+            if seen[0] != seen[1]:
+                fail(
+                    f"{name}(*{_safe_repr(args)}, **{_safe_repr(kwargs)}): compiled "
+                    f"{seen[0]}, twin {seen[1]}"
+                )
+                return
+
     def in_call_action(self, policy):
         def act(where: str) -> None:
             objs = [o for o in gc.get_referrers(policy) if self.surface.belongs(o)]
@@ -591,8 +1116,8 @@ class Reflector:
 
     def in_call_round(self, i: int) -> None:
         rng = self.rng
-        impl = rng.choice([CPolicy, PyPolicy])
-        p = populated(impl)
+        impl = rng.choice([CPolicy, PyPolicy, CPolicy, PyPolicy, *USER_POLICIES])
+        p = populated(impl, hostile_chunks=True)
         self.surface.note(p)
         fresh = [Key(k) for k in range(10)]
         how = rng.choice(["evict", "evict", "get", "touch", "insert", "items", "in"])
@@ -607,7 +1132,14 @@ class Reflector:
                 resident = len(p.t1) + len(p.t2)
                 p.evict(rng.randrange(1, resident + 1), Protected(fresh[:2]))
             elif how == "get":
-                p.get(rng.choice(fresh))
+                with User.quiet():
+                    t1 = list(p.t1)
+                k = rng.choice(t1) if t1 and rng.random() < 0.7 else rng.choice(fresh)
+                User.getting = p  # a t1 chunk's truth test runs in the call
+                try:
+                    p.get(k)
+                finally:
+                    User.getting = None
             elif how == "touch":
                 p.touch(rng.sample(fresh, 4), None)
             elif how == "insert":
@@ -635,6 +1167,51 @@ class Reflector:
             COUNTS["check_exc_" + type(exc).__name__] += 1
 
 
+# The policies' methods the keyword comparison calls.
+KW_METHODS = [
+    "insert",
+    "remove",
+    "touch",
+    "evict",
+    "get",
+    "on_store_miss",
+    "on_request_access",
+    "on_request_finished",
+    "mark_evictable",
+    "mark_non_evictable",
+    "__init__",
+    "_list_len",
+    "_list_contains",
+    "_list_getitem",
+    "_list_iter",
+]
+
+
+def _plain(value):
+    """value with keys as their ids and chunks as their ref_cnt (the two
+    policies hold chunks of their own), iterators read out."""
+    if isinstance(value, Key):
+        return ("key", value.kid)
+    if isinstance(value, ChunkStatus):
+        return ("chunk", value.ref_cnt)
+    if isinstance(value, collections.abc.Iterator):
+        value = list(itertools.islice(value, 50))
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def kid_state(p) -> tuple:
+    return (
+        [(k.kid, c.ref_cnt) for k, c in p.t1.items()],
+        [(k.kid, c.ref_cnt) for k, c in p.t2.items()],
+        [k.kid for k in p.b1],
+        [k.kid for k in p.b2],
+        p.target_t1_size,
+        p.cache_capacity,
+    )
+
+
 def _safe_repr(obj) -> str:
     try:
         text = repr(obj)
@@ -644,6 +1221,7 @@ def _safe_repr(obj) -> str:
 
 
 def run_reflect(args, rng: random.Random) -> None:
+    User.rng = random.Random(rng.randrange(2**32))
     rf = Reflector(rng)
     rounds, randoms = {"ci": (250, 1000), "long": (20000, 100000)}[args.profile]
     gc.callbacks.append(_gc_callback)
@@ -651,6 +1229,12 @@ def run_reflect(args, rng: random.Random) -> None:
         rf.systematic()
         if not FAILURES:
             rf.random_calls(randoms)
+        if not FAILURES:
+            rf.keywords_agree(randoms // 5)
+        if not FAILURES:
+            rf.user_rounds(randoms // 10)
+        if not FAILURES:
+            rf.truth_rounds(randoms // 10)
     if args.phase in ("in-call", "both") and not FAILURES:
         for i in range(rounds):
             rf.in_call_round(i)
@@ -709,6 +1293,90 @@ class SlowKey(Key):
         return self.kid == other.kid
 
 
+class Dels:
+    """What the threads' keys' and chunks' __del__ methods call: a mutator
+    or a read on the policy, from whichever thread releases them, while
+    the other threads call. A __del__ that runs nested in its own
+    thread's clear() or __init__ (their releasing) has its mutators
+    accepted (rule 6); elsewhere they may be refused by another thread's
+    call (rule 10). Its exceptions are those expected_thread_error allows."""
+
+    policy = None
+    impl = ""
+    universe = 120
+    capacity = 40
+    errors: list[str] = []
+    # per thread: depth (of __del__ calls), releasing (a clear() or __init__
+    # runs), collecting (a collection runs: it finalizes garbage cycles in
+    # whatever call allocated)
+    local = threading.local()
+    rng = random.Random(0)
+
+    @classmethod
+    def run(cls, what: str) -> None:
+        p = cls.policy
+        if p is None:
+            return
+        tl = cls.local
+        depth = getattr(tl, "depth", 0)
+        if depth >= 2:  # (a __del__ released by a __del__'s clear() does nothing)
+            COUNTS["del_deep"] += 1
+            return
+        op = cls.rng.choice(DEL_OPS)
+        releasing = getattr(tl, "releasing", 0) and not getattr(tl, "collecting", False)
+        tl.depth = depth + 1
+        COUNTS[f"del_{what}"] += 1
+        try:
+            thread_op(p, op, cls.rng, cls.universe, plain=True)
+        except BaseException as exc:
+            if releasing and is_refusal(exc):
+                if len(cls.errors) < 20:
+                    cls.errors.append(
+                        f"{op} from a {what}'s __del__ run by its thread's clear() or "
+                        f"__init__ was refused: {exc}"
+                    )
+            elif expected_thread_error(exc, op, cls.impl):
+                COUNTS["del_refused" if is_refusal(exc) else "del_exc_" + type(exc).__name__] += 1
+            elif len(cls.errors) < 20:
+                cls.errors.append(f"{op} from a {what}'s __del__: {type(exc).__name__}: {exc}")
+        else:
+            if op in DEL_MUTATORS:
+                COUNTS["del_mutator_accepted"] += 1
+                if releasing:
+                    COUNTS["del_nested_in_release"] += 1
+            else:
+                COUNTS["del_read"] += 1
+        finally:
+            tl.depth = depth
+
+
+def _threads_gc(phase: str, info: dict) -> None:
+    Dels.local.collecting = phase == "start"
+
+
+class SlowDelKey(SlowKey):
+    """A SlowKey whose __del__ calls the policy (Dels)."""
+
+    def __del__(self) -> None:
+        Dels.run("key")
+
+
+class DelChunk(ChunkStatus):
+    """A chunk whose __del__ calls the policy (Dels)."""
+
+    def __del__(self) -> None:
+        Dels.run("chunk")
+
+
+DEL_MUTATORS = ("insert", "remove", "touch", "evict", "clear", "__init__", "target")
+DEL_OPS = (
+    ["insert"] * 3
+    + ["remove", "touch", "evict", "target", "clear", "__init__"]
+    + ["get"] * 3
+    + ["in", "getitem", "iter"]
+)
+
+
 class Overlaps:
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -736,15 +1404,34 @@ THREAD_OPS = (
     + ["remove"] * 2
     + ["store_miss"]
     + ["clear"] * 2
+    + ["__init__"]
     + ["finished"]
     + ["target"]
 )
 
 
-def thread_op(p, op: str, rng: random.Random, universe: int):
-    k = SlowKey(rng.randrange(universe))
+def thread_op(p, op: str, rng: random.Random, universe: int, plain: bool = False):
+    """One call; unless plain, some keys and chunks are SlowDelKey and
+    DelChunk, whose __del__ calls the policy."""
+    if plain or rng.random() >= 0.25:
+        k = SlowKey(rng.randrange(universe))
+    else:
+        k = SlowDelKey(rng.randrange(universe))
     if op == "insert":
-        return p.insert(k, chunk(rng.choice([0, 0, 1])), None)
+        if plain or rng.random() >= 0.25:
+            c = chunk(rng.choice([0, 0, 1]))
+        else:
+            c = DelChunk(0)
+            c.ref_cnt = rng.choice([0, 0, 1])
+        return p.insert(k, c, None)
+    if op in ("clear", "__init__"):
+        # its releasing runs the __del__ of what it drops, nested, in this thread
+        tl = Dels.local
+        tl.releasing = getattr(tl, "releasing", 0) + 1
+        try:
+            return p.clear() if op == "clear" else p.__init__(Dels.capacity)
+        finally:
+            tl.releasing -= 1
     if op == "get":
         return p.get(k)
     if op == "in":
@@ -761,8 +1448,6 @@ def thread_op(p, op: str, rng: random.Random, universe: int):
         return p.remove(k)
     if op == "store_miss":
         return p.on_store_miss([k, SlowKey(rng.randrange(universe))], None)
-    if op == "clear":
-        return p.clear()
     if op == "finished":
         return p.on_request_finished(((k,),), set(), {k}, ReqContext(req_id="t"))
     return setattr(p, "target_t1_size", rng.randrange(4))
@@ -789,9 +1474,11 @@ def run_threads(args, rng: random.Random) -> None:
     # more entries than a node array's first 64 and a few table sizes: the
     # storage moves when the lists fill again after clear()
     universe = 120
-    p = cls(40)
+    p = cls(Dels.capacity)
     ov = Overlaps()
     errors: list[str] = []
+    Dels.policy, Dels.impl, Dels.errors = p, args.impl, []
+    Dels.rng = random.Random(rng.randrange(2**32))
 
     def worker(tid: int, seed: int) -> None:
         r = random.Random(seed)
@@ -812,6 +1499,7 @@ def run_threads(args, rng: random.Random) -> None:
 
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
+    gc.callbacks.append(_threads_gc)
     threads = [
         threading.Thread(target=worker, args=(t, rng.randrange(2**32))) for t in range(nthreads)
     ]
@@ -822,16 +1510,23 @@ def run_threads(args, rng: random.Random) -> None:
             t.join()
     finally:
         sys.setswitchinterval(old)
-    for e in errors:
-        fail(f"{args.impl}: undocumented exception from a thread: {e}")
+        gc.callbacks.remove(_threads_gc)
     try:
         p._check_invariants()
         p.insert(SlowKey(10**6), chunk(), None)
         p.evict(1, set())
-        p.clear()
+        p.clear()  # (its releasing runs the __del__ of the keys left: nested, accepted)
+        p._check_invariants()
+        p.insert(SlowKey(10**6), chunk(), None)
         p._check_invariants()
     except Exception as exc:
         fail(f"{args.impl}: after the threads, the policy fails: {exc!r}")
+    finally:
+        Dels.policy = None
+    for e in errors:
+        fail(f"{args.impl}: undocumented exception from a thread: {e}")
+    for e in Dels.errors:
+        fail(f"{args.impl}: {e}")
 
 
 # --- hooks mode -------------------------------------------------------------
@@ -852,8 +1547,20 @@ def _finally_lines(path: str) -> set[int]:
 # objects carry
 IMPL_PATHS = frozenset(m.__file__ for m in (twin_mod, _checks, _chunks, _views))
 FINALLY = {path: _finally_lines(path) for path in IMPL_PATHS}
+
+
+class DelKey(Key):
+    """A Key whose __del__ is Python code that calls the policy back: a
+    clear() or __init__ that releases it runs it nested in the release
+    (rule 6), any other call after it returns. Hooks fire in it."""
+
+    def __del__(self) -> None:
+        Hooks.del_point()
+
+
 KEY_CODE = {Key.__hash__.__code__, Key.__eq__.__code__}
-USER_CODE = KEY_CODE | {Protected.__contains__.__code__}
+DEL_CODE = {DelKey.__del__.__code__}
+USER_CODE = KEY_CODE | DEL_CODE | {Protected.__contains__.__code__}
 
 
 def in_finally(frame) -> bool:
@@ -871,9 +1578,13 @@ class Hooks:
     """The trace, profile and signal hooks, and what they do in a call."""
 
     policy = None
+    impl = ""
     mutating = False  # the call running is a mutator (re-entered mutators must be refused)
     on = False
     in_action = False
+    in_del = False  # a DelKey's __del__ is calling back
+    collecting = 0  # a collection runs (it may finalize a DelKey in any call)
+    finally_ok = False  # this step's hooks may raise in arc_cy's finally clauses
     raised_in_impl = False
     raised_at = ""  # where the step's last hook raised
     rng = random.Random(0)
@@ -897,16 +1608,24 @@ class Hooks:
         if where is None:
             return
         COUNTS[f"{source}_events"] += 1
-        if cls.rng.random() >= prob:
+        fin = in_finally(frame)
+        if fin and not cls.finally_ok:
             return
-        if in_finally(frame):
+        # (a finally clause is a few lines: hooks fire there more often)
+        if cls.rng.random() >= (4 * prob if fin else prob):
             return
         cls.in_action = True
         try:
             COUNTS[f"{source}_fired"] += 1
+            if fin:
+                COUNTS["fired_in_finally"] += 1
+            if HookRun.running in ("__init__", "clear"):
+                COUNTS[f"fired_in_{HookRun.running.strip('_')}"] += 1
             r = cls.rng.random()
             if r < 0.5:
                 COUNTS["hook_raised"] += 1
+                if fin:
+                    COUNTS["raised_in_finally"] += 1
                 # The twin hashes and compares keys again while it applies a
                 # call (hardening.md, "Where arc_cy differs"): a key that
                 # raises there may leave it half applied, as vLLM.
@@ -918,13 +1637,73 @@ class Hooks:
                     f"{source} hook in {code.co_name} "
                     f"({os.path.basename(code.co_filename)}:{frame.f_lineno})"
                 )
+                if cls.rng.random() < 0.3:
+                    # a BaseException, as a real SIGINT raises it
+                    COUNTS["hook_raised_interrupt"] += 1
+                    raise KeyboardInterrupt("hook")
                 raise HostileError("hook")
-            if r < 0.75 and cls.mutating and where == "user":
+            # (in a DelKey's __del__ itself no call runs: a mutator would be
+            # accepted, and change the state the reference is compared with)
+            if r < 0.75 and cls.mutating and where == "user" and frame.f_code not in DEL_CODE:
                 cls.reenter_mutator()
             else:
                 cls.reenter_read()
         finally:
             cls.in_action = False
+
+    @classmethod
+    def del_point(cls) -> None:
+        """A DelKey's __del__: a call that changes nothing (a mutator or a
+        read), which hooks may cut short. A policy releases what it drops
+        once busy is given back, or nested in its clear()'s or __init__'s
+        release: the mutator is accepted, unless a hook cut the twin's own
+        call short (what it held is dropped as the exception unwinds it)."""
+        p = cls.policy
+        if not cls.on or cls.in_action or cls.in_del or p is None:
+            return
+        cls.in_del = True
+        saved = cls.raised_in_impl, cls.raised_at
+        # refused: what the collector finalizes (a DelKey in a garbage cycle
+        # of frames and exceptions) runs in whatever call allocated
+        may_refuse = cls.collecting or (cls.raised_in_impl and cls.impl == "python")
+        cls.raised_at = ""
+        COUNTS["del_calls"] += 1
+        name = cls.rng.choice(["evict", "remove", "touch", "store_miss", "target", "get", "in"])
+        absent = Key(10**6)
+        try:
+            if name == "evict":
+                p.evict(0, set())
+            elif name == "remove":
+                p.remove(absent)
+            elif name == "touch":
+                p.touch([absent], None)
+            elif name == "store_miss":
+                p.on_store_miss([absent], None)
+            elif name == "target":
+                p.target_t1_size = p.target_t1_size
+            elif name == "get":
+                p.get(absent)
+            else:
+                absent in p.b1  # noqa: B015 -- a read, for its effect on the policy
+        except RuntimeError as exc:
+            if is_refusal(exc) and name not in ("get", "in"):
+                COUNTS["del_refused_in_gc" if cls.collecting else "del_refused"] += 1
+                if not may_refuse:
+                    fail(f"hooks: {name}() from a key's __del__ was refused: {exc}")
+            elif not cls.raised_at:
+                fail(f"hooks: {name}() from a key's __del__ failed with {exc!r}")
+        except HOOK_ERRORS:
+            COUNTS["del_call_hook_raised"] += 1
+        except Exception as exc:
+            if not cls.raised_at:  # (a hook raised in a key's code: KeyError)
+                fail(f"hooks: {name}() from a key's __del__ failed with {exc!r}")
+        else:
+            COUNTS["del_read" if name in ("get", "in") else "del_accepted"] += 1
+            if HookRun.running in ("__init__", "clear"):
+                COUNTS["del_in_release"] += 1
+        finally:
+            cls.in_del = False
+            cls.raised_in_impl, cls.raised_at = saved
 
     @classmethod
     def reenter_mutator(cls) -> None:
@@ -989,6 +1768,18 @@ def _alarm(signum, frame):
         Hooks.fire(frame, "signal", 0.5)
 
 
+def _hooks_gc(phase: str, info: dict) -> None:
+    Hooks.collecting += 1 if phase == "start" else -1
+
+
+def _unraisable(info) -> None:
+    exc = info.exc_value
+    if isinstance(exc, HOOK_ERRORS):
+        COUNTS["unraisable_" + type(exc).__name__] += 1
+    else:
+        fail(f"hooks: {exc!r} raised where Python cannot pass it on ({info.object!r})")
+
+
 def state(p) -> tuple:
     lists = p._v if hasattr(p, "_v") else p
     return (
@@ -997,6 +1788,7 @@ def state(p) -> tuple:
         [k.kid for k in lists.b1],
         [k.kid for k in lists.b2],
         lists.target_t1_size,
+        lists.cache_capacity,  # (__init__ again may change only it)
     )
 
 
@@ -1011,6 +1803,7 @@ def outcome_of(value) -> tuple:
 class HookRun:
     CAPACITY = 6
     UNIVERSE = 12
+    running = ""  # the step's call while it runs on the policy under test
 
     def __init__(self, impl: str, rng: random.Random) -> None:
         self.rng = rng
@@ -1022,6 +1815,7 @@ class HookRun:
         else:
             self.ref_cls = PyPolicy if impl == "cython" else CPolicy
         self.impl = impl
+        Hooks.impl = impl
         self.start_over()
 
     def start_over(self) -> None:
@@ -1049,6 +1843,7 @@ class HookRun:
                 "remove",
                 "target",
                 "clear",
+                "__init__",
                 "get",
                 "in",
                 "getitem",
@@ -1056,9 +1851,14 @@ class HookRun:
             ]
         )
         if kind == "insert":
-            k, c = Key(rng.randrange(u)), chunk(rng.choice([0, 0, 0, -1, 1]))
-            if resident >= self.CAPACITY:
+            kid, c = rng.randrange(u), chunk(rng.choice([0, 0, 0, -1, 1]))
+            if resident >= self.p.cache_capacity:
                 return self.evict_op(1)
+            if rng.random() < 0.5:
+                # a key of each policy's own, which it alone holds: released
+                # (its __del__ run) when the policy drops it
+                return kind, True, lambda p: p.insert(DelKey(kid), c, None)
+            k = Key(kid)
             return kind, True, lambda p: p.insert(k, c, None)
         if kind == "touch":
             ks = keys(rng.randrange(1, 4))
@@ -1083,6 +1883,10 @@ class HookRun:
             if rng.random() < 0.7:
                 return self.evict_op(1)
             return kind, True, lambda p: p.clear()
+        if kind == "__init__":
+            # called again on a live policy: its releasing runs key's __del__
+            cap = rng.choice([self.CAPACITY] * 3 + [4, 8])
+            return kind, True, lambda p: p.__init__(cap)
         k = Key(rng.randrange(u))
         if kind == "get":
             return kind, False, lambda p: p.get(k)
@@ -1096,45 +1900,95 @@ class HookRun:
         prot = Protected(Key(self.rng.randrange(self.UNIVERSE)) for _ in range(2))
         return "evict", True, lambda p: p.evict(n, prot)
 
-    def call_hooked(self, fn, use: str):
+    def call_hooked(self, name: str, fn, use: str):
         Hooks.raised_in_impl = False
         Hooks.raised_at = ""
         Hooks.on = True
+        HookRun.running = name
         if use == "trace":
             sys.settrace(_trace)
         elif use == "profile":
             sys.setprofile(_profile)
         try:
             return ("ok", fn(self.p))
-        except Exception as exc:
+        except BaseException as exc:  # KeyboardInterrupt too
             return ("raised", exc)
         finally:
             Hooks.on = False
+            HookRun.running = ""
             sys.settrace(None)
             sys.setprofile(None)
+
+    def works(self) -> str | None:
+        """Why the policy does not work after a step (None: it does). Not
+        busy, one set of lists (what insert() puts in, get() and the view
+        find; the twin once kept two t1s), and mutators accepted. Changes
+        nothing: the key is one no step uses."""
+        p = self.p
+        k, c = Key(-1), chunk()
+        try:
+            p.evict(0, set())
+            p.insert(k, c, None)
+            if p.get(k) is not c or k not in p.t1 or p.t1[k] is not c:
+                return "insert() put the key where get() or t1 does not find it"
+            p.remove(k)
+            if p.get(k) is not None or k in p.t1:
+                return "remove() left the key where get() or t1 finds it"
+        except BaseException as exc:
+            return f"a mutator failed: {exc!r}"
+        return None
 
     def step(self) -> None:
         name, mutating, fn = self.op()
         Hooks.mutating = mutating
         use = self.rng.choice(["trace", "profile", "signal"])
+        Hooks.finally_ok = self.rng.random() < 0.3
         before = state(self.ref)
-        got = self.call_hooked(fn, use)
+        got = self.call_hooked(name, fn, use)
         COUNTS["steps"] += 1
         COUNTS[f"steps_{use}"] += 1
+        COUNTS[f"steps_{name}"] += 1
+        if Hooks.finally_ok:
+            COUNTS["steps_finally"] += 1
+        cut_short = got[0] == "raised" and Hooks.raised_in_impl and self.impl == "python"
         try:
             self.p._check_invariants()
-        except Exception as exc:
-            fail(
-                f"{self.impl}: after {name} ({use}, {got[0]}, raised by the "
-                f"{Hooks.raised_at or '?'}): {exc!r}"
-            )
+        except BaseException as exc:
+            # A twin call cut short in its own lines may leave a ghost list
+            # over capacity (hardening.md, rule 2: an evict() before it
+            # trimmed them, an __init__ after it set a smaller capacity), as
+            # vLLM's would; never busy, never split.
+            if not (
+                cut_short
+                and type(exc) is AssertionError
+                and re.fullmatch(r"b[12] holds \d+ > cache_capacity \d+", str(exc))
+                and self.works() is None
+            ):
+                fail(
+                    f"{self.impl}: after {name} ({use}, {got[0]}, raised by the "
+                    f"{Hooks.raised_at or '?'}): {exc!r}"
+                )
+                return
+            COUNTS["twin_half_applied"] += 1
+            COUNTS["twin_half_applied_over_capacity"] += 1
+            self.start_over()
             return
         now = state(self.p)
+        broken = self.works()
+        if broken:
+            fail(
+                f"{self.impl}: after {name} ({use}, {got[0]}, raised by the "
+                f"{Hooks.raised_at or '?'}): {broken}"
+            )
+            return
+        COUNTS["works_after"] += 1
         # (the twin's OrderedDict iteration turns a key's error into KeyError)
         hooked = got[0] == "raised" and (
-            isinstance(got[1], HostileError)
+            isinstance(got[1], HOOK_ERRORS)
             or (Hooks.raised_in_impl and self.impl == "python" and type(got[1]) is KeyError)
         )
+        if hooked and isinstance(got[1], KeyboardInterrupt):
+            COUNTS["step_interrupted"] += 1
         if hooked:
             if now == before:
                 COUNTS["raised_unchanged"] += 1
@@ -1179,6 +2033,10 @@ def run_hooks(args, rng: random.Random) -> None:
     run = HookRun(args.impl, rng)
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, 1e-4, 1e-4)
+    # What Python cannot pass on (a hook's error in a __del__ or in a
+    # generator closed as its frame goes) is counted; anything else fails.
+    unraisable, sys.unraisablehook = sys.unraisablehook, _unraisable
+    gc.callbacks.append(_hooks_gc)
     try:
         for _ in range(steps):
             run.step()
@@ -1187,6 +2045,9 @@ def run_hooks(args, rng: random.Random) -> None:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        sys.unraisablehook = unraisable
+        gc.callbacks.remove(_hooks_gc)
+        Hooks.policy = None
     try:
         run.p.insert(Key(10**6), chunk(), None)
         run.p.evict(1, set())
@@ -1243,10 +2104,11 @@ def main(argv=None) -> int:
         args.impl = "cython" if impl == "both" else impl
         name = f"{mode}-{impl}" if mode != "reflect" else mode
         print(f"surface_fuzz: {name}", file=sys.stderr, flush=True)
-        start = time.monotonic()
+        start, cpu = time.monotonic(), time.process_time()
         RUNNERS[mode](args, random.Random(f"{seed}-{name}"))
         counts = dict(sorted(COUNTS.items()))
         counts["seconds"] = round(time.monotonic() - start, 1)
+        counts["cpu_seconds"] = round(time.process_time() - cpu, 1)
         counts["seed"] = seed
         if EXCLUDE:
             counts["excluded"] = sorted(EXCLUDE)
