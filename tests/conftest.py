@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import os
 
 import pytest
 
@@ -85,9 +86,12 @@ def pytest_configure(config: pytest.Config) -> None:
             f"not a pure build. Reinstall it with {PURE_ENV}=1 (tests/run.sh does)."
         )
     if not PURE and core is None:
+        import arc_cy
+
         raise pytest.UsageError(
-            "arc_cy's compiled core (arc_cy._arc_c) is not installed: build it "
-            f"(tests/run.sh does), or set {PURE_ENV}=1 to test a pure build."
+            f"the arc_cy in {os.path.dirname(arc_cy.__file__)} has no compiled core "
+            "(arc_cy._arc_c): build and install it (tests/run.sh does; `python -P` keeps "
+            f"a source tree from shadowing it), or set {PURE_ENV}=1 to test a pure build."
         )
 
 
@@ -131,7 +135,8 @@ def pytest_testnodedown(node, error) -> None:
 
 @pytest.fixture(params=ALL_IMPLEMENTATIONS)
 def impl(request: pytest.FixtureRequest) -> str:
-    """Name of the implementation under test: "cython" or "python"."""
+    """Name of the implementation under test: "cython" or "python" (on a
+    pure build, the "cython" tests are collected, then deselected)."""
     return request.param
 
 
