@@ -1,15 +1,18 @@
 """Shared fixtures (every behavioural test runs on both implementations),
-GC stress, and no skips under the test command (tests/run.sh)."""
+GC stress, no skips under the test command (tests/run.sh), and the pure
+build's run (ARC_CY_NO_EXTENSIONS: the twin alone)."""
 
 from __future__ import annotations
 
 import gc
+import importlib.util
+import os
 
 import pytest
 
 from arc_cy._env import env_flag
 from arc_cy._guard import vllm_guard
-from helpers import IMPLEMENTATIONS, REQUIRE_ALL_ENV, load_policy_class
+from helpers import ALL_IMPLEMENTATIONS, PURE, PURE_ENV, REQUIRE_ALL_ENV, load_policy_class
 
 
 @pytest.fixture(scope="session")
@@ -63,9 +66,77 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.importorskip("vllm")
 
 
-@pytest.fixture(params=IMPLEMENTATIONS)
+# --- a pure build: ARC_CY_NO_EXTENSIONS=1 tests/run.sh ------------------------
+#
+# The switch is arc_cy's own (helpers.PURE): tests/run.sh's build then makes
+# no core, arc_cy and every child process choose the twin, and the tests of
+# the compiled core (marked compiled, or taking impl "cython") are
+# deselected, not skipped: counted in the summary, and no failure under
+# ARC_CY_TESTS_REQUIRE_ALL. Either mode refuses to start on the other's
+# build: pure asked on a build with the core would test the twin beside a
+# core it never loads; the core missing in the normal mode would fail
+# every compiled test one by one.
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    core = importlib.util.find_spec("arc_cy._arc_c")
+    if PURE and core is not None:
+        raise pytest.UsageError(
+            f"{PURE_ENV} is set, but this arc_cy has its compiled core ({core.origin}): "
+            f"not a pure build. Reinstall it with {PURE_ENV}=1 (tests/run.sh does)."
+        )
+    if not PURE and core is None:
+        import arc_cy
+
+        raise pytest.UsageError(
+            f"the arc_cy in {os.path.dirname(arc_cy.__file__)} has no compiled core "
+            "(arc_cy._arc_c): build and install it (tests/run.sh does; `python -P` keeps "
+            f"a source tree from shadowing it), or set {PURE_ENV}=1 to test a pure build."
+        )
+
+
+def compiled_only(item: pytest.Item) -> bool:
+    """Whether the test needs the compiled core."""
+    if item.get_closest_marker("compiled") is not None:
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and callspec.params.get("impl") == "cython"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if PURE:
+        return f"arc_cy: a pure build ({PURE_ENV}): the twin alone, compiled-only tests deselected"
+    return "arc_cy: the compiled core and the twin"
+
+
+PURE_DESELECTED = "arc_cy pure deselected"
+PURE_DESELECTED_KEY = pytest.StashKey[int]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not PURE:
+        return
+    deselected = [item for item in items if compiled_only(item)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not compiled_only(item)]
+    config.stash[PURE_DESELECTED_KEY] = len(deselected)
+    if hasattr(config, "workeroutput"):  # a pytest-xdist worker tells the controller
+        config.workeroutput[PURE_DESELECTED] = len(deselected)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    # Every worker collects the whole suite (--dist loadfile), so each says the same.
+    count = getattr(node, "workeroutput", {}).get(PURE_DESELECTED)
+    if count is not None:
+        node.config.stash[PURE_DESELECTED_KEY] = count
+
+
+@pytest.fixture(params=ALL_IMPLEMENTATIONS)
 def impl(request: pytest.FixtureRequest) -> str:
-    """Name of the implementation under test: "cython" or "python"."""
+    """Name of the implementation under test: "cython" or "python" (on a
+    pure build, the "cython" tests are collected, then deselected)."""
     return request.param
 
 
@@ -173,6 +244,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
+    if PURE:
+        count = terminalreporter.config.stash.get(PURE_DESELECTED_KEY, "?")
+        terminalreporter.write_line(
+            f"arc_cy: a pure build ({PURE_ENV}): {count} compiled-only tests deselected"
+        )
     if GC_STRESS:
         terminalreporter.write_line(f"GC stress: {GC_STRESS_SEEN}")
     for run, counts in FUZZ_COVERAGE.items():

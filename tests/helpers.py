@@ -21,6 +21,7 @@ from packaging.requirements import Requirement
 
 from arc_cy import _base
 from arc_cy._base import ChunkStatus
+from arc_cy._env import env_flag
 
 
 @dataclass
@@ -48,9 +49,13 @@ else:
 HAVE_VLLM = bool(_base.HAVE_VLLM)
 
 __all__ = [
+    "CHOSEN",
     "CTX",
     "HAVE_VLLM",
+    "ALL_IMPLEMENTATIONS",
     "IMPLEMENTATIONS",
+    "PURE",
+    "PURE_ENV",
     "K",
     "MODULES",
     "REPO",
@@ -150,8 +155,19 @@ def manager_state(manager: Any) -> tuple:
 # tests/run.sh sets it: every skip is a failure (tests/conftest.py).
 REQUIRE_ALL_ENV = "ARC_CY_TESTS_REQUIRE_ALL"
 
-# The two implementations under test, by name.
-IMPLEMENTATIONS = ("cython", "python")
+# ARC_CY_NO_EXTENSIONS: the switch that builds arc_cy without its core
+# (setup.py) and makes arc_cy choose the twin (arc_cy/__init__.py). Set
+# under the test command, the suite tests such a pure build: the twin alone,
+# the compiled-only tests deselected (tests/conftest.py).
+PURE_ENV = "ARC_CY_NO_EXTENSIONS"
+PURE = env_flag(PURE_ENV)
+
+# The implementations under test, by name: the compiled core and its twin,
+# or the twin alone on a pure build.
+ALL_IMPLEMENTATIONS = ("cython", "python")
+IMPLEMENTATIONS = ("python",) if PURE else ALL_IMPLEMENTATIONS
+# What arc_cy.ARCCachePolicy is: the core, or the twin on a pure build.
+CHOSEN = IMPLEMENTATIONS[0]
 MODULES = {"cython": "arc_cy._arc_c", "python": "arc_cy._arc_py"}
 
 

@@ -69,6 +69,7 @@ class _Chunk(ctypes.Structure):
     _fields_ = [("chunk_id", ctypes.c_int64), ("ref_cnt", ctypes.c_int32)]
 
 
+@pytest.mark.compiled
 def test_the_core_exposes_its_node_size() -> None:
     from arc_cy import _arc_c
 

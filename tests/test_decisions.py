@@ -320,6 +320,7 @@ def _touch_keeps_which_key_object(policy):
     return [k is copy for k in policy.t2]
 
 
+@pytest.mark.compiled  # compares the core with its twin
 @pytest.mark.parametrize(
     "scenario",
     [

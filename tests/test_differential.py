@@ -20,6 +20,7 @@ from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
 from arc_cy_harness.traffic import Lockstep, PolicyTraffic
 from helpers import (
+    IMPLEMENTATIONS,
     KEY_POSITIONS,
     MANAGER_TOUCHES,
     MODULES,
@@ -53,7 +54,7 @@ def run_policy_sequence(seed: int, steps: int, capacity: int, universe: int) -> 
     manager's steps of arc_cy_harness.traffic in a random mix."""
     rng = random.Random(seed)
     oracle = VllmARC(capacity)
-    policies = [load_policy_class(name)(capacity) for name in MODULES]
+    policies = [load_policy_class(name)(capacity) for name in IMPLEMENTATIONS]
     keys = [make_offload_key(f"k{i}".encode(), i % 2) for i in range(universe)]
     t = PolicyTraffic(
         Lockstep([oracle, *policies], check=same, insert=insert),
@@ -160,7 +161,7 @@ def test_random_manager_traffic(seed):
             cache_policy_module_path=module,
             store_threshold=threshold,
         )
-        for module in MODULES.values()
+        for module in map(MODULES.get, IMPLEMENTATIONS)
     ]
     # Apart from the turns' keys (blk0, blk1, ...): a request never offers a
     # key twice (block hashes chain), which arc_cy's insert() would refuse.
@@ -312,7 +313,7 @@ def test_random_primary_tier_traffic(seed):
         primary_cls(
             num_chunks, _Region(), cache_policy="ARCCachePolicy", cache_policy_module_path=module
         )
-        for module in MODULES.values()
+        for module in map(MODULES.get, IMPLEMENTATIONS)
     ]
     writes: list[tuple[list[ReqContext], list[bytes]]] = []
     reads: list[tuple[list[ReqContext], list[bytes]]] = []

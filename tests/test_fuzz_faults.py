@@ -33,7 +33,8 @@ import pytest
 
 from childproc import run_modes
 
-pytestmark = [pytest.mark.sanitize, pytest.mark.hostile]
+# compiled: one child runs every mode on both implementations, side by side.
+pytestmark = [pytest.mark.sanitize, pytest.mark.hostile, pytest.mark.compiled]
 
 PROFILE = os.environ.get("ARC_CY_FUZZ_PROFILE", "ci")
 # Generous: the ci profile takes ~20 s here, 35 s in GC stress, 3-5x under ASan.

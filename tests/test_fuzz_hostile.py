@@ -131,7 +131,7 @@ def run_fuzzer(mode: str, impl: str) -> dict:
     ("mode", "impl"),
     [
         # vLLM's ARC beside arc_cy; chaos needs no oracle
-        pytest.param("agree", "both", marks=pytest.mark.needs_vllm),
+        pytest.param("agree", "both", marks=[pytest.mark.needs_vllm, pytest.mark.compiled]),
         ("chaos", "cython"),
         ("chaos", "python"),
     ],
@@ -239,6 +239,7 @@ def surface_run(tmp_path_factory) -> dict:
     }
 
 
+@pytest.mark.compiled  # surface_fuzz.py drives the core and the twin side by side
 @pytest.mark.parametrize(
     "run",
     # reflect enumerates both modules in one run; hooks' reference is vLLM's

@@ -1,4 +1,5 @@
-"""Stateful differential fuzzing: vLLM's ARC vs both arc_cy implementations.
+"""Stateful differential fuzzing: vLLM's ARC vs both arc_cy implementations
+(the twin alone on a pure build).
 
 A hypothesis RuleBasedStateMachine applies every operation to vLLM
 0.33.0's ARCCachePolicy (the oracle) and to ``arc_cy._arc_c`` and
@@ -54,11 +55,19 @@ from hypothesis.stateful import (
 )
 from vllm.v1.kv_offload.base import make_offload_key
 
-from arc_cy._arc_c import ARCCachePolicy as CPolicy
-from arc_cy._arc_py import ARCCachePolicy as PyPolicy
 from arc_cy._env import env_flag
 from arc_cy_harness.traffic import Lockstep, PolicyTraffic
-from helpers import ChunkStatus, ReqContext, VllmARC, assert_same_state, snapshot
+from helpers import (
+    IMPLEMENTATIONS,
+    ChunkStatus,
+    ReqContext,
+    VllmARC,
+    assert_same_state,
+    load_policy_class,
+    snapshot,
+)
+
+ARC_CY = [load_policy_class(name) for name in IMPLEMENTATIONS]
 
 pytestmark = [pytest.mark.needs_vllm, pytest.mark.sanitize]
 
@@ -118,8 +127,7 @@ class ARCMachine(RuleBasedStateMachine):
         universe = min(32, capacity + extra + 1)
         self.keys = [make_offload_key(f"k{i}".encode(), i % 2) for i in range(universe)]
         self.oracle = VllmARC(capacity)
-        self.c = CPolicy(capacity)
-        self.py = PyPolicy(capacity)
+        self.arc_cy = [cls(capacity) for cls in ARC_CY]
         # The manager's steps and its model of the resident chunks
         # (arc_cy_harness.traffic); the rules choose the steps.
         self.t = PolicyTraffic(Lockstep(self.all), capacity)
@@ -128,7 +136,7 @@ class ARCMachine(RuleBasedStateMachine):
 
     @property
     def all(self):
-        return (self.oracle, self.c, self.py)
+        return (self.oracle, *self.arc_cy)
 
     def key(self, i: int, fresh: bool = False):
         key = self.keys[i % len(self.keys)]
@@ -157,13 +165,13 @@ class ARCMachine(RuleBasedStateMachine):
         """call(policy) must raise the same error in both arc_cy classes and
         change nothing."""
         errors = []
-        for p in (self.c, self.py):
+        for p in self.arc_cy:
             before = snapshot(p)
             with pytest.raises(Exception) as info:
                 call(p)
             assert snapshot(p) == before
             errors.append((type(info.value), str(info.value)))
-        assert errors[0] == errors[1]
+        assert errors == errors[:1] * len(errors)
         return errors[0][0]
 
     # --- rules -------------------------------------------------------------
@@ -390,12 +398,13 @@ class ARCMachine(RuleBasedStateMachine):
     @invariant()
     def agree(self):
         STEPS["steps"] += 1
-        assert_same_state(self.oracle, self.c, self.py)
+        assert_same_state(self.oracle, *self.arc_cy)
         for key in self.keys:
             chunk = self.oracle.get(key)
-            assert self.c.get(key) is chunk
-            assert self.py.get(key) is chunk
-        assert self.c.cache_capacity == self.py.cache_capacity == self.capacity
+            for p in self.arc_cy:
+                assert p.get(key) is chunk
+        for p in self.arc_cy:
+            assert p.cache_capacity == self.capacity
         # The driver's model of the resident chunks is vLLM's.
         assert self.t.chunks == dict(self.resident_items())
 
@@ -440,10 +449,10 @@ def test_StateMachine():
 def agree(method, results):
     """Lockstep's check: every policy answered as vLLM's (the first) did."""
     if method == "get":
-        assert results[1] is results[0] and results[2] is results[0]
+        assert all(r is results[0] for r in results)
     elif method == "evict":
         if results[0] is None:
-            assert results[1] is None and results[2] is None
+            assert all(r is None for r in results)
         else:
             expected = [(k, id(c)) for k, c in results[0]]
             for r in results[1:]:
@@ -455,7 +464,7 @@ class Traffic(PolicyTraffic):
     and both arc_cy classes in lockstep, with the same objects."""
 
     def __init__(self, seed: int, capacity: int, universe: int) -> None:
-        self.policies = [VllmARC(capacity), CPolicy(capacity), PyPolicy(capacity)]
+        self.policies = [VllmARC(capacity), *(cls(capacity) for cls in ARC_CY)]
         self.keys = [make_offload_key(f"s{seed}-{i}".encode(), i % 3) for i in range(universe)]
         super().__init__(
             Lockstep(self.policies, check=agree),

@@ -83,7 +83,7 @@ def test_view_iterator_and_a_collection_that_changes_the_policy(view, source):
     read so far, then MSG_MUTATED if the list changed."""
     got = run_json("view_iter_gc.py", "--no-vllm", view, source, *VIEW_CHANGES)
     for how in VIEW_CHANGES:
-        assert got["cython"][how] == got["python"][how], how
+        assert {impl: got[impl][how] for impl in got} == dict.fromkeys(got, got["python"][how])
         changed = not (view == "b1" and how in ("remove", "insert"))
         assert got["python"][how]["ending"] == (_messages.MSG_MUTATED if changed else "end"), how
 
@@ -98,7 +98,7 @@ def test_gc_hook_reading_young_tuples():
     read it crashed. Both implementations, and vLLM, survive alike."""
     got = run_json("tuple_reader_gc.py", *TUPLE_READER_CALLS)
     for call in TUPLE_READER_CALLS:
-        assert got[call]["cython"] == got[call]["python"] == got[call]["vllm"], call
+        assert got[call] == dict.fromkeys(got[call], got[call]["vllm"]), call
 
 
 # --- reference cycles -----------------------------------------------------------
@@ -130,6 +130,7 @@ def test_nothing_found_through_get_referrers_can_be_re_stated(impl):
     assert out["evicted"] == clean["evicted"] and len(out["evicted"]) == 30
 
 
+@pytest.mark.compiled  # each implementation's methods get the other's policy too
 def test_methods_refuse_an_object_of_another_type(impl):
     """Every method and property of every type the module defines, and of
     the views and iterators it hands out, called through its class on an

@@ -21,7 +21,12 @@ pytestmark = pytest.mark.sdist
 
 @pytest.mark.parametrize(
     "value,expected",
-    [("", "cython"), ("0", "cython"), ("1", "python"), ("yes", "python")],
+    [
+        pytest.param("", "cython", marks=pytest.mark.compiled),
+        pytest.param("0", "cython", marks=pytest.mark.compiled),
+        ("1", "python"),
+        ("yes", "python"),
+    ],
 )
 def test_no_extensions_variable(value, expected):
     proc = run_prog("implementation.py", env={"ARC_CY_NO_EXTENSIONS": value})

@@ -82,6 +82,7 @@ def test_request_finished_looks_up_before_changing(policy_cls):
     assert unchanged(policy, call, ArithmeticError) is key.exc
 
 
+@pytest.mark.compiled  # compares the core with its twin
 @pytest.mark.parametrize(
     "bad",
     [

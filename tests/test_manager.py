@@ -16,7 +16,7 @@ from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
 
 import arc_cy
 from childproc import PROGS, child_env
-from helpers import MODULES, ghost_hits, manager_state, reuse
+from helpers import CHOSEN, MODULES, ghost_hits, manager_state, reuse
 
 pytestmark = pytest.mark.needs_vllm
 
@@ -182,7 +182,7 @@ def test_plugin_entry_point_in_fresh_processes():
     for proc in procs:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
-        assert out.strip().splitlines()[-1] == "arc_cy._arc_c"
+        assert out.strip().splitlines()[-1] == MODULES[CHOSEN]
 
 
 def test_plugin_refuses_a_foreign_registration(monkeypatch):

@@ -402,6 +402,7 @@ def test_key_del_calls_back(policy_cls, when, act):
     assert log == ["ok"], log
 
 
+@pytest.mark.compiled  # compares the core with its twin
 @pytest.mark.parametrize(
     ("when", "act"),
     [(w, a) for w in WHENS if w != "delete" for a in DEL_ACTS],

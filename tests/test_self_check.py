@@ -15,11 +15,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 import arc_cy
-from arc_cy import _arc_c
 from arc_cy._fingerprint import release_key
 from arc_cy._verified import SUPPORTED_VLLM, VERIFIED
 from arc_cy_harness import vllm_overlay
-from helpers import REPO, build_requirement
+from helpers import IMPLEMENTATIONS, PURE, PURE_ENV, REPO, build_requirement
 
 NEWEST = max((r for e in VERIFIED for r in e["releases"]), key=release_key)
 
@@ -39,6 +38,8 @@ def start_main(
         for k, v in os.environ.items()
         if k not in ("ARC_CY_NO_EXTENSIONS", "VLLM_PLUGINS", "PYTHONPATH")
     }
+    if PURE:  # as a pure build's user runs it: arc_cy warns without it
+        env[PURE_ENV] = "1"
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     env.update(extra_env or {})
@@ -122,7 +123,10 @@ def fields(stdout: str) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     ("no_extensions", "impl", "module"),
-    [(None, "cython", "arc_cy._arc_c"), ("1", "python", "arc_cy._arc_py")],
+    [
+        pytest.param(None, "cython", "arc_cy._arc_c", marks=pytest.mark.compiled),
+        ("1", "python", "arc_cy._arc_py"),
+    ],
 )
 def test_report_and_self_check(
     runs: dict[str, tuple[int, str, str]],
@@ -139,8 +143,13 @@ def test_report_and_self_check(
     assert f["ARC_CY_NO_EXTENSIONS"] == ("unset" if no_extensions is None else repr(no_extensions))
     # The Cython recorded in the compiled module at build time: the runtime
     # environment need not have Cython at all.
-    assert f["built with Cython"] == _arc_c.CYTHON_VERSION
-    assert Version(_arc_c.CYTHON_VERSION) in SpecifierSet(BUILD_CYTHON)
+    if PURE:
+        assert f["built with Cython"].startswith("n/a (the compiled core does not import: ")
+    else:
+        from arc_cy import _arc_c
+
+        assert f["built with Cython"] == _arc_c.CYTHON_VERSION
+        assert Version(_arc_c.CYTHON_VERSION) in SpecifierSet(BUILD_CYTHON)
     assert f["package"] == str(Path(arc_cy.__file__).parent)
     version = metadata.version("vllm")
     matched = f"its ARC code is verified vLLM {version}'s"
@@ -166,6 +175,7 @@ def test_fails_when_vllm_does_not_load_the_plugin(
     assert f["self-check"].startswith('FAILED: vLLM does not know "arc_cy"')
 
 
+@pytest.mark.compiled
 @pytest.mark.parametrize(
     ("run", "version"), [("vllm_newer", "0.35.0"), ("vllm_unversioned", "unknown")]
 )
@@ -184,6 +194,7 @@ def test_a_verified_releases_code_under_another_version(
     assert f["self-check"].startswith("ok: ")
 
 
+@pytest.mark.compiled
 def test_refuses_a_patched_vllm(runs: dict[str, tuple[int, str, str]]) -> None:
     returncode, stdout, stderr = runs["vllm_patched"]
     assert returncode == 1, stdout + stderr
@@ -201,6 +212,7 @@ def test_refuses_a_patched_vllm(runs: dict[str, tuple[int, str, str]]) -> None:
     assert f["implementation"] == "cython (arc_cy._arc_c)"
 
 
+@pytest.mark.compiled
 def test_patched_vllm_override(runs: dict[str, tuple[int, str, str]]) -> None:
     returncode, stdout, stderr = runs["vllm_patched_overridden"]
     assert returncode == 0, stdout + stderr
@@ -229,7 +241,7 @@ def test_from_a_source_tree(tmp_path: Path) -> None:
     )
     for name in ("setup.py", "pyproject.toml"):
         shutil.copy(REPO / name, tree / name)
-    proc = start_main(tree, {}, safe_path=False)
+    proc = start_main(tree, {PURE_ENV: ""}, safe_path=False)
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 1, stdout + stderr
     f = fields(stdout)
@@ -259,6 +271,8 @@ def test_without_vllm(tmp_path: Path) -> None:
         tmp_path, "raise ModuleNotFoundError(\"No module named 'vllm'\", name='vllm')\n"
     )
     for no_extensions, impl in ((None, "cython"), ("1", "python")):
+        if impl not in IMPLEMENTATIONS:
+            continue
         env = {} if no_extensions is None else {"ARC_CY_NO_EXTENSIONS": no_extensions}
         proc = start_main(tmp_path, env, pythonpath=path)
         stdout, stderr = proc.communicate(timeout=300)
@@ -330,6 +344,8 @@ def test_a_closed_stream_is_no_crash(closed: int, tmp_path: Path) -> None:
         tmp_path, "raise ModuleNotFoundError(\"No module named 'vllm'\", name='vllm')\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "ARC_CY_NO_EXTENSIONS"}
+    if PURE:
+        env[PURE_ENV] = "1"
     env["PYTHONPATH"] = path
     proc = subprocess.run(
         [sys.executable, "-P", "-m", "arc_cy"],

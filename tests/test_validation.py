@@ -88,6 +88,7 @@ BAD_CALLS = {
 }
 
 
+@pytest.mark.compiled  # compares the core with its twin
 @pytest.mark.parametrize("case", BAD_CALLS)
 def test_bad_arguments_fail_alike(case):
     call, exc_type = BAD_CALLS[case]
@@ -269,6 +270,7 @@ def _interface_errors(cls):
     return out
 
 
+@pytest.mark.compiled  # compares the core with its twin
 def test_the_interfaces_own_errors_are_the_same_in_both_twins():
     """Missing arguments and read-only (or undeletable) attributes: the core
     said "attribute ... of 'arc_cy._arc_c.ARCCore' objects is not writable"

@@ -49,7 +49,7 @@ from arc_cy._fingerprint import (
 )
 from arc_cy._guard import DEPRECATED_OVERRIDE_ENV, OVERRIDE_ENV, vllm_guard
 from arc_cy._verified import VERIFIED
-from helpers import MODULES, REPO
+from helpers import CHOSEN, IMPLEMENTATIONS, MODULES, REPO
 
 pytestmark = pytest.mark.needs_vllm
 
@@ -461,7 +461,7 @@ def test_every_way_a_caller_reaches_the_policy_is_refused(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     fake.install("0.35.0", appended={caller: "\n\n" + REACHES[reach]})
-    message = refused(routes(monkeypatch, caplog, MODULES["cython"]))
+    message = refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
     name = "_check_invariants" if reach == "arc_cy-only-attribute" else "t1"
     lines = fake.files[caller].read_text().splitlines()
     line = next(i for i, text in enumerate(lines, 1) if name in text and i > len(lines) - 8)
@@ -492,7 +492,7 @@ def test_a_computed_attribute_name_is_refused(
     fake.install(
         "0.35.0", appended={CPU_MANAGER: f"\n\ndef _probe(manager, name):\n    return {call}\n"}
     )
-    message = refused(routes(monkeypatch, caplog, MODULES["cython"]))
+    message = refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
     assert "which reaches attributes by a computed name" in message
 
 
@@ -505,7 +505,7 @@ def test_a_name_no_arc_policy_has_behaves_alike_on_both(
     # Missing on vLLM's arc and on arc_cy alike: nothing arc_cy could decide
     # differently (a release that adds it to ARC changes ARC's code).
     fake.install("0.35.0", appended={CPU_MANAGER: "\n\ndef _probe(m):\n    m._policy.pin(1)\n"})
-    accepted(routes(monkeypatch, caplog, MODULES["cython"]), "0.35.0", INSTALLED)
+    accepted(routes(monkeypatch, caplog, MODULES[CHOSEN]), "0.35.0", INSTALLED)
     assert not hasattr(arc_cy.ARCCachePolicy, "pin")
 
 
@@ -670,7 +670,7 @@ def test_bytecode_that_does_not_run_its_source_is_refused(
         assert sys.modules[ARC_MODULE].__spec__.cached == str(pyc)
     else:
         _loaded_from(monkeypatch, ARC_MODULE, arc)
-    message = refused(routes(monkeypatch, caplog, MODULES["cython"]))
+    message = refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
     assert (
         f"the code that runs for {arc} is not its source's: the code its loader gives is "
         "not compiled from it" in message
@@ -686,7 +686,7 @@ def test_a_monkeypatched_method_is_refused(
     fake.install("0.35.0")
     arc = sys.modules[ARC_MODULE]
     monkeypatch.setattr(arc.ARCCachePolicy, "evict", lambda self, n, protected: None)
-    message = refused(routes(monkeypatch, caplog, MODULES["cython"]))
+    message = refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
     assert message.endswith(
         f"the code that runs for {fake.files[ARC_MODULE]} is not its source's: "
         "ARCCachePolicy.evict runs code that is not its source's."
@@ -811,7 +811,7 @@ def test_override_false_is_off(
 ) -> None:
     fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
     monkeypatch.setenv(OVERRIDE_ENV, value)
-    refused(routes(monkeypatch, caplog, MODULES["cython"]))
+    refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
 
 
 def test_a_bad_override_value_does_not_raise_from_the_plugin(
@@ -868,11 +868,12 @@ def test_the_check_runs_once_per_process(
 def test_without_vllm_nothing_is_checked() -> None:
     code = (
         "import sys; sys.modules['vllm'] = None\n"
-        "import arc_cy, arc_cy._fingerprint as f, arc_cy._arc_py as py, arc_cy._arc_c as c\n"
+        "import importlib, arc_cy, arc_cy._fingerprint as f\n"
         "from arc_cy._guard import vllm_guard\n"
         "def boom(*a, **k): raise AssertionError('checked')\n"
         "f.check_vllm_code = boom\n"
-        "c.ARCCachePolicy(2); py.ARCCachePolicy(2)\n"
+        f"for m in {[MODULES[name] for name in IMPLEMENTATIONS]}:\n"
+        "    importlib.import_module(m).ARCCachePolicy(2)\n"
         "assert not arc_cy.HAVE_VLLM and not vllm_guard.pending\n"
         "print('ok', vllm_guard.result())\n"
     )
@@ -886,6 +887,7 @@ def test_without_vllm_nothing_is_checked() -> None:
 # --- the table, the names, the script ----------------------------------------------
 
 
+@pytest.mark.compiled  # the names of both together
 def test_policy_names_are_what_both_implementations_define() -> None:
     # The guard imports neither implementation: POLICY_NAMES stands for
     # them. (_abc_impl: ABC's bookkeeping, which every CachePolicy has.)

@@ -31,7 +31,7 @@ import pytest
 
 pytest.importorskip("vllm")  # the imports below need it
 
-from helpers import MODULES, REPO
+from helpers import IMPLEMENTATIONS, MODULES, PURE_ENV, REPO
 
 pytestmark = pytest.mark.needs_vllm
 
@@ -100,11 +100,12 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str
     adapted, changed = adapt(SUITE.read_text())
     assert changed == ADAPTED, sorted(changed ^ ADAPTED)
     procs = {}
-    for impl, module in MODULES.items():
+    for impl in IMPLEMENTATIONS:
+        module = MODULES[impl]
         where = tmp_path_factory.mktemp(f"vllm-suite-{impl}")
         (where / "test_manager.py").write_text(adapted)
         (where / "conftest.py").write_text(CONFTEST)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ARC_CY_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ARC_CY_") or k == PURE_ENV}
         env["ARC_CY_SUITE_MODULE"] = module
         procs[impl] = (
             where,

@@ -12,9 +12,9 @@ if "--no-vllm" in sys.argv:
     sys.argv.remove("--no-vllm")
     sys.modules["vllm"] = None  # type: ignore[assignment]
 
-from helpers import MODULES, K, VllmARC, load_policy_class, ready
+from helpers import IMPLEMENTATIONS, MODULES, K, VllmARC, load_policy_class, ready
 
-__all__ = ["MODULES", "K", "policy_class", "ready"]
+__all__ = ["IMPLEMENTATIONS", "MODULES", "K", "policy_class", "ready"]
 
 
 def policy_class(impl: str) -> type:

@@ -5,7 +5,7 @@ Prints, per object, what insert raised."""
 import ctypes
 import json
 
-from _child import K, policy_class, ready
+from _child import IMPLEMENTATIONS, K, policy_class, ready
 
 from arc_cy import ChunkStatus
 
@@ -54,7 +54,7 @@ OBJECTS = {
 }
 
 out = {}
-for impl in ("cython", "python"):
+for impl in IMPLEMENTATIONS:
     cls = policy_class(impl)
     out[impl] = {}
     for name, make in OBJECTS.items():

@@ -8,7 +8,7 @@ import gc
 import json
 import sys
 
-from _child import K, policy_class, ready
+from _child import IMPLEMENTATIONS, K, policy_class, ready
 
 READS = [0]
 
@@ -75,7 +75,7 @@ def run(impl, call):
 print(
     json.dumps(
         {
-            call: {impl: run(impl, call) for impl in ("cython", "python", "vllm")}
+            call: {impl: run(impl, call) for impl in (*IMPLEMENTATIONS, "vllm")}
             for call in sys.argv[1:]
         }
     )

@@ -6,7 +6,7 @@ import gc
 import json
 import sys
 
-from _child import K, policy_class, ready
+from _child import IMPLEMENTATIONS, K, policy_class, ready
 
 view, source, *hows = sys.argv[1:]
 ARMED = False
@@ -77,4 +77,4 @@ def trial(impl, how):
     return {"got": got, "ending": ending, "t1": [k.decode() for k in policy.t1]}
 
 
-print(json.dumps({impl: {how: trial(impl, how) for how in hows} for impl in ("cython", "python")}))
+print(json.dumps({impl: {how: trial(impl, how) for how in hows} for impl in IMPLEMENTATIONS}))
