@@ -67,4 +67,4 @@ cd "$work"
 # The hostile-input modules and the fuzzers and refcounts (the hostile and
 # sanitize marks), one pytest-xdist worker per CPU, as tests/run.sh.
 run -m pytest -p no:cacheprovider -q -n logical --dist loadfile \
-    -m "hostile or sanitize" tests "$@"
+    -m "gc_stress or sanitize" tests "$@"

@@ -191,7 +191,7 @@ def _gc_stress_hook(phase: str, info: dict) -> None:
 
 @pytest.fixture(autouse=True)
 def _gc_stress(request: pytest.FixtureRequest):
-    if not GC_STRESS or request.node.get_closest_marker("hostile") is None:
+    if not GC_STRESS or request.node.get_closest_marker("gc_stress") is None:
         yield
         return
     if vllm_guard.pending:

@@ -34,7 +34,7 @@ from helpers import (
 )
 from hostile import populated, unchanged
 
-pytestmark = pytest.mark.hostile
+pytestmark = pytest.mark.gc_stress
 
 # --- what is a chunk ------------------------------------------------------------
 

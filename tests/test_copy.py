@@ -13,7 +13,7 @@ from arc_cy import _messages
 from helpers import CTX, K, VllmARC, keysnap, ready
 from hostile import populated, with_ghosts
 
-pytestmark = pytest.mark.hostile
+pytestmark = pytest.mark.gc_stress
 
 
 @pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])

@@ -20,7 +20,7 @@ import pytest
 from helpers import CTX, IMPLEMENTATIONS, ChunkStatus, K, VllmARC, keysnap, load_policy_class, ready
 from hostile import Boom, EqRaises, populated, with_ghosts
 
-pytestmark = pytest.mark.hostile
+pytestmark = pytest.mark.gc_stress
 
 # --- against vLLM's ARC ---------------------------------------------------------
 

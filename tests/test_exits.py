@@ -22,7 +22,7 @@ from hostile import Boom, populated, set_target
 # The hook tests run every call once per event: hundreds of runs, which
 # GC stress (a collection at every allocation) would stretch to hours and
 # which test hooks, not collections. The others are hostile-input tests.
-hostile = pytest.mark.hostile
+gc_stress = pytest.mark.gc_stress
 
 ARC_CY_DIR = os.path.dirname(os.path.abspath(arc_cy.__file__)) + os.sep
 
@@ -230,7 +230,7 @@ def _falsy_get(cls, chunk_cls, where):
 
 
 @pytest.mark.needs_vllm
-@hostile
+@gc_stress
 @pytest.mark.parametrize("where", ["t1", "t2"])
 def test_a_chunks_truth_test_runs_while_get_is_busy(policy_cls, where):
     """vLLM's get() is `t1.get(key) or t2.get(key)`: a t1 chunk's __bool__
@@ -267,7 +267,7 @@ class InsertingIndex:
         return self.value
 
 
-@hostile
+@gc_stress
 def test_the_entry_limits_check_runs_while_its_setter_is_busy(policy_cls):
     """_max_entries's setter (arc_cy's own, for tests) ran the value's
     __index__ without being busy, in both: an insert() from it was let

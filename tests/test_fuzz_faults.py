@@ -18,7 +18,7 @@ it happened in and those after it.
                     twin: never busy, may be cut short), a call that
                     returned agrees with an unarmed shadow
 
-The module is marked hostile (the GC-stress leg runs it: the child reads
+The module is marked gc_stress (the GC-stress leg runs it: the child reads
 ARC_CY_GC_STRESS and runs its nomem rounds with gc.set_threshold(1)) and
 sanitize (.ci/sanitize.sh runs it under ASan). ARC_CY_FUZZ_PROFILE=long
 runs the long profile; ARC_CY_FUZZ_SEED=N fixes the seed (rerun the
@@ -34,7 +34,7 @@ import pytest
 from childproc import run_modes
 
 # compiled: one child runs every mode on both implementations, side by side.
-pytestmark = [pytest.mark.sanitize, pytest.mark.hostile, pytest.mark.compiled]
+pytestmark = [pytest.mark.sanitize, pytest.mark.gc_stress, pytest.mark.compiled]
 
 PROFILE = os.environ.get("ARC_CY_FUZZ_PROFILE", "ci")
 # Generous: the ci profile takes ~20 s here, 35 s in GC stress, 3-5x under ASan.

@@ -23,7 +23,7 @@ from childproc import run_json, run_prog
 from helpers import CTX, ready
 from hostile import CallbackKey
 
-pytestmark = pytest.mark.hostile
+pytestmark = pytest.mark.gc_stress
 
 # --- a collection while a call holds its working storage ------------------------
 

@@ -24,7 +24,7 @@ from hostile import (
     unchanged,
 )
 
-pytestmark = pytest.mark.hostile
+pytestmark = pytest.mark.gc_stress
 
 # --- keys whose __hash__ or __eq__ raise ----------------------------------------
 

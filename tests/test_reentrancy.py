@@ -45,7 +45,7 @@ from hostile import (
     with_ghosts,
 )
 
-pytestmark = pytest.mark.hostile
+pytestmark = pytest.mark.gc_stress
 
 # --- every call is busy before its first user code ------------------------------
 

@@ -15,7 +15,7 @@ from arc_cy import _checks
 from helpers import CTX, ChunkStatus, VllmARC, keysnap, ready
 from hostile import populated
 
-pytestmark = pytest.mark.hostile
+pytestmark = pytest.mark.gc_stress
 
 DELS: list[str] = []
 

@@ -28,7 +28,7 @@ from helpers import (
 )
 from hostile import Boom, populated, set_target, unchanged
 
-pytestmark = pytest.mark.hostile
+pytestmark = pytest.mark.gc_stress
 
 # --- bad arguments: same exception, same message, nothing changed ---------------
 

@@ -13,7 +13,7 @@ from childproc import run_json
 from helpers import CTX, ChunkStatus, K, VllmARC, filled, keysnap, ready
 from hostile import MUTATIONS, populated
 
-pytestmark = pytest.mark.hostile
+pytestmark = pytest.mark.gc_stress
 
 
 def test_views_are_read_only_ordered_mappings(policy_cls):
