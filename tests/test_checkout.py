@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO
+from helpers import PURE_ENV, REPO
 
 
 def run(
@@ -95,3 +95,16 @@ def test_mypy_strict_on_a_consumer_from_the_checkout_root(mypy_cache: str) -> No
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Success: no issues found in 1 source file" in proc.stdout
+
+
+@pytest.mark.compiled
+def test_a_pure_run_refuses_a_build_with_the_core() -> None:
+    # The pure switch beside an installed core would test the twin and call
+    # it a pure build: the suite stops before collecting (pytest's usage error).
+    proc = run(
+        [sys.executable, "-P", "-m", "pytest", "--collect-only", "-q", "tests/test_env_flag.py"],
+        env={PURE_ENV: "1"},
+    )
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
+    assert f"{PURE_ENV} is set, but this arc_cy has its compiled core" in proc.stderr
+    assert "test_env_flag" not in proc.stdout  # nothing collected
