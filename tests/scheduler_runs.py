@@ -12,15 +12,14 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from helpers import PURE
+from helpers import CHOSEN, MODULES
 from recorder import SCENARIOS, recorded_run
 
 TESTS_DIR = Path(__file__).resolve().parent
 VLLM_ARC = "vllm.v1.kv_offload.cpu.policies.arc.ARCCachePolicy"
-COMPILED = "arc_cy._arc_c.ARCCachePolicy"
-TWIN = "arc_cy._arc_py.ARCCachePolicy"
+TWIN = f"{MODULES['python']}.ARCCachePolicy"
 # What arc_cy's name and module path resolve to: the twin on a pure build.
-CHOSEN = TWIN if PURE else COMPILED
+RESOLVED = f"{MODULES[CHOSEN]}.ARCCachePolicy"
 
 
 class TwinProcess:
@@ -86,7 +85,7 @@ def check_every_route(
     assert_exercised(oracle, scenario)
 
     by_name = recorded_run(model_dir, "arc_cy", scenario)
-    assert by_name["policy_class"] == CHOSEN, (
+    assert by_name["policy_class"] == RESOLVED, (
         f"'arc_cy' resolved to {by_name['policy_class']} "
         f"(arc_cy.IMPLEMENTATION={arc_cy.IMPLEMENTATION}); run without "
         "ARC_CY_NO_EXTENSIONS and with the compiled build installed"
@@ -96,7 +95,7 @@ def check_every_route(
     by_module = recorded_run(
         model_dir, "ARCCachePolicy", scenario, cache_policy_module_path="arc_cy"
     )
-    assert by_module["policy_class"] == CHOSEN
+    assert by_module["policy_class"] == RESOLVED
     assert_same_run(oracle, by_module)
 
     child = twin.results()
