@@ -64,7 +64,7 @@ run() {
 run -c "import arc_cy._arc_c as m, sys; p = m.__file__; print('sanitize: testing', p, file=sys.stderr); sys.exit(not p.startswith('$work'))"
 
 cd "$work"
-# The hostile-input modules and the fuzzers and refcounts (the hostile and
+# The hostile-input modules and the fuzzers and refcounts (the gc_stress and
 # sanitize marks), one pytest-xdist worker per CPU, as tests/run.sh.
 run -m pytest -p no:cacheprovider -q -n logical --dist loadfile \
     -m "gc_stress or sanitize" tests "$@"
