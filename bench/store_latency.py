@@ -348,6 +348,8 @@ def run(args: Any) -> dict[str, Any]:
     def reps_default(capacity: int, batch: int, frac: float) -> tuple[int, int]:
         if capacity == 50_000 and batch == 256:
             return (1000 if frac == 0 else 400), 30
+        if capacity >= 1_000_000:
+            return 100, 10
         return (300 if frac == 0 else 150), 20
 
     def reps_full(capacity: int, batch: int, frac: float) -> tuple[int, int]:
@@ -363,8 +365,12 @@ def run(args: Any) -> dict[str, Any]:
         results.append(fallback_case(1_000_000, 1024, 60, 5, seed=8))
         results.append(chat_case(20_000, 4000, seed=11))
     else:
+        # 256-key stores from 10K to 1M chunks (the growth with capacity), and
+        # the targets' cases: 256 keys at 50K, 1024 at 100K, pinned or not.
+        results += full_cache_case(10_000, [256], [0.0], reps_default, seed=10)
         results += full_cache_case(50_000, [256], [0.0, 0.5], reps_default, seed=50)
-        results += full_cache_case(100_000, [1024], [0.0, 0.5], reps_default, seed=100)
+        results += full_cache_case(100_000, [256, 1024], [0.0, 0.5], reps_default, seed=100)
+        results += full_cache_case(1_000_000, [256], [0.0], reps_default, seed=1000)
         results.append(fallback_case(100_000, 1024, 150, 20, seed=7))
         results.append(chat_case(10_000, 1500, seed=11))
     return {"results": results}
@@ -461,34 +467,63 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]]:
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
+
     sl = result["results"]
     C, L, N = bl.COLORS, bl.LABELS, bl.NAMES
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     ax = axes[0]
     full = [r for r in sl if r["scenario"] == "full" and r["pinned_fraction"] == 0]
+    markers = {16: "s", 256: "o", 1024: "^"}
+    batches = sorted({r["batch"] for r in full})
     for name in N:
-        for batch, marker in ((16, "s"), (256, "o"), (1024, "^")):
+        for batch in batches:
             pts = sorted(
                 ((r["capacity"], r) for r in full if r["batch"] == batch), key=lambda t: t[0]
             )
-            if not pts:
-                continue
             ax.plot(
                 [c for c, _ in pts],
                 [r["contenders"][name]["prepare_store_per_key"]["p50"] for _, r in pts],
-                marker + "-",
-                color=C.get(name),
-                label=f"{L[name]} b{batch}" if name == "vllm_arc" or batch == 256 else None,
+                markers.get(batch, "D") + ("-" if batch == 256 else ":"),
+                color=C.get(name, "tab:purple"),
             )
+    capacities = sorted({r["capacity"] for r in full})
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("capacity (chunks)")
-    ax.set_ylabel("p50 us per key")
-    ax.set_title("prepare_store, full cache (s=16, o=256, ^=1024 keys)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.xaxis.set_major_locator(FixedLocator(capacities))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _count(v)))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("capacity (chunks), cache full")
+    ax.set_ylabel("prepare_store p50, us per key")
+    ax.set_title("prepare_store per key against capacity")
+    ax.grid(True, which="major", alpha=0.3)
+    # One legend entry per colour (contender) and per marker (keys a store).
+    handles = [Line2D([], [], color=C.get(n, "tab:purple"), lw=2, label=L[n]) for n in N]
+    handles += [
+        Line2D(
+            [],
+            [],
+            color="black",
+            marker=markers.get(b, "D"),
+            linestyle="none",
+            label=f"{b} keys a store",
+        )
+        for b in batches
+    ]
+    ax.legend(handles=handles, fontsize=7)
     ax = axes[1]
-    groups = sorted({(r["capacity"], r["batch"]) for r in sl if r["scenario"] == "full"})
+    # The cases run both unpinned and with half the cache pinned.
+    groups = sorted(
+        {
+            (r["capacity"], r["batch"])
+            for r in sl
+            if r["scenario"] == "full" and r["pinned_fraction"]
+        }
+    )
     width = 0.8 / max(1, len(N))
     labels: list[str] = []
     for c, b in groups:
@@ -497,7 +532,7 @@ def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]
             if r is None:
                 continue
             x = len(labels)
-            labels.append(f"{c // 1000}K/b{b}\npinned {frac:.0%}")
+            labels.append(f"{_count(c)}, {b} keys\npinned {frac:.0%}")
             for ni, name in enumerate(N):
                 ax.bar(
                     x + (ni - (len(N) - 1) / 2) * width,
@@ -509,10 +544,21 @@ def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_yscale("log")
-    ax.set_ylabel("prepare_store p50 us per call")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylabel("prepare_store p50, us per call")
     ax.set_title("prepare_store vs pinned fraction")
     ax.legend(fontsize=8)
     return [bl.save_plot(plt, fig, out_dir, *PLOTS[0])]
+
+
+def _count(n: float) -> str:
+    """10000 -> 10K, 1000000 -> 1M."""
+    for div, unit in ((1_000_000, "M"), (1_000, "K")):
+        if n >= div:
+            return f"{n / div:g}{unit}"
+    return f"{n:g}"
 
 
 if __name__ == "__main__":

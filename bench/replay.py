@@ -1,0 +1,516 @@
+"""A KV-cache request trace replayed through vLLM's real CPUOffloadingManager,
+policy by policy, with the offline optimum as the ceiling.
+
+The trace: any file in the Mooncake FAST'25 trace format (--trace FILE), by
+default the release's synthetic workload shipped in bench/data/ (its SHA-256
+checked as it is read). Each request's blocks go through the manager as the
+scheduler-side connector sends them (arc_cy_harness.replay): lookups up to
+the first miss, a load of those hits, stores of the rest in batches of
+--store-batch blocks; requests overlap as their timestamps and lengths say
+(--prefill-tps, --decode-ms; or --inflight N), their loads and stores in
+flight, pinned, until they finish.
+
+Policies, each built by the route an operator uses: vLLM lru
+(cache_policy "lru"), vLLM arc ("arc"), arc_cy compiled (the plugin's name
+"arc_cy", after vLLM's load_general_plugins()) and arc_cy's twin
+(cache_policy_module_path "arc_cy._arc_py"); at pool sizes given as
+fractions of the trace's distinct blocks (--pools), each at every
+store_threshold of --thresholds.
+
+For each pool size and threshold: one pass of each policy (the decisions,
+hit ratios and evictions; arc_cy compiled and pure compared with vLLM arc
+call by call, and the run stops at the first difference), then --reps
+timed repetitions of each policy's whole replay, the order rotating, with
+the manager driven by a policy whose decisions cost nothing (FreePolicy,
+replaying vLLM arc's victims) as the manager's own share. The optimum is
+Belady's MIN on the same block accesses and pool size.
+
+Run: bench/run.sh --only replay [--trace FILE], or alone with bench/ and
+harness/ on PYTHONPATH (as bench/run.sh sets it):
+$PY -P bench/replay.py [--full] [--trace FILE] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+import benchlib as bl
+from arc_cy_harness import replay as rp
+
+NAME = TAG = "replay"
+PLOTS = (
+    ("replay_hit_ratio.png", "Trace replay: hit ratio against pool size, with the optimum"),
+    ("replay_time.png", "Trace replay: the manager's time for the whole replay, per policy"),
+)
+SHIPPED = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "data", "mooncake_synthetic_trace.jsonl"
+)
+# name -> (cache_policy, cache_policy_module_path): the route an operator uses
+ROUTES: dict[str, tuple[str, str | None]] = {
+    "vllm_lru": ("lru", None),
+    "vllm_arc": ("arc", None),
+    "arc_cy": ("arc_cy", None),
+    "arc_cy_pure": ("ARCCachePolicy", "arc_cy._arc_py"),
+}
+POLICIES = tuple(ROUTES)
+FREE = "free_policy"  # the manager with a policy that costs nothing
+LABELS = {**bl.LABELS, FREE: "no policy cost (estimate)", "optimum": "optimum (Belady's MIN)"}
+COLORS = {**bl.COLORS, FREE: "tab:gray", "optimum": "black"}
+DEFAULT_POOLS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0)
+FULL_POOLS = (0.02, 0.05, 0.1, 0.15, 0.25, 0.35, 0.5, 0.75, 1.0)
+TARGET_POOL, TARGET_GOAL = 0.05, 0.7
+
+
+def add_arguments(ap: Any) -> None:
+    ap.add_argument(
+        "--trace", default=SHIPPED, help="a trace in the Mooncake format (default: the shipped one)"
+    )
+    ap.add_argument(
+        "--pools",
+        help="pool sizes, comma-separated fractions of the trace's distinct blocks "
+        f"(default {','.join(map(str, DEFAULT_POOLS))}; --full: {','.join(map(str, FULL_POOLS))})",
+    )
+    ap.add_argument(
+        "--thresholds", default=None, help="store_threshold values (default 1,2; --full: 1,2,3)"
+    )
+    ap.add_argument(
+        "--reps", type=int, default=None, help="timed repetitions (default 3; --full: 5)"
+    )
+    ap.add_argument(
+        "--inflight",
+        type=int,
+        default=None,
+        help="a fixed number of requests in flight instead of the timestamps' (request i "
+        "finishes as request i+N starts)",
+    )
+    ap.add_argument(
+        "--prefill-tps",
+        type=float,
+        default=10_000.0,
+        help="prefill tokens per second (default 10,000)",
+    )
+    ap.add_argument(
+        "--decode-ms", type=float, default=20.0, help="ms per output token (default 20)"
+    )
+    ap.add_argument(
+        "--store-batch",
+        type=int,
+        default=16,
+        help="blocks a prepare_store (default 16: 8,192 tokens)",
+    )
+
+
+def _list(text: str | None, default: tuple[Any, ...], kind: type) -> list[Any]:
+    return list(default) if not text else [kind(v) for v in text.split(",") if v.strip()]
+
+
+def check_routes() -> None:
+    """The plugin route must give the compiled core: else the figures
+    labelled arc_cy compiled would be another class's."""
+    from vllm.plugins import load_general_plugins
+    from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+
+    from arc_cy import _arc_c
+
+    load_general_plugins()
+    cls = CachePolicyFactory.get_cache_policy_cls("arc_cy")
+    if cls is not _arc_c.ARCCachePolicy:
+        raise SystemExit(
+            f"replay: the policy name 'arc_cy' is {cls!r}, not the compiled core: "
+            "run `python -m arc_cy` to see why"
+        )
+
+
+def make_manager(name: str, pool: int, threshold: int, victims: Any = None) -> Any:
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    if name == FREE:
+        m = CPUOffloadingManager(num_chunks=pool, cache_policy="lru", store_threshold=threshold)
+        # The manager's policy slot: FreePolicy is no CachePolicy to register.
+        m._policy = rp.FreePolicy(victims)
+        return m
+    policy, module = ROUTES[name]
+    return CPUOffloadingManager(
+        num_chunks=pool,
+        cache_policy=policy,
+        cache_policy_module_path=module,
+        store_threshold=threshold,
+    )
+
+
+def describe(decision: tuple[str, int, Any] | None) -> str:
+    if decision is None:
+        return "no call"
+    kind, i, out = decision
+    if kind == "load":
+        return f"request {i}: {out} hits"
+    if out is None:
+        return f"request {i}: store failed"
+    return f"request {i}: evicted {len(out)} ({', '.join(k[:4].hex() for k in out[:4])}...)"
+
+
+def replay_case(
+    keys: list[list[bytes]],
+    events: list[tuple[int, int]],
+    pool: int,
+    fraction: float,
+    threshold: int,
+    reps: int,
+    store_batch: int,
+    optimum: float,
+) -> dict[str, Any]:
+    t = time.perf_counter()
+    first: dict[str, rp.Replayer] = {}
+    for name in POLICIES:
+        first[name] = rp.Replayer(
+            make_manager(name, pool, threshold),
+            keys,
+            store_batch=store_batch,
+            log_evictions=name == "vllm_arc",
+        ).run(events)
+    ref = first["vllm_arc"].decisions
+    mism = {}
+    for name in ("arc_cy", "arc_cy_pure"):
+        got = first[name].decisions
+        at = rp.first_difference(ref, got)
+        if at is not None:
+            raise SystemExit(
+                f"replay: {bl.LABELS[name]} decided otherwise than vLLM arc at pool {pool}, "
+                f"store_threshold {threshold}, call {at}: vLLM arc "
+                f"{describe(ref[at] if at < len(ref) else None)}, {name} "
+                f"{describe(got[at] if at < len(got) else None)}"
+            )
+        mism[name] = rp.mismatches(ref, got)
+    victims = first["vllm_arc"].evictions
+
+    names = [*POLICIES, FREE]
+    seconds: dict[str, list[float]] = {n: [] for n in names}
+    start_ns: dict[str, list[int]] = {n: [] for n in names}
+    unstable = 0
+    for rep in range(reps):
+        order = names[rep % len(names) :] + names[: rep % len(names)]
+        for name in order:
+            m = make_manager(name, pool, threshold, victims)
+            r = rp.Replayer(m, keys, store_batch=store_batch)
+            with bl.timed_phase():
+                r.run(events)
+            seconds[name].append(r.manager_ns / 1e9)
+            start_ns[name] += r.start_ns
+            expected = ref if name == FREE else first[name].decisions
+            if name == FREE:  # the free policy's hits only: its evictions are vLLM arc's
+                unstable += [d for d in r.decisions if d[0] == "load"] != [
+                    d for d in expected if d[0] == "load"
+                ]
+            else:
+                unstable += r.decisions != expected
+    if unstable:
+        raise SystemExit(f"replay: {unstable} timed runs decided otherwise than their first pass")
+
+    def ms(name: str) -> float:
+        return statistics.median(seconds[name])
+
+    rec: dict[str, Any] = {
+        "pool_chunks": pool,
+        "pool_fraction": fraction,
+        "store_threshold": threshold,
+        "hit_ratio": {n: round(first[n].hit_ratio(), 5) for n in POLICIES},
+        "manager_s": {n: round(ms(n), 4) for n in POLICIES},
+        "free_policy_s": round(ms(FREE), 4),
+        "manager_s_reps": {n: [round(s, 4) for s in v] for n, v in seconds.items()},
+        "request_start_us": {n: bl.stats(v) if v else None for n, v in start_ns.items()},
+        "decision_mismatches": mism,
+        "decision_calls_compared": len(ref),
+        "blocks": first["vllm_arc"].asked,
+        "hits": {n: first[n].hits for n in POLICIES},
+        "stored": {n: first[n].stored for n in POLICIES},
+        "evicted": {n: first[n].evicted for n in POLICIES},
+        "store_failures": {n: first[n].store_failures for n in POLICIES},
+    }
+    rec["hit_ratio"]["optimum"] = round(optimum, 5)
+    arc = ms("vllm_arc")
+    rec["vs_vllm_arc"] = {n: round(ms(n) / arc, 3) for n in (*POLICIES, FREE)}
+    h = rec["hit_ratio"]
+    ratio = rec["vs_vllm_arc"]["arc_cy"]
+    bl.progress(
+        TAG,
+        f"pool {pool} ({fraction:.0%}), threshold {threshold} "
+        f"({time.perf_counter() - t:.0f}s): hit ratio lru {h['vllm_lru']:.3f}, "
+        f"arc {h['vllm_arc']:.3f}, optimum {h['optimum']:.3f}; manager s arc {arc:.3f}, "
+        f"arc_cy {ms('arc_cy'):.3f} ({ratio:.2f}x), lru {ms('vllm_lru'):.3f}, "
+        f"no policy cost {ms(FREE):.3f}",
+    )
+    return rec
+
+
+def concurrency(events: list[tuple[int, int]]) -> dict[str, float]:
+    """Requests in flight as each one starts: mean and max."""
+    live, seen = 0, []
+    for kind, _ in events:
+        if kind == 0:
+            live += 1
+            seen.append(live)
+        else:
+            live -= 1
+    return {"mean": round(statistics.fmean(seen), 1), "max": max(seen)}
+
+
+def run(args: Any) -> dict[str, Any]:
+    pools = _list(args.pools, FULL_POOLS if args.full else DEFAULT_POOLS, float)
+    thresholds = _list(args.thresholds, (1, 2, 3) if args.full else (1, 2), int)
+    reps = args.reps or (5 if args.full else 3)
+    if any(not 0 < f <= 1 for f in pools) or any(t < 1 for t in thresholds) or reps < 1:
+        raise SystemExit(
+            "replay: --pools are fractions in (0, 1], --thresholds and --reps at least 1"
+        )
+    check_routes()
+    t = time.perf_counter()
+    try:
+        requests = rp.read_trace(args.trace)
+    except (OSError, rp.TraceError) as exc:
+        raise SystemExit(f"replay: {exc}") from None
+    keys = rp.block_keys(requests)
+    events = rp.schedule(
+        requests, prefill_tps=args.prefill_tps, decode_ms=args.decode_ms, inflight=args.inflight
+    )
+    sequence = rp.accesses(requests)
+    distinct = len(set(sequence))
+    with open(args.trace, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    flight = concurrency(events)
+    bl.progress(
+        TAG,
+        f"{os.path.basename(args.trace)}: {len(requests)} requests, {len(sequence)} blocks asked, "
+        f"{distinct} distinct; {flight['mean']} requests in flight on average, "
+        f"{flight['max']} at most (read in {time.perf_counter() - t:.1f}s)",
+    )
+    records = []
+    for fraction in pools:
+        pool = max(1, round(fraction * distinct))
+        optimum = rp.optimum_hits(sequence, pool) / len(sequence)
+        for threshold in thresholds:
+            records.append(
+                replay_case(
+                    keys, events, pool, fraction, threshold, reps, args.store_batch, optimum
+                )
+            )
+    return {
+        "trace": {
+            "path": bl.portable(os.path.abspath(args.trace)),
+            "shipped": os.path.abspath(args.trace) == SHIPPED,
+            "sha256": digest,
+            "requests": len(requests),
+            "blocks": len(sequence),
+            "distinct_blocks": distinct,
+            "span_s": round((requests[-1].timestamp_ms - requests[0].timestamp_ms) / 1000, 1),
+        },
+        "model": {
+            "inflight": args.inflight,
+            "prefill_tps": args.prefill_tps,
+            "decode_ms": args.decode_ms,
+            "store_batch": args.store_batch,
+            "requests_in_flight": flight,
+        },
+        "reps": reps,
+        "replay": records,
+    }
+
+
+# --- the report -----------------------------------------------------------------
+
+
+def _pct(fraction: float) -> str:
+    return f"{fraction * 100:g}%"
+
+
+def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    recs = result["replay"]
+    differ = sum(1 for r in recs if any(r["decision_mismatches"].values()))
+    rows = [
+        bl.decisions_target(
+            "pool sizes and thresholds of the trace replay (hits and evicted keys, call by call)",
+            differ,
+            "replay.py",
+        )
+    ]
+    at = [r for r in recs if r["pool_fraction"] == TARGET_POOL and r["store_threshold"] == 1]
+    trace = os.path.basename(result["trace"]["path"])
+    if at:
+        r = at[0]
+        rows.append(
+            bl.target(
+                f"replay of {trace}, pool {_pct(TARGET_POOL)} of its distinct blocks "
+                f"({r['pool_chunks']:,} chunks), store_threshold 1: manager time with arc_cy / "
+                "with vLLM arc, medians of interleaved whole replays",
+                r["vs_vllm_arc"]["arc_cy"],
+                f"<= {TARGET_GOAL}x",
+                lambda v: v <= TARGET_GOAL,
+                "replay.py",
+                "arc_cy saves less of the manager's time where evictions are frequent: compare "
+                "the replay table's per-request start times with the reference run's",
+            )
+        )
+        for name, about in (
+            ("vllm_lru", "vLLM's default policy, by its own route"),
+            (FREE, "the limit: the same manager calls with a policy that costs nothing"),
+        ):
+            rows.append(
+                bl.figure(
+                    f"same replay: manager time with {LABELS[name]} / with vLLM arc",
+                    r["vs_vllm_arc"][name],
+                    f"{about} (the replay section's table has every pool size)",
+                )
+            )
+    else:
+        rows.append(
+            bl.note(
+                f"The replay target needs pool {_pct(TARGET_POOL)} at store_threshold 1 "
+                "(the default run has it)."
+            )
+        )
+    return rows
+
+
+def markdown(result: dict[str, Any]) -> str:
+    tr, model, recs = result["trace"], result["model"], result["replay"]
+    flight = model["requests_in_flight"]
+    service = (
+        f"request i finishes as request i+{model['inflight']} starts"
+        if model["inflight"]
+        else f"each request runs from its timestamp for input_length / {model['prefill_tps']:,.0f} "
+        f"tokens per s plus output_length x {model['decode_ms']:g} ms"
+    )
+    out = [
+        "## Trace replay through the real manager (replay.py)",
+        "",
+        f"Trace `{tr['path']}` (SHA-256 `{tr['sha256'][:16]}...`"
+        + (", the shipped one, checked" if tr["shipped"] else "")
+        + f"): {tr['requests']:,} requests over {tr['span_s']:,} s, {tr['blocks']:,} blocks asked, "
+        f"{tr['distinct_blocks']:,} distinct. Service: {service}; "
+        f"{flight['mean']} requests in flight on average, {flight['max']} at most; stores in "
+        f"batches of {model['store_batch']} blocks. Pool sizes are fractions of the distinct "
+        "blocks. Hit ratio: blocks loaded from the CPU pool / blocks asked. The optimum "
+        "(Belady's MIN, which may also leave a block out) knows the future and ignores pins and "
+        "prefix order: no policy can reach it. Model and limits: "
+        "[docs/benchmarks.md](../../docs/benchmarks.md#the-trace-replay).",
+        "",
+        "| pool | store_threshold | "
+        + " | ".join(LABELS[n] for n in POLICIES)
+        + " | optimum | arc_cy = vLLM arc |",
+        "|---|---:|" + "---:|" * len(POLICIES) + "---:|---|",
+    ]
+    for r in recs:
+        h = r["hit_ratio"]
+        same = "yes" if not any(r["decision_mismatches"].values()) else "**NO**"
+        out.append(
+            f"| {_pct(r['pool_fraction'])} ({r['pool_chunks']:,}) | {r['store_threshold']} | "
+            + " | ".join(f"{h[n]:.3f}" for n in POLICIES)
+            + f" | {h['optimum']:.3f} | {same} ({r['decision_calls_compared']:,} calls) |"
+        )
+    out += [
+        "",
+        f"Manager time for the whole replay, seconds (median of {result['reps']} interleaved "
+        "repetitions), its ratio to vLLM arc's, and the limit: the same manager calls with a "
+        "policy that costs nothing (vLLM arc's victims replayed). Per-request start (its "
+        "lookups, load and stores), us, p50 / p99 over the repetitions.",
+        "",
+        "| pool | store_threshold | "
+        + " | ".join(LABELS[n] for n in POLICIES)
+        + " | no policy cost | arc_cy / vLLM arc | limit / vLLM arc | vLLM lru / vLLM arc "
+        + "| request start p50 / p99: vLLM arc | arc_cy | vLLM lru |",
+        "|---|---:|" + "---:|" * len(POLICIES) + "---:|" * 7,
+    ]
+    for r in recs:
+        s, v, st = r["manager_s"], r["vs_vllm_arc"], r["request_start_us"]
+        starts = [
+            f"{st[n]['p50']:.0f} / {st[n]['p99']:.0f}" for n in ("vllm_arc", "arc_cy", "vllm_lru")
+        ]
+        ratios = [f"{v[n]:.2f}" for n in ("arc_cy", FREE, "vllm_lru")]
+        out.append(
+            f"| {_pct(r['pool_fraction'])} ({r['pool_chunks']:,}) | {r['store_threshold']} | "
+            + " | ".join(f"{s[n]:.3f}" for n in POLICIES)
+            + f" | {r['free_policy_s']:.3f} | "
+            + " | ".join(ratios + starts)
+            + " |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]]:
+    from matplotlib.ticker import FixedLocator, NullLocator, PercentFormatter
+
+    recs = result["replay"]
+    thresholds = sorted({r["store_threshold"] for r in recs})
+    fig, axes = plt.subplots(
+        1, len(thresholds), figsize=(5.2 * len(thresholds), 4), squeeze=False, sharey=True
+    )
+    styles = {
+        "vllm_lru": dict(marker="s", linestyle="-"),
+        "vllm_arc": dict(marker="o", linestyle="-"),
+        "arc_cy": dict(marker="x", linestyle="none", markersize=9),
+        "arc_cy_pure": dict(marker="+", linestyle="none", markersize=12),
+        "optimum": dict(marker="", linestyle="--"),
+    }
+    for ax, th in zip(axes[0], thresholds):
+        rs = sorted(
+            (r for r in recs if r["store_threshold"] == th), key=lambda r: r["pool_fraction"]
+        )
+        xs = [100 * r["pool_fraction"] for r in rs]
+        for name in ("optimum", *POLICIES):
+            label = LABELS[name] + (" (= vLLM arc)" if name in ("arc_cy", "arc_cy_pure") else "")
+            ax.plot(
+                xs,
+                [r["hit_ratio"][name] for r in rs],
+                color=COLORS[name],
+                label=label,
+                **styles[name],
+            )
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(FixedLocator(xs))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(PercentFormatter(decimals=0))
+        ax.set_xlabel("CPU pool, % of the trace's distinct blocks")
+        ax.set_title(f"store_threshold {th}" + (" (vLLM's default)" if th == 1 else ""))
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("hit ratio (blocks loaded / blocks asked)")
+    axes[0][0].set_ylim(bottom=0)
+    axes[0][-1].legend(fontsize=8, loc="lower right")
+    fig.suptitle(os.path.basename(result["trace"]["path"]), fontsize=10)
+    files = [bl.save_plot(plt, fig, out_dir, *PLOTS[0])]
+
+    fig, axes = plt.subplots(
+        1, len(thresholds), figsize=(5.2 * len(thresholds), 4), squeeze=False, sharey=True
+    )
+    names = [*POLICIES, FREE]
+    width = 0.8 / len(names)
+    for ax, th in zip(axes[0], thresholds):
+        rs = sorted(
+            (r for r in recs if r["store_threshold"] == th), key=lambda r: r["pool_fraction"]
+        )
+        for ni, name in enumerate(names):
+            ax.bar(
+                [x + (ni - (len(names) - 1) / 2) * width for x in range(len(rs))],
+                [r["free_policy_s"] if name == FREE else r["manager_s"][name] for r in rs],
+                width,
+                color=COLORS[name],
+                label=LABELS[name],
+            )
+        ax.set_xticks(range(len(rs)))
+        ax.set_xticklabels(
+            [f"{_pct(r['pool_fraction'])}\n{r['pool_chunks']:,}" for r in rs], fontsize=8
+        )
+        ax.set_xlabel("CPU pool (% of distinct blocks, chunks)")
+        ax.set_title(f"store_threshold {th}")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0][0].set_ylabel(f"manager time, whole replay (s, median of {result['reps']})")
+    axes[0][-1].legend(fontsize=8)
+    files.append(bl.save_plot(plt, fig, out_dir, *PLOTS[1]))
+    return files
+
+
+if __name__ == "__main__":
+    bl.cli(sys.modules[__name__])

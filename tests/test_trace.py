@@ -1,0 +1,216 @@
+"""The trace replay's pure parts (arc_cy_harness.replay), no vLLM: the trace
+reader, the service schedule and the offline optimum."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from arc_cy_harness import replay as rp
+
+SHIPPED = (
+    Path(__file__).resolve().parent.parent / "bench" / "data" / "mooncake_synthetic_trace.jsonl"
+)
+GOOD = {"timestamp": 10, "input_length": 1100, "output_length": 5, "hash_ids": [1, 2, 3]}
+
+
+def write(tmp_path: Path, lines: list[bytes], name: str = "t.jsonl") -> str:
+    path = tmp_path / name
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return str(path)
+
+
+def line(**fields: object) -> bytes:
+    return json.dumps({**GOOD, **fields}).encode()
+
+
+def test_the_shipped_trace_reads_and_its_hash_is_checked() -> None:
+    requests = rp.read_trace(str(SHIPPED))
+    assert len(requests) == 3993
+    assert requests[0] == rp.TraceRequest(0, 40160, 6, tuple(range(79)))
+    assert sum(len(r.hash_ids) for r in requests) == 121_877
+    assert len(set(rp.accesses(requests))) == 43_924
+    # The format: ceil(input_length / 512) blocks a request.
+    assert all(len(r.hash_ids) == -(-r.input_length // rp.TOKENS_PER_BLOCK) for r in requests)
+
+
+def test_a_trace_that_is_not_the_file_its_hash_names_is_refused(tmp_path: Path) -> None:
+    data = bytearray(SHIPPED.read_bytes())
+    data[data.index(b'"output_length": 6') + 17] = ord("7")  # still a valid trace
+    copy = tmp_path / SHIPPED.name
+    copy.write_bytes(bytes(data))
+    (tmp_path / (SHIPPED.name + ".sha256")).write_bytes(
+        (SHIPPED.parent / (SHIPPED.name + ".sha256")).read_bytes()
+    )
+    with pytest.raises(rp.TraceError, match=r"SHA-256 is [0-9a-f]{64}, not the bd070915"):
+        rp.read_trace(str(copy))
+    (tmp_path / (SHIPPED.name + ".sha256")).unlink()  # no hash beside it: read as it is
+    assert rp.read_trace(str(copy))[0].output_length == 7
+
+
+def bad_values() -> list[tuple[str, object]]:
+    """Each field with each kind of wrong value (a list of fields, None: the
+    field missing)."""
+    wrong: list[object] = [None, "7", 7.5, True, -1, [], {}, 2**63, 10**400]
+    return [
+        (name, value)
+        for name in rp.FIELDS
+        for value in wrong
+        if not (name == "hash_ids" and value == [])
+    ]
+
+
+@pytest.mark.parametrize(("field", "value"), bad_values(), ids=lambda v: f"{v!r:.12}")
+def test_a_field_of_the_wrong_kind_is_refused_with_its_line_and_name(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    obj = dict(GOOD)
+    if value is None:
+        del obj[field]
+    else:
+        obj[field] = value
+    path = write(tmp_path, [line(), line(timestamp=11), json.dumps(obj).encode()])
+    with pytest.raises(rp.TraceError) as err:
+        rp.read_trace(path)
+    assert str(err.value).startswith(f"{path}: line 3: ")
+    assert repr(field) in str(err.value)
+
+
+MALFORMED: dict[str, tuple[bytes, str]] = {
+    "not JSON": (b'{"timestamp": 1,', "not a JSON value"),
+    "a list": (b"[1, 2]", "a JSON object expected, not list"),
+    "a number": (b"12", "a JSON object expected, not int"),
+    "a string": (b'"x"', "a JSON object expected, not str"),
+    "bad UTF-8": (b'{"timestamp": "\xff"}', "not a JSON value"),
+    "nested too deeply": (b"[" * 100_000 + b"]" * 100_000, "line 3: "),
+    "a hash id not an integer": (line(hash_ids=[1, "2"]), "'hash_ids'[1] must be"),
+    "a negative hash id": (line(hash_ids=[1, -2]), "'hash_ids'[1] must be"),
+    "a hash id too large": (line(hash_ids=[1, 2**64]), "'hash_ids'[1] must be"),
+    "a repeated hash id": (line(hash_ids=[4, 5, 4]), "hash id 4 appears twice"),
+    "an earlier timestamp": (line(timestamp=3), "timestamp 3 is before the previous request's 11"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_line_is_refused_with_its_line_and_what_is_wrong(
+    tmp_path: Path, case: str
+) -> None:
+    raw, what = MALFORMED[case]
+    path = write(tmp_path, [line(), line(timestamp=11), raw, line(timestamp=12)])
+    with pytest.raises(rp.TraceError) as err:
+        rp.read_trace(path)
+    assert str(err.value).startswith(f"{path}: line 3: ")
+    assert what in str(err.value)
+
+
+def test_blank_lines_are_skipped_and_an_empty_trace_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, [b"", line(), b"  ", line(timestamp=10, hash_ids=[])])
+    assert [r.hash_ids for r in rp.read_trace(path)] == [(1, 2, 3), ()]
+    with pytest.raises(rp.TraceError, match="no requests"):
+        rp.read_trace(write(tmp_path, [b"", b" "], "empty.jsonl"))
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.sampled_from([*rp.FIELDS, "x"]), inner, max_size=5)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.binary(max_size=40) | json_values.map(lambda v: json.dumps(v).encode()), max_size=6)
+)
+def test_any_bytes_either_read_or_are_refused_with_a_trace_error(lines: list[bytes]) -> None:
+    # Written through a fixed path per example: hypothesis and tmp_path do not mix.
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "t.jsonl"
+        path.write_bytes(b"\n".join(lines))
+        try:
+            requests = rp.read_trace(str(path))
+        except rp.TraceError as exc:
+            assert str(exc).startswith(f"{path}: ")
+        else:
+            assert requests and all(isinstance(r, rp.TraceRequest) for r in requests)
+
+
+def requests_at(*spec: tuple[int, int, int]) -> list[rp.TraceRequest]:
+    """(timestamp ms, input tokens, output tokens) each, one block each."""
+    return [rp.TraceRequest(t, i, o, (n,)) for n, (t, i, o) in enumerate(spec)]
+
+
+def test_the_schedule_follows_timestamps_and_lengths() -> None:
+    # 10,000 tokens/s and 20 ms a token: request 0 runs 0 to 100 + 20 ms,
+    # request 1 starts at 50 (overlaps), request 2 (of no length) starts
+    # at 120 exactly as request 0 finishes (the finish goes first, but not
+    # its own before its start), request 1 ends last.
+    reqs = requests_at((0, 1000, 1), (50, 5000, 10), (120, 0, 0))
+    assert rp.schedule(reqs) == [(0, 0), (0, 1), (1, 0), (0, 2), (1, 2), (1, 1)]
+    # 1,000 tokens/s, decoding free: 0 to 1000, 50 to 5050, 120 to 120.
+    assert rp.schedule(reqs, prefill_tps=1000, decode_ms=0) == [
+        (0, 0), (0, 1), (0, 2), (1, 2), (1, 0), (1, 1),
+    ]  # fmt: skip
+
+
+def test_a_fixed_number_in_flight() -> None:
+    reqs = requests_at(*[(t, 10**6, 10**6) for t in range(5)])
+    assert rp.schedule(reqs, inflight=2) == [
+        (0, 0), (0, 1), (1, 0), (0, 2), (1, 1), (0, 3), (1, 2), (0, 4), (1, 3), (1, 4),
+    ]  # fmt: skip
+    with pytest.raises(ValueError):
+        rp.schedule(reqs, inflight=0)
+
+
+OPTIMUM_CASES = [
+    # (sequence, capacity, hits), each worked by hand:
+    ([1, 2, 3, 1, 2, 3, 1], 2, 3),  # 3 never beats 1 and 2: left out twice (LRU: 0 hits)
+    ([1, 2, 3, 2, 3, 1], 2, 2),  # 3 evicts 1, used last
+    ([1, 1, 1], 1, 2),
+    ([1, 2, 1, 2], 0, 0),
+    ([1, 2, 3, 4, 1, 2, 3, 4], 4, 4),
+    ([1, 2, 3, 4, 1, 2, 3, 4], 3, 3),  # keep three of the four
+]
+
+
+@pytest.mark.parametrize(("sequence", "capacity", "hits"), OPTIMUM_CASES)
+def test_the_optimum_on_hand_worked_sequences(
+    sequence: list[int], capacity: int, hits: int
+) -> None:
+    assert rp.optimum_hits(sequence, capacity) == hits
+
+
+def lru_hits(sequence: list[int], capacity: int) -> int:
+    from collections import OrderedDict
+
+    cache: OrderedDict[int, None] = OrderedDict()
+    hits = 0
+    for b in sequence:
+        if b in cache:
+            hits += 1
+            cache.move_to_end(b)
+            continue
+        cache[b] = None
+        if len(cache) > capacity:
+            cache.popitem(last=False)
+    return hits
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 12), max_size=80), st.integers(1, 8))
+def test_the_optimum_is_never_below_lru_nor_above_every_repeat(
+    sequence: list[int], capacity: int
+) -> None:
+    best = rp.optimum_hits(sequence, capacity)
+    repeats = len(sequence) - len(set(sequence))
+    assert lru_hits(sequence, capacity) <= best <= repeats
+    if capacity >= len(set(sequence)):
+        assert best == repeats  # everything fits: every repeat is a hit
