@@ -214,3 +214,21 @@ def test_the_optimum_is_never_below_lru_nor_above_every_repeat(
     assert lru_hits(sequence, capacity) <= best <= repeats
     if capacity >= len(set(sequence)):
         assert best == repeats  # everything fits: every repeat is a hit
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--only", "evict", "--trace", str(SHIPPED)], "--trace is replay's: add replay to --only"),
+        (["--only", "replay", "--trace", "no/such.jsonl"], "--trace: no file no/such.jsonl"),
+        (["--reference", "--trace", str(SHIPPED)], "--reference needs a whole run"),
+    ],
+)
+def test_bench_run_refuses_a_trace_it_would_not_replay(args: list[str], error: str) -> None:
+    import subprocess
+    import sys
+
+    run = SHIPPED.parent.parent / "run.py"
+    proc = subprocess.run([sys.executable, "-P", str(run), *args], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert error in proc.stderr
