@@ -472,7 +472,7 @@ def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]
 
     sl = result["results"]
     C, L, N = bl.COLORS, bl.LABELS, bl.NAMES
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
     ax = axes[0]
     full = [r for r in sl if r["scenario"] == "full" and r["pinned_fraction"] == 0]
     markers = {16: "s", 256: "o", 1024: "^"}
@@ -532,7 +532,7 @@ def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]
             if r is None:
                 continue
             x = len(labels)
-            labels.append(f"{_count(c)}, {b} keys\npinned {frac:.0%}")
+            labels.append(f"{_count(c)} chunks\n{b} keys\n{frac:.0%} pinned")
             for ni, name in enumerate(N):
                 ax.bar(
                     x + (ni - (len(N) - 1) / 2) * width,

@@ -350,6 +350,20 @@ class Replayer:
         return self.hits / self.asked if self.asked else 0.0
 
 
+def lockstep(replayers: Sequence[Replayer], events: Sequence[tuple[int, int]]) -> None:
+    """Runs the same events through several replayers at once, event by
+    event, the order rotating by one each event: a burst of load on a
+    shared machine falls on every one of them alike."""
+    n = len(replayers)
+    for e, (kind, i) in enumerate(events):
+        for j in range(n):
+            r = replayers[(e + j) % n]
+            if kind == 0:
+                r.start(i)
+            else:
+                r.finish(i)
+
+
 def first_difference(a: Sequence[Any], b: Sequence[Any]) -> int | None:
     """The index of the first call where two decision lists differ, or None."""
     for n, (x, y) in enumerate(zip(a, b)):
