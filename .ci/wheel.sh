@@ -24,6 +24,8 @@ versions=$(cd "$work/tree/.ci" && ls requirements-py*.lock | sed 's/requirements
 check() {  # check WHEEL PYTHON EXPECTED-IMPLEMENTATION [ENV...]
     local wheel=$1 base_py=$2 expect=$3 venv command
     shift 3
+    # A throwaway venv, not .ci/venv.sh's: it is a user's bare machine
+    # holding only the wheel, not an environment synced to a lock.
     venv=$(mktemp -d "$work/venv.XXXXXX")
     "$base_py" -m venv "$venv"
     # No compiler reachable: only the venv's own bin on PATH, CC a failure.

@@ -338,6 +338,32 @@ def cli(module: Any, argv: list[str] | None = None) -> dict[str, Any]:
     return out
 
 
+RESULT = "RESULT "  # the line a child process reports on (print_result)
+
+
+def print_result(data: dict[str, Any]) -> None:
+    """A child process's report (a module's ``--child`` mode), for run_child."""
+    print(RESULT + json.dumps(data), flush=True)
+
+
+def run_child(script: str, *args: str) -> dict[str, Any]:
+    """Runs ``python -P script *args`` in a fresh process and returns what it
+    reported with print_result; stops the benchmark, with the child's
+    stderr, if it failed or reported nothing."""
+    proc = subprocess.run(
+        [sys.executable, "-P", os.path.abspath(script), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)]
+    if proc.returncode != 0 or not lines:
+        sys.stderr.write(proc.stderr[-3000:])
+        name = os.path.basename(script)
+        raise SystemExit(f"{name} {' '.join(args)} failed (exit status {proc.returncode})")
+    return json.loads(lines[-1][len(RESULT) :])  # type: ignore[no-any-return]
+
+
 def write_json(path: str | None, data: dict[str, Any]) -> None:
     if not path:
         json.dump(data, sys.stdout, indent=1)

@@ -15,10 +15,7 @@ $PY -P bench/guard.py [--full] [--json out.json]
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
@@ -61,22 +58,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def run(args: Any) -> dict[str, Any] | None:
     if args.child:
-        print("RESULT " + json.dumps(child()), flush=True)
+        bl.print_result(child())
         return None
     processes = 10 if args.full else 5
     runs = []
     for i in range(processes):
-        proc = subprocess.run(
-            [sys.executable, "-P", os.path.abspath(__file__), "--child"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        if proc.returncode != 0 or not lines:
-            sys.stderr.write(proc.stderr[-3000:])
-            raise SystemExit(f"guard child {i} failed ({proc.returncode})")
-        runs.append(json.loads(lines[-1][len("RESULT ") :]))
+        runs.append(bl.run_child(__file__, "--child"))
         bl.progress(TAG, f"process {i + 1}/{processes}: first check {runs[-1]['first_ms']:.1f} ms")
     first = sorted(r["first_ms"] for r in runs)
     again = sorted(x for r in runs for x in r["again_ms"])

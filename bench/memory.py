@@ -25,9 +25,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import json
-import os
-import subprocess
 import sys
 import time
 from typing import Any
@@ -125,7 +122,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def run(args: Any) -> dict[str, Any] | None:
     if args.child:
-        print("RESULT " + json.dumps(child(args.child[0], int(args.child[1]))), flush=True)
+        bl.print_result(child(args.child[0], int(args.child[1])))
         return None
     caps = [100_000, 1_000_000] if args.full else [100_000]
     results = []
@@ -133,17 +130,7 @@ def run(args: Any) -> dict[str, Any] | None:
         per: dict[str, Any] = {}
         for name in bl.NAMES:
             t = time.perf_counter()
-            proc = subprocess.run(
-                [sys.executable, "-P", os.path.abspath(__file__), "--child", name, str(cap)],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-            if proc.returncode != 0 or not lines:
-                sys.stderr.write(proc.stderr[-3000:])
-                raise SystemExit(f"memory child {name} {cap} failed ({proc.returncode})")
-            per[name] = json.loads(lines[-1][len("RESULT ") :])
+            per[name] = bl.run_child(__file__, "--child", name, str(cap))
             bl.progress(
                 TAG,
                 f"cap {cap} {name}: {per[name]['rss_bytes_per_entry']} B/entry RSS, "
