@@ -233,11 +233,15 @@ def _parse_args(argv: list[str] | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _parse_args(argv)
+    env = os.environ.get("ARC_CY_NO_EXTENSIONS")
+    print(f"arc_cy {arc_cy.__version__}")
+    try:
+        module = arc_cy.ARCCachePolicy.__module__
+    except ValueError as exc:  # a mistyped flag (arc_cy._env)
+        print(f"implementation: NOT CHOSEN: {exc}")
+        return 1
     from arc_cy._base import HAVE_VLLM
 
-    env = os.environ.get("ARC_CY_NO_EXTENSIONS")
-    module = arc_cy.ARCCachePolicy.__module__
-    print(f"arc_cy {arc_cy.__version__}")
     print(f"implementation: {arc_cy.IMPLEMENTATION} ({module})")
     print(f"ARC_CY_NO_EXTENSIONS: {'unset' if env is None else repr(env)}")
     print(f"built with Cython: {_built_with()}")

@@ -8,6 +8,13 @@ from collections.abc import Mapping
 
 FALSE = ("", "0", "false", "no", "off")
 TRUE = ("1", "true", "yes", "on")
+RUNTIME_FLAGS = (
+    "ARC_CY_NO_EXTENSIONS",
+    "ARC_CY_ALLOW_UNVERIFIED_VLLM",
+    "ARC_CY_IGNORE_VLLM_VERSION",
+)
+"""Every flag that arc_cy reads once installed (setup.py's build flags
+aside): the plugin must survive each one mistyped (tests/test_plugin.py)."""
 
 
 def env_flag(name: str, environ: Mapping[str, str] = os.environ) -> bool:

@@ -1,7 +1,9 @@
 """vLLM plugin: makes ``"eviction_policy": "arc_cy"`` name arc_cy's policy.
 
 Declared as a ``vllm.general_plugins`` entry point, so vLLM runs
-``register()`` in every process it starts, possibly more than once.
+``register()`` in every process it starts, possibly more than once, and
+without a ``try``: an exception out of it stops every vLLM process on the
+machine, whatever policy it uses.
 """
 
 from __future__ import annotations
@@ -12,29 +14,45 @@ POLICY_NAME: str = "arc_cy"
 __all__ = ["POLICY_NAME", "logger", "register"]
 
 
+class _NameTaken(Exception):
+    """Another policy holds the name ``arc_cy``: the one error register()
+    lets out, since shadowing it silently would run the wrong policy."""
+
+
 def register() -> None:
     """Register ``arc_cy`` with vLLM's CachePolicyFactory (idempotent).
 
     Only when the guard accepts this vLLM's code (``arc_cy._guard``, the
     check both constructors run, once per process): else it logs why and
-    registers nothing, unless ``ARC_CY_ALLOW_UNVERIFIED_VLLM=1``. vLLM calls
-    general plugins without a ``try``, so nothing here raises but a name
-    taken by another policy, which must not be shadowed silently.
+    registers nothing, unless ``ARC_CY_ALLOW_UNVERIFIED_VLLM=1``. Never
+    raises (docs/usage.md, "The guard"): any error, a mistyped flag's
+    included, is logged at ERROR and registers nothing; the one exception is
+    the name ``arc_cy`` taken by another policy (RuntimeError).
     """
-    import arc_cy
-    from arc_cy._guard import refused_message, verified_message, vllm_guard
-
     try:
-        from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
-
-        allowed = vllm_guard.allowed()
-    except Exception as exc:  # a broken vLLM, or a bad override value
+        _register()
+    except _NameTaken as exc:
+        raise RuntimeError(str(exc)) from None
+    except Exception as exc:
         logger.error(
             "arc_cy: %s: %s. The 'arc_cy' cache policy is NOT registered.",
             type(exc).__name__,
             exc,
         )
-        return
+
+
+def _register() -> None:
+    import arc_cy
+    from arc_cy._guard import refused_message, verified_message, vllm_guard
+
+    # Everything that can fail runs before the registration, so that a
+    # failure leaves the name unregistered: the implementation (its flag,
+    # ARC_CY_NO_EXTENSIONS), vLLM's factory, the guard (its override flag).
+    policy_cls = arc_cy.ARCCachePolicy
+    implementation = arc_cy.IMPLEMENTATION
+    from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+
+    allowed = vllm_guard.allowed()
     code = vllm_guard.result()
     if code is None:
         logger.error("arc_cy: vLLM does not import. The 'arc_cy' cache policy is NOT registered.")
@@ -42,14 +60,15 @@ def register() -> None:
     if not allowed:
         logger.error("%s The 'arc_cy' cache policy is NOT registered.", refused_message(code))
         return
+    accepted = verified_message(code) if code.ok else "UNVERIFIED code"
     try:
         CachePolicyFactory.register_cache_policy(POLICY_NAME, "arc_cy", "ARCCachePolicy")
     except ValueError:
         # Registered already: by an earlier call in this process, or by
         # someone else under our name, which we refuse to shadow silently.
         existing = CachePolicyFactory.get_cache_policy_cls(POLICY_NAME)
-        if existing is not arc_cy.ARCCachePolicy:
-            raise RuntimeError(
+        if existing is not policy_cls:
+            raise _NameTaken(
                 f"cache policy {POLICY_NAME!r} is already registered as "
                 f"{existing.__module__}.{existing.__qualname__}"
             ) from None
@@ -57,7 +76,7 @@ def register() -> None:
     logger.info(
         "arc_cy: registered CPU offloading cache policy %r (%s implementation) on vLLM %s: %s",
         POLICY_NAME,
-        arc_cy.IMPLEMENTATION,
+        implementation,
         code.version,
-        verified_message(code) if code.ok else "UNVERIFIED code",
+        accepted,
     )

@@ -4,6 +4,8 @@ build's run (ARC_CY_NO_EXTENSIONS: the twin alone)."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import gc
 import importlib.util
 import os
@@ -25,9 +27,10 @@ def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 # --- no skips under the test command -----------------------------------------
 #
-# A test that needs vLLM is marked needs_vllm, which skips it without vLLM (a
-# module that imports vLLM at its top also calls pytest.importorskip("vllm")
-# before those imports); one that needs mypy or pyright calls
+# A test that needs vLLM is marked needs_vllm, which skips it without vLLM. A
+# module that imports vLLM at its top says so once, by
+# pytest.importorskip("vllm") before those imports: the mark is then given
+# to each of its tests here (skips_without_vllm). One that needs mypy or pyright calls
 # pytest.importorskip. A venv of arc_cy, pytest and hypothesis alone thus
 # runs the rest: the fast layer, -m "not needs_vllm". tests/run.sh sets
 # ARC_CY_TESTS_REQUIRE_ALL: there every skip, at collection or in a test, is
@@ -59,6 +62,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     _no_skip(report)
     return report
+
+
+@functools.cache
+def skips_without_vllm(path: str) -> bool:
+    """Whether the module at ``path`` calls pytest.importorskip("vllm") in
+    its top-level code."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    return any(ast.unparse(node) == "pytest.importorskip('vllm')" for node in tree.body)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # Runs as each test is collected, so before -m selects by mark.
+    module = getattr(item, "module", None)
+    path = getattr(module, "__file__", None)
+    if path and skips_without_vllm(path) and item.get_closest_marker("needs_vllm") is None:
+        item.add_marker(pytest.mark.needs_vllm)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

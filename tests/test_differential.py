@@ -33,7 +33,7 @@ from helpers import (
     manager_state,
 )
 
-pytestmark = [pytest.mark.needs_vllm, pytest.mark.sdist]
+pytestmark = pytest.mark.sdist
 
 
 def same(method, results):

@@ -3,7 +3,9 @@ for the package, the build, the tests and the benchmarks."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 
 import pytest
 
@@ -53,6 +55,20 @@ def test_no_extensions_refuses_a_typo() -> None:
     proc = run_prog("implementation.py", "--no-vllm", env={"ARC_CY_NO_EXTENSIONS": "flase"})
     assert proc.returncode != 0
     assert "ARC_CY_NO_EXTENSIONS='flase' is not a boolean" in proc.stderr
+
+
+def test_the_self_check_reports_a_typo() -> None:
+    """python -m arc_cy: the message and exit status 1, no traceback."""
+    proc = subprocess.run(
+        [sys.executable, "-P", "-m", "arc_cy"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ARC_CY_NO_EXTENSIONS": "y"},
+    )
+    assert proc.returncode == 1, proc
+    assert "implementation: NOT CHOSEN: ARC_CY_NO_EXTENSIONS='y' is not a boolean" in proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr
 
 
 def test_one_parser() -> None:

@@ -69,7 +69,7 @@ from helpers import (
 
 ARC_CY = [load_policy_class(name) for name in IMPLEMENTATIONS]
 
-pytestmark = [pytest.mark.needs_vllm, pytest.mark.sanitize]
+pytestmark = pytest.mark.sanitize
 
 settings.register_profile(
     "arc_cy-fuzz-ci",

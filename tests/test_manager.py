@@ -18,8 +18,6 @@ import arc_cy
 from childproc import PROGS, child_env
 from helpers import CHOSEN, MODULES, ghost_hits, manager_state, reuse
 
-pytestmark = pytest.mark.needs_vllm
-
 
 def key(i: int) -> bytes:
     return make_offload_key(f"block-{i}".encode(), 0)
@@ -168,21 +166,31 @@ def test_swap_by_plugin_name():
 
 
 def test_plugin_entry_point_in_fresh_processes():
-    """tests/progs/plugin_entry_point.py, twice at once."""
+    """tests/progs/plugin_entry_point.py, twice at once, and beside them once
+    with ARC_CY_NO_EXTENSIONS mistyped: vLLM's own loader then returns, the
+    plugin logs the flag and registers nothing (docs/usage.md, "The guard")."""
+    runs = [{}, {}, {"ARC_CY_NO_EXTENSIONS": "y"}]
     procs = [
         subprocess.Popen(
             [sys.executable, "-P", os.path.join(PROGS, "plugin_entry_point.py")],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=child_env(),
+            env=child_env(**extra),
         )
-        for _ in range(2)
+        for extra in runs
     ]
-    for proc in procs:
+    for extra, proc in zip(runs, procs):
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
-        assert out.strip().splitlines()[-1] == MODULES[CHOSEN]
+        last = out.strip().splitlines()[-1]
+        if extra:
+            assert last == "not registered", out
+            log = out + err  # vLLM's handler writes to stdout
+            assert "ARC_CY_NO_EXTENSIONS='y' is not a boolean" in log, log
+            assert "The 'arc_cy' cache policy is NOT registered." in log, log
+        else:
+            assert last == MODULES[CHOSEN]
 
 
 def test_plugin_refuses_a_foreign_registration(monkeypatch):

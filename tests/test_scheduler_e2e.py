@@ -43,7 +43,7 @@ from arc_cy_harness import offload_stub
 from recorder import SCENARIOS, TEST_HARNESS
 from scheduler_runs import TwinProcess, check_every_route
 
-pytestmark = [pytest.mark.needs_vllm, pytest.mark.compat]
+pytestmark = pytest.mark.compat
 
 
 @pytest.fixture(scope="module")

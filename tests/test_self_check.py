@@ -312,6 +312,7 @@ def test_an_old_vllm_is_outside_the_supported_range(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.needs_vllm
 def test_a_vllm_whose_policy_module_fails_to_import_is_broken(tmp_path: Path) -> None:
     # A verified release whose base.py fails on one of vLLM's own modules
     # (a missing vllm._C): broken, with the import error, never "outside

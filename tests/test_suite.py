@@ -5,6 +5,7 @@ a failure. And with vLLM, the tests use vLLM's own types."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import conftest
+from conftest import skips_without_vllm
 from helpers import REPO, REQUIRE_ALL_ENV
 
 # --- the stand-ins -----------------------------------------------------------------
@@ -118,3 +121,75 @@ def test_under_require_all_a_skipped_module_is_a_collection_error(tmp_path):
     assert proc.returncode == 2, out[-3000:]  # interrupted: a collection error
     assert "ERROR tests/test_manager.py" in out, out[-3000:]
     assert FAILS in out, out[-3000:]
+
+
+# --- "needs vLLM", said once per module ---------------------------------------------
+
+TESTS = Path(REPO, "tests")
+MODULES = sorted(p.name for p in TESTS.glob("test_*.py"))
+SKIPPING = [name for name in MODULES if skips_without_vllm(str(TESTS / name))]
+
+
+def _first_vllm_import(tree: ast.Module) -> int | None:
+    for i, node in enumerate(tree.body):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        if any(name == "vllm" or name.startswith("vllm.") for name in names):
+            return i
+    return None
+
+
+def test_some_modules_skip_without_vllm():
+    assert {"test_manager.py", "test_differential.py", "test_tiering.py"} <= set(SKIPPING)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_needs_vllm_is_said_once(name):
+    """A module that imports vLLM at its top first calls
+    pytest.importorskip("vllm"); one that does never also marks itself
+    needs_vllm (conftest does)."""
+    tree = ast.parse((TESTS / name).read_text(encoding="utf-8"))
+    first_import = _first_vllm_import(tree)
+    skips = [
+        i for i, node in enumerate(tree.body) if ast.unparse(node) == "pytest.importorskip('vllm')"
+    ]
+    if first_import is not None:
+        assert skips and skips[0] < first_import, (skips, first_import)
+    if skips:
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and "pytestmark" in ast.unparse(node.targets[0]):
+                assert "needs_vllm" not in ast.unparse(node), ast.unparse(node)
+
+
+class _Item:
+    """What conftest's hook reads of a collected test."""
+
+    def __init__(self, path: str) -> None:
+        self.module = type("M", (), {"__file__": path})
+        self.marks: list[str] = []
+
+    def get_closest_marker(self, name: str):
+        return name if name in self.marks else None
+
+    def add_marker(self, mark) -> None:
+        self.marks.append(mark.name)
+
+
+@pytest.mark.parametrize("name", ["test_tiering.py", "test_suite.py"])
+def test_conftest_marks_their_tests(name):
+    """Each test of such a module gets needs_vllm as it is collected, so
+    that -m "not needs_vllm" deselects it (.ci/fast.sh); no other does."""
+    item = _Item(str(TESTS / name))
+    conftest.pytest_itemcollected(item)
+    assert item.marks == (["needs_vllm"] if name in SKIPPING else [])
+
+
+def test_this_session_s_tests_are_marked(request):
+    for item in request.session.items:
+        path = getattr(getattr(item, "module", None), "__file__", None)
+        if path and os.path.basename(path) in SKIPPING:
+            assert item.get_closest_marker("needs_vllm") is not None, item.nodeid

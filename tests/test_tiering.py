@@ -39,7 +39,7 @@ pytest.importorskip("vllm")  # the imports below need it
 from recorder import TIERING_SCENARIOS, recorded_run
 from scheduler_runs import TwinProcess, check_every_route
 
-pytestmark = [pytest.mark.needs_vllm, pytest.mark.compat]
+pytestmark = pytest.mark.compat
 
 VLLM_LRU = "vllm.v1.kv_offload.cpu.policies.lru.LRUCachePolicy"
 

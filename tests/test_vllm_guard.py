@@ -51,8 +51,6 @@ from arc_cy._guard import DEPRECATED_OVERRIDE_ENV, OVERRIDE_ENV, vllm_guard
 from arc_cy._verified import VERIFIED
 from helpers import CHOSEN, IMPLEMENTATIONS, MODULES, REPO
 
-pytestmark = pytest.mark.needs_vllm
-
 JUDGED = (BASE_MODULE, ARC_MODULE, CPU_MANAGER, TIERING_MANAGER)  # in import order
 REAL = {m: Path(str(importlib.util.find_spec(m).origin)) for m in JUDGED}  # type: ignore[union-attr]
 INSTALLED = metadata.version("vllm")

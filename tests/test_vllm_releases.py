@@ -44,7 +44,7 @@ from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
 import arc_cy
 from helpers import PURE, manager_state
 
-pytestmark = [pytest.mark.needs_vllm, pytest.mark.compat]
+pytestmark = pytest.mark.compat
 
 SCHEDULER_TOUCHES = "self.manager.touch(" in inspect.getsource(scheduler)
 """Whether this release's scheduler touches the manager (0.30 does)."""

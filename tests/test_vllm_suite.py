@@ -29,11 +29,9 @@ from collections import Counter
 
 import pytest
 
-pytest.importorskip("vllm")  # the imports below need it
-
 from helpers import IMPLEMENTATIONS, MODULES, PURE_ENV, REPO
 
-pytestmark = pytest.mark.needs_vllm
+pytestmark = pytest.mark.needs_vllm  # vLLM's suite runs in a child
 
 RELEASE = "0.34.0"
 SUITE = REPO / "tests/data/vllm" / RELEASE / "tests/v1/kv_offload/cpu/test_manager.py"

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The layer without vLLM: arc_cy installed where vLLM is not (a documented
+# use: the policy alone), tested by every test not marked needs_vllm. A test
+# that imports vLLM without the mark fails here, not in a user's hands.
+#
+# Its environment holds arc_cy (built from this checkout, the core
+# compiled), pytest, pytest-xdist, hypothesis and what they need, at the
+# releases that the lock of ARC_CY_BASE_PYTHON (python3 if unset) pins:
+# ${XDG_CACHE_HOME:-~/.cache}/arc_cy/fast-py<X.Y>, or ARC_CY_FAST_ENV, made
+# by .ci/venv.sh (seconds, and the build). A test that needs another
+# package (mypy, numpy) skips here, and only here. Extra arguments go to
+# pytest.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+base=$(.ci/find-python "${ARC_CY_BASE_PYTHON:-python3}")
+pyver=$("$base" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+lock=.ci/requirements-py$pyver.lock
+env=${ARC_CY_FAST_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/arc_cy/fast-py$pyver}
+# The lock's lines for the test runner and what it needs (the lock's
+# `# via pytest`, `pytest-xdist`, `hypothesis`), and uv.
+names=(pytest pytest-xdist hypothesis execnet iniconfig packaging pluggy pygments sortedcontainers uv)
+pins=$(mktemp "${TMPDIR:-/tmp}/arc_cy-fast-pins.XXXXXX")
+trap 'rm -f "$pins"' EXIT
+pattern=$(IFS='|'; echo "${names[*]}")
+grep -iE "^($pattern)==" "$lock" > "$pins" || true
+if [ "$(wc -l < "$pins")" != "${#names[@]}" ]; then
+    echo "fast: $lock does not pin each of ${names[*]}: $(xargs < "$pins")" >&2
+    exit 2
+fi
+.ci/venv.sh "$env" "$pins" --python "$base"
+"$env/bin/python" -m uv pip check -q --python "$env/bin/python"
+if "$env/bin/python" -P -c 'import vllm' 2>/dev/null; then
+    echo "fast: $env imports vllm: it must not" >&2
+    exit 2
+fi
+exec "$env/bin/python" -P -m pytest -n logical --dist loadfile -p no:cacheprovider \
+    -m "not needs_vllm" "$@"
