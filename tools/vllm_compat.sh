@@ -20,7 +20,8 @@
 # and `python -m arc_cy`, the operator's self-check, through that release's
 # plugin loading and manager; then prints how the guard judges that
 # release, and the table of arc_cy/_verified.py with it added
-# (tools/fingerprint.py), and ends with what a user of that release gets
+# (tools/fingerprint.py); compares, for a release in tests/data/vllm, the
+# files vendored there with its sdist on PyPI (tools/vendored.py); and ends with what a user of that release gets
 # with NO override (tools/no_override.py): the plugin registers, the module
 # path builds the manager, `python -m arc_cy` exits 0. If that last step
 # fails, it names the guard's reasons: add the printed table, and a rerun
@@ -72,5 +73,10 @@ ARC_CY_ALLOW_UNVERIFIED_VLLM=1 "$py" -P -m pytest -p no:cacheprovider tests -m "
 (cd "${TMPDIR:-/tmp}" && ARC_CY_ALLOW_UNVERIFIED_VLLM=1 "$py" -P -m arc_cy)
 echo "compat: vLLM $version passed, with the override; how the guard judges it:" >&2
 "$py" -P "$root/tools/fingerprint.py"
+if python3 -c 'import json, sys; sys.exit(sys.argv[1] not in json.load(open(sys.argv[2])))' \
+        "$version" "$root/tests/data/vllm/record.json"; then
+    echo "compat: vLLM $version's vendored files (tests/data/vllm) against its sdist on PyPI:" >&2
+    python3 "$root/tools/vendored.py" compare "$version"
+fi
 echo "compat: what a user of vLLM $version gets with no override:" >&2
 (cd "${TMPDIR:-/tmp}" && "$py" -P "$root/tools/no_override.py")
