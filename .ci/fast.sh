@@ -22,12 +22,7 @@ env=${ARC_CY_FAST_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/arc_cy/fast-py$pyver}
 names=(pytest pytest-xdist hypothesis execnet iniconfig packaging pluggy pygments sortedcontainers uv)
 pins=$(mktemp "${TMPDIR:-/tmp}/arc_cy-fast-pins.XXXXXX")
 trap 'rm -f "$pins"' EXIT
-pattern=$(IFS='|'; echo "${names[*]}")
-grep -iE "^($pattern)==" "$lock" > "$pins" || true
-if [ "$(wc -l < "$pins")" != "${#names[@]}" ]; then
-    echo "fast: $lock does not pin each of ${names[*]}: $(xargs < "$pins")" >&2
-    exit 2
-fi
+.ci/pins.sh "$lock" "$pins" "${names[@]}"
 .ci/venv.sh "$env" "$pins" --python "$base"
 "$env/bin/python" -m uv pip check -q --python "$env/bin/python"
 if "$env/bin/python" -P -c 'import vllm' 2>/dev/null; then

@@ -26,12 +26,7 @@ env=${ARC_CY_LINT_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/arc_cy/lint-py$pyver}
 names=(ruff cython-lint cython pycodestyle tokenize-rt uv)
 pins=$(mktemp "${TMPDIR:-/tmp}/arc_cy-lint-pins.XXXXXX")
 trap 'rm -f "$pins"' EXIT
-pattern=$(IFS='|'; echo "${names[*]}")
-grep -iE "^($pattern)==" "$lock" > "$pins" || true
-if [ "$(wc -l < "$pins")" != "${#names[@]}" ]; then
-    echo "lint: $lock does not pin each of ${names[*]}: $(xargs < "$pins")" >&2
-    exit 2
-fi
+.ci/pins.sh "$lock" "$pins" "${names[@]}"
 .ci/venv.sh "$env" "$pins" --python "$base" --no-project
 # Nothing the linters need is missing (a lock that moves them to releases
 # with another dependency fails here, naming it, until the list above has it).
