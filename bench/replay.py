@@ -35,7 +35,6 @@ $PY -P bench/replay.py [--full] [--trace FILE] [--json out.json]
 
 from __future__ import annotations
 
-import hashlib
 import os
 import statistics
 import sys
@@ -277,7 +276,7 @@ def run(args: Any) -> dict[str, Any]:
     check_routes()
     t = time.perf_counter()
     try:
-        requests = rp.read_trace(args.trace)
+        requests, digest = rp.read_trace_digest(args.trace)
     except (OSError, rp.TraceError) as exc:
         raise SystemExit(f"replay: {exc}") from None
     keys = rp.block_keys(requests)
@@ -286,8 +285,6 @@ def run(args: Any) -> dict[str, Any]:
     )
     sequence = rp.accesses(requests)
     distinct = len(set(sequence))
-    with open(args.trace, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
     flight = concurrency(events)
     bl.progress(
         TAG,

@@ -36,6 +36,10 @@ def test_the_shipped_trace_reads_and_its_hash_is_checked() -> None:
     assert len(set(rp.accesses(requests))) == 43_924
     # The format: ceil(input_length / 512) blocks a request.
     assert all(len(r.hash_ids) == -(-r.input_length // rp.TOKENS_PER_BLOCK) for r in requests)
+    # The report names the trace by the digest of the bytes read, the sidecar's.
+    again, digest = rp.read_trace_digest(str(SHIPPED))
+    assert again == requests
+    assert [digest] == (SHIPPED.parent / (SHIPPED.name + ".sha256")).read_text().split()[:1]
 
 
 def test_a_trace_that_is_not_the_file_its_hash_names_is_refused(tmp_path: Path) -> None:

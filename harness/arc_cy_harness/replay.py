@@ -113,13 +113,19 @@ def read_trace(path: str) -> list[TraceRequest]:
     TraceError, naming the file and the line, for anything not in the format
     (a blank line is skipped); timestamps must not decrease. If
     ``path + ".sha256"`` exists, the file's SHA-256 must be the one it gives."""
+    return read_trace_digest(path)[0]
+
+
+def read_trace_digest(path: str) -> tuple[list[TraceRequest], str]:
+    """read_trace's requests, and the SHA-256 of the bytes they were read
+    from (the report names the trace by it)."""
     with open(path, "rb") as f:
         data = f.read()
+    digest = hashlib.sha256(data).hexdigest()
     sidecar = path + ".sha256"
     if os.path.exists(sidecar):
         with open(sidecar, encoding="utf-8") as f:
             expected = f.read().split()[:1]
-        digest = hashlib.sha256(data).hexdigest()
         if expected != [digest]:
             raise TraceError(
                 f"{path}: its SHA-256 is {digest}, not the {expected[0] if expected else 'hash'} "
@@ -141,7 +147,7 @@ def read_trace(path: str) -> list[TraceRequest]:
         raise TraceError(f"{path}: {exc}") from None
     if not requests:
         raise TraceError(f"{path}: no requests")
-    return requests
+    return requests, digest
 
 
 def schedule(
