@@ -233,8 +233,9 @@ def portable_argv(argv: list[str]) -> list[str]:
     return [portable(a) if os.path.isabs(a) else a for a in argv]
 
 
-def git_commit() -> str | None:
-    """The checkout's commit, with "+dirty" when tracked files changed."""
+def git_state() -> tuple[str, bool] | None:
+    """The checkout's commit and whether tracked files changed; None
+    outside a git checkout."""
     try:
         commit = subprocess.run(
             ["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
@@ -247,7 +248,13 @@ def git_commit() -> str | None:
         ).stdout.strip()
     except Exception:
         return None
-    return commit + ("+dirty" if dirty else "")
+    return commit, bool(dirty)
+
+
+def git_commit() -> str | None:
+    """The checkout's commit, with "+dirty" when tracked files changed."""
+    state = git_state()
+    return None if state is None else state[0] + ("+dirty" if state[1] else "")
 
 
 def machine_info() -> dict[str, Any]:
@@ -283,24 +290,10 @@ def machine_info() -> dict[str, Any]:
         info["arc_cy_file"] = portable(arc_cy.__file__)
     except Exception as exc:
         info["arc_cy_error"] = repr(exc)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        info["git_commit"] = subprocess.run(
-            ["git", "-C", root, "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        info["git_dirty"] = bool(
-            subprocess.run(
-                ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
-        )
-    except Exception:
-        info["git_commit"] = None
+    state = git_state()
+    info["git_commit"] = None if state is None else state[0]
+    if state is not None:
+        info["git_dirty"] = state[1]
     try:
         info["loadavg"] = os.getloadavg()
     except OSError:
