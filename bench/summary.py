@@ -128,7 +128,7 @@ def readme_results() -> tuple[list[str], list[str]]:
         "Ratios from the reference runs (`bench/run.sh --reference`, one per Python: "
         + ", ".join(f"[py{py}](bench/reference/py{py}/results.md)" for py in runs)
         + f"), at commit {per_python(runs, commit)} on vLLM "
-        f"{per_python(runs, lambda m: str(m.get('vllm')))}, on {per_python(runs, hardware)}; "
+        f"{per_python(runs, lambda m: str(m.get('vllm')))} ({per_python(runs, hardware)}); "
         "all four contenders interleaved in one run; ratios of p50s per call unless marked:",
         "",
         f"| | {head} |",
