@@ -83,7 +83,8 @@ def parser() -> argparse.ArgumentParser:
         "--reference",
         action="store_true",
         help="also copy the report to bench/reference/pyX.Y/, the committed "
-        "reference run for this Python (a whole run only: not with --only or --reuse)",
+        "reference run for this Python, and rewrite the docs' figures from the reference "
+        "runs (bench/summary.py) (a whole run only: not with --only or --reuse)",
     )
     return ap
 
@@ -255,6 +256,14 @@ def main(argv: list[str] | None = None) -> None:
         bl.progress(
             "run",
             f"reference run refreshed: {', '.join(copied)} copied to {reference}; commit them",
+        )
+        import summary  # the docs' blocks written from the reference runs
+
+        changed = summary.write()
+        bl.progress(
+            "run",
+            "bench/summary.py: "
+            + (f"rewrote {', '.join(changed)}; commit them" if changed else "docs up to date"),
         )
 
 
