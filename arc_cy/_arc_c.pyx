@@ -100,6 +100,7 @@ from arc_cy._checks import (
     missing_arguments,
 )
 from arc_cy._chunks import chunk_ref_offset, dead_ref
+from arc_cy._doc import POLICY_DOC
 from arc_cy._guard import vllm_guard
 from arc_cy._messages import (
     MSG_CHUNK_SIZE,
@@ -111,7 +112,6 @@ from arc_cy._messages import (
     MSG_REENTRANT,
 )
 from arc_cy._views import LIST_NAMES, ListView
-from arc_cy import _arc_py as _twin
 
 # A required argument's default: its absence raises Python's own TypeError.
 cdef object NO_ARG = MISSING
@@ -1367,4 +1367,4 @@ _NODE_SIZE = sizeof(Node)
 
 
 class ARCCachePolicy(ARCCore, CachePolicy):
-    __doc__ = _twin.ARCCachePolicy.__doc__  # one text, the twin's
+    __doc__ = POLICY_DOC  # one text, both implementations' (arc_cy._doc)

@@ -42,6 +42,7 @@ from typing import Any
 
 from ._base import CachePolicy, ChunkStatus, order_request_keys
 from ._checks import MAX_ENTRIES, check_capacity, check_evict_n, check_max_entries, check_target
+from ._doc import POLICY_DOC
 from ._chunks import chunk_ref_offset, dead_ref, read_ref_cnt
 from ._guard import vllm_guard
 from ._messages import MSG_DUPLICATE, MSG_FULL, MSG_MUTATED, MSG_REENTRANT
@@ -68,33 +69,7 @@ _Call = list[Any]
 
 
 class ARCCachePolicy(CachePolicy):
-    """ARC (Adaptive Replacement Cache) policy for vLLM's CPU KV offloading,
-    making exactly the decisions of vLLM 0.33.0's ``ARCCachePolicy``.
-
-    Lists, each ordered from LRU to MRU:
-        t1: resident chunks seen once (or not yet ready).
-        t2: resident chunks a request reused (or touched when ready).
-        b1, b2: ghost keys recently evicted from t1 and t2.
-        target_t1_size: the adaptive target for t1's size.
-
-    Algorithm:
-        1. insert() puts a new chunk at t1's MRU end and forgets its ghost.
-        2. touch() moves a ready t1 chunk to t2 (a pending one to t1's MRU
-           end) and a t2 chunk to t2's MRU end; on_request_finished() does
-           the same for the chunks a request reused, and only refreshes
-           the recency of those it inserted.
-        3. A key found in b1 raises target_t1_size by max(1, len(b2) /
-           len(b1)), capped at cache_capacity; one found in b2 lowers it by
-           max(1, len(b1) / len(b2)), floored at 0 (touch(), on_store_miss()).
-        4. evict(n, protected) picks n victims, chunks with ref_cnt == 0 not
-           in ``protected``: for each it prefers t1 while t1's virtual size
-           (its size less the victims taken from it so far) is at least
-           int(target_t1_size), else t2, and falls back to t1 when t2 has
-           none left. One walk of t1 and of t2, from their LRU ends. Either
-           all n are found, moved to b1/b2 and returned as (key, chunk)
-           pairs, and both ghost lists are trimmed to cache_capacity; or it
-           returns None and nothing changes.
-    """
+    __doc__ = POLICY_DOC  # one text, both implementations' (arc_cy._doc)
 
     # The call now running while it may run user code (hashing,
     # protected.__contains__, req_context, a collection): a _Call in the
