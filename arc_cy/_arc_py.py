@@ -33,7 +33,6 @@ refused.
 from __future__ import annotations
 
 import numbers
-import weakref
 from _thread import get_ident
 from collections import OrderedDict
 from collections.abc import Container, Iterable, Iterator, Sequence
@@ -42,8 +41,8 @@ from typing import Any
 
 from ._base import CachePolicy, ChunkStatus, order_request_keys
 from ._checks import MAX_ENTRIES, check_capacity, check_evict_n, check_max_entries, check_target
+from ._chunks import chunk_entry, chunk_ref_offset, read_ref_cnt
 from ._doc import POLICY_DOC
-from ._chunks import chunk_ref_offset, dead_ref, read_ref_cnt
 from ._guard import vllm_guard
 from ._messages import MSG_DUPLICATE, MSG_FULL, MSG_MUTATED, MSG_REENTRANT
 from ._views import LIST_NAMES, ListView
@@ -94,7 +93,6 @@ class ARCCachePolicy(CachePolicy):
                 self._capacity = capacity
                 self._limit = MAX_ENTRIES
                 self._target: Any = 0.0
-                self._chunk_type: weakref.ref[type] = dead_ref()  # the last chunk type checked
                 if "_lists" not in self.__dict__:
                     # The views first: a policy that has lists has views.
                     self._views = (
@@ -130,11 +128,11 @@ class ARCCachePolicy(CachePolicy):
 
     def __getstate__(self) -> dict[str, Any]:
         # For copy and pickle: the lists, copied (a shallow copy of a
-        # running policy must not share them), and the scalars. Neither the
-        # chunk-type cache (a weak reference) nor busy (a copy made from a
-        # callback is not running anything) is state; the views are rebuilt.
+        # running policy must not share them), and the scalars. Busy (a
+        # copy made from a callback is not running anything) is not state;
+        # the views are rebuilt.
         state = self.__dict__.copy()
-        for attr in ("_chunk_type", "_busy", "_lists", "_views"):
+        for attr in ("_busy", "_lists", "_views"):
             state.pop(attr, None)
         if "_lists" in self.__dict__:
             # Copying a list hashes its keys: user code, run as a read.
@@ -145,7 +143,6 @@ class ARCCachePolicy(CachePolicy):
         state = dict(state)
         lists = [state.pop(attr) for attr in _LIST_ATTRS if attr in state]
         self.__dict__.update(state)
-        self._chunk_type = dead_ref()
         self._views = (ListView(self, 0), ListView(self, 1), ListView(self, 2), ListView(self, 3))
         if len(lists) == 4:  # a copy of a policy made by __new__ has none
             self._lists = (lists[0], lists[1], lists[2], lists[3])
@@ -257,9 +254,7 @@ class ARCCachePolicy(CachePolicy):
             try:
                 _begin(call)
                 t1, t2, b1, b2 = self._lists
-                if type(chunk) is not self._chunk_type():  # as the core: check new types
-                    chunk_ref_offset(type(chunk))
-                    self._chunk_type = weakref.ref(type(chunk))
+                chunk_ref_offset(type(chunk))  # as the core: the type as it is now
                 # vLLM: `t1[key] = chunk` replaces a resident entry (or holds the
                 # key in both lists); arc_cy refuses it, and a full policy.
                 if key in t1:
@@ -660,14 +655,16 @@ def _victims(
 ) -> Iterator[tuple[Any, ChunkStatus]]:
     """The entries of od with ref_cnt == 0 that are not protected, LRU first:
     one forward walk, however often it is resumed."""
-    # read_ref_cnt, with the offset looked up again only when the chunk
-    # type changes (the walk is the twin's hot loop).
+    # read_ref_cnt, with the type checked again only when the chunk's type
+    # is another or its version tag moved (the walk is the twin's hot loop).
     tp: type | None = None
-    need = 0
+    need = tag = 0
+    view: Any = None
     for key, chunk in od.items():
-        if type(chunk) is not tp:
-            need = chunk_ref_offset(type(chunk)) + 4
+        if type(chunk) is not tp or view.value != tag:
             tp = type(chunk)
+            _, tag, need, view = chunk_entry(tp)
+            need += 4
         if sizeof(chunk) < need:
             read_ref_cnt(chunk)  # raises the shared TypeError
         if chunk.ref_cnt == 0 and key not in protected:
