@@ -14,7 +14,9 @@ ghost's key, a removed entry, a replaced key object) goes into the call's
 cleared.
 
 Busy (the same rule as the core's): a call takes it with one atomic step
-(dict.setdefault) inside the try whose finally gives it back, and gives it
+(dict.setdefault, on a dict of the policy's own in a __slots__ member,
+never on its __dict__, which user code's keys share) inside the try whose
+finally gives it back, and gives it
 back only if it holds it, so an exception at any line (a trace hook, a
 signal handler, a policy made by __new__) cannot leave it set, and a call
 refused cannot clear another's. Giving it back is one `del` of the slot
@@ -59,20 +61,40 @@ _LIST_ATTRS = ("_t1", "_t2", "_b1", "_b2")
 # A running call's token, what busy holds: a list, a new object for every
 # call (so only the call that took busy gives it back) and the cheapest one
 # Python makes (get() makes one per key): [name, slot], slot being the dict
-# whose "_busy" the call takes, the policy's __dict__ or, nested in a
-# release, the release's own (get()'s fast path, which only takes the
-# policy's, has no slot). While clear() or __init__ releases, two more
+# whose "_busy" the call takes, the policy's own (its `_busy` slot) or,
+# nested in a release, the release's own (get()'s fast path, which only
+# takes the policy's, has no slot). While clear() or __init__ releases, two more
 # items follow: its thread's ident and its own slot, for the calls that
 # nest in it.
 _Call = list[Any]
 
 
-class ARCCachePolicy(CachePolicy):
-    __doc__ = POLICY_DOC  # one text, both implementations' (arc_cy._doc)
+class _Busy(CachePolicy):
+    """Where the twin's busy lives: the call now running while it may run
+    user code (hashing, protected.__contains__, req_context, a collection),
+    a _Call under "_busy" in a dict of the policy's own, absent when none
+    runs. That dict is a __slots__ member (a descriptor on this class), not
+    an instance-dict key: reading busy never hashes or compares a key that
+    user code put in the instance's __dict__ (a key whose hash was
+    "_busy"'s once ran its __eq__ in the give-back's check,
+    docs/hardening.md rule 2). Every policy gets its dict when it is made."""
 
-    # The call now running while it may run user code (hashing,
-    # protected.__contains__, req_context, a collection): a _Call in the
-    # instance's __dict__ under "_busy", absent when none runs.
+    __slots__ = ("_busy",)
+    _busy: dict[str, _Call]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _Busy:
+        self = super().__new__(cls)
+        self._busy = {}
+        return self
+
+
+# The slot itself: read and written past any subclass's attribute access,
+# and only on the twin's policies (TypeError for any other object).
+_BUSY_SLOT: Any = _Busy.__dict__["_busy"]
+
+
+class ARCCachePolicy(_Busy):
+    __doc__ = POLICY_DOC  # one text, both implementations' (arc_cy._doc)
 
     # The lists t1, t2, b1 and b2, in one tuple: a list is replaced by one
     # assignment, so a call cut short by a hook cannot leave two t1s.
@@ -84,7 +106,7 @@ class ARCCachePolicy(CachePolicy):
         # Called again, it starts over as vLLM's __init__ does: capacity and
         # target first, then each list is replaced in turn; _max_entries
         # (arc_cy's own) is reset too.
-        call: _Call = ["__init__", self.__dict__]
+        call: _Call = ["__init__", _slot(self)]
         try:
             try:
                 _begin(call)
@@ -132,7 +154,7 @@ class ARCCachePolicy(CachePolicy):
         # copy made from a callback is not running anything) is not state;
         # the views are rebuilt.
         state = self.__dict__.copy()
-        for attr in ("_busy", "_lists", "_views"):
+        for attr in ("_lists", "_views"):
             state.pop(attr, None)
         if "_lists" in self.__dict__:
             # Copying a list hashes its keys: user code, run as a read.
@@ -143,6 +165,7 @@ class ARCCachePolicy(CachePolicy):
         state = dict(state)
         lists = [state.pop(attr) for attr in _LIST_ATTRS if attr in state]
         self.__dict__.update(state)
+        _slot(self)
         self._views = (ListView(self, 0), ListView(self, 1), ListView(self, 2), ListView(self, 3))
         if len(lists) == 4:  # a copy of a policy made by __new__ has none
             self._lists = (lists[0], lists[1], lists[2], lists[3])
@@ -159,7 +182,7 @@ class ARCCachePolicy(CachePolicy):
 
     @target_t1_size.setter
     def target_t1_size(self, value: float | numbers.Real) -> None:
-        call = ["target_t1_size", self.__dict__]
+        call = ["target_t1_size", self._busy]
         try:
             try:
                 _begin(call)  # the check runs the value's code
@@ -179,7 +202,7 @@ class ARCCachePolicy(CachePolicy):
     @_max_entries.setter
     def _max_entries(self, value: int) -> None:
         # For tests: the compiled core's limit, reached without 2**29 entries.
-        call = ["_max_entries", self.__dict__]
+        call = ["_max_entries", self._busy]
         try:
             try:
                 _begin(call)
@@ -212,7 +235,7 @@ class ARCCachePolicy(CachePolicy):
     def _read(self, fn: Any, *args: Any) -> Any:
         # Reads nest in a running call and lock out mutators only; the
         # OrderedDicts re-check themselves after every __eq__.
-        call: _Call = ["get", self.__dict__]
+        call: _Call = ["get", self._busy]
         try:
             try:
                 _begin(call, read=True)
@@ -229,7 +252,7 @@ class ARCCachePolicy(CachePolicy):
         # of every lookup and store, and the twin must keep within 10% of
         # vLLM arc there. The truth test of `or` is user code: under busy.
         call = ["get"]
-        state = self.__dict__
+        state = self._busy
         try:
             try:
                 if state.setdefault("_busy", call) is not call:
@@ -248,7 +271,7 @@ class ARCCachePolicy(CachePolicy):
         return lists[0].get(key) or lists[1].get(key)  # type: ignore[no-any-return]
 
     def insert(self, key: Any, chunk: ChunkStatus, req_context: Any = None) -> None:
-        call = ["insert", self.__dict__]
+        call = ["insert", self._busy]
         released: _Chain = ()
         try:
             try:
@@ -277,7 +300,7 @@ class ARCCachePolicy(CachePolicy):
                 del call[1]["_busy"]
 
     def remove(self, key: Any) -> None:
-        call = ["remove", self.__dict__]
+        call = ["remove", self._busy]
         released: _Chain = ()
         try:
             try:
@@ -307,7 +330,7 @@ class ARCCachePolicy(CachePolicy):
             b2.move_to_end(key)
 
     def on_store_miss(self, keys: Iterable[Any], req_context: Any) -> None:
-        call = ["on_store_miss", self.__dict__]
+        call = ["on_store_miss", self._busy]
         try:
             try:
                 _begin(call)
@@ -325,7 +348,7 @@ class ARCCachePolicy(CachePolicy):
                 del call[1]["_busy"]
 
     def touch(self, keys: Iterable[Any], req_context: Any) -> None:
-        call = ["touch", self.__dict__]
+        call = ["touch", self._busy]
         try:
             try:
                 _begin(call)
@@ -375,7 +398,7 @@ class ARCCachePolicy(CachePolicy):
         reused_keys: Container[Any],
         req_context: Any,
     ) -> None:
-        call = ["on_request_finished", self.__dict__]
+        call = ["on_request_finished", self._busy]
         try:
             try:
                 _begin(call)
@@ -422,7 +445,7 @@ class ARCCachePolicy(CachePolicy):
                 del call[1]["_busy"]
 
     def evict(self, n: int, protected: Container[Any]) -> list[tuple[Any, ChunkStatus]] | None:
-        call = ["evict", self.__dict__]
+        call = ["evict", self._busy]
         try:
             try:
                 _begin(call)  # n.__index__ is user code too
@@ -476,7 +499,7 @@ class ARCCachePolicy(CachePolicy):
                 del call[1]["_busy"]
 
     def clear(self) -> None:
-        call: _Call = ["clear", self.__dict__]
+        call: _Call = ["clear", self._busy]
         try:
             try:
                 _begin(call)
@@ -531,9 +554,9 @@ class ARCCachePolicy(CachePolicy):
 
     def _check_invariants(self) -> None:
         """Raise AssertionError if the lists are inconsistent."""
-        running = self.__dict__.get("_busy")
+        running = self._busy.get("_busy")
         assert running is None, f"{running[0]}() did not finish"
-        call = ["_check_invariants", self.__dict__]
+        call = ["_check_invariants", self._busy]
         try:
             try:
                 _begin(call)
@@ -585,6 +608,19 @@ def _begin(call: _Call, read: bool = False) -> None:
             return
         else:
             raise RuntimeError(MSG_REENTRANT.format(call[0], _innermost(running)[0]))
+
+
+def _slot(policy: ARCCachePolicy) -> dict[str, _Call]:
+    """The policy's busy dict, made if it has none (a policy made by
+    object.__new__, or cleared by the collector): for __init__ and
+    __setstate__. Another object is refused (TypeError), and left as it
+    was."""
+    try:
+        return _BUSY_SLOT.__get__(policy)  # type: ignore[no-any-return]
+    except AttributeError:
+        slot: dict[str, _Call] = {}
+        _BUSY_SLOT.__set__(policy, slot)
+        return slot
 
 
 def _innermost(running: _Call) -> _Call:

@@ -89,6 +89,8 @@ from arc_cy._base import ChunkStatus  # noqa: E402 -- after hiding vLLM
 from arc_cy._env import env_flag  # noqa: E402 -- after hiding vLLM
 from arc_cy._views import ListView  # noqa: E402 -- after hiding vLLM
 
+_TWIN_BUSY = PyPolicy.__dict__["_busy"]  # the twin's busy slot (a member descriptor)
+
 IMPLS = {"cython": CPolicy, "python": PyPolicy}
 PROFILES = {
     # ci: 2 to 7 s per run on a 2-core machine (normal build; 3-5x under ASan)
@@ -861,7 +863,7 @@ class NomemRound:
             c["release_fallback_" + base] += 1
         # the checks, disarmed
         if not self.core:
-            running = p.__dict__.get("_busy")
+            running = _TWIN_BUSY.__get__(p).get("_busy")  # its slot, past any override
             if running is not None:
                 fail(f"{Run.impl}: {name} left busy {running!r}")
                 return False
