@@ -121,7 +121,7 @@ from helpers import HAVE_VLLM, ChunkStatus, ReqContext
 
 CPolicy = core_mod.ARCCachePolicy
 PyPolicy = twin_mod.ARCCachePolicy
-_TWIN_BUSY = PyPolicy.__dict__["_busy"]  # the twin's busy slot (a member descriptor)
+_TWIN_BUSY = twin_mod._BUSY_SLOT  # the twin's busy slot (a member descriptor)
 IMPLS = {"cython": CPolicy, "python": PyPolicy}
 # --exclude (triage only): reflect-mode features switched off, so that a run
 # can get past a known crash: wrong-self, halfbuilt, restate.
