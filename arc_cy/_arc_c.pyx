@@ -74,7 +74,6 @@ from arc_cy._capi cimport (
     PySequence_Fast_ITEMS,
     PySet_Contains,
     PyTuple_CheckExact,
-    PyWeakref_NewRef,
     arc_cdata_size,
     arc_check_layout,
     arc_copy_refs,
@@ -82,7 +81,10 @@ from arc_cy._capi cimport (
     arc_pair,
     arc_prefetch,
     arc_ref_cnt,
+    arc_ref_cnt_as,
     arc_set_gc_slots,
+    arc_tag_offset,
+    arc_type_tag,
     arc_weak_target,
     gc_inquiry,
     gc_traverseproc,
@@ -99,7 +101,8 @@ from arc_cy._checks import (
     check_target,
     missing_arguments,
 )
-from arc_cy._chunks import chunk_ref_offset, dead_ref
+from arc_cy._chunks import TAG_OFFSET, TAGS_READABLE, chunk_entry, chunk_ref_offset, dead_ref
+from arc_cy._doc import POLICY_DOC
 from arc_cy._guard import vllm_guard
 from arc_cy._messages import (
     MSG_CHUNK_SIZE,
@@ -111,7 +114,6 @@ from arc_cy._messages import (
     MSG_REENTRANT,
 )
 from arc_cy._views import LIST_NAMES, ListView
-from arc_cy import _arc_py as _twin
 
 # A required argument's default: its absence raises Python's own TypeError.
 cdef object NO_ARG = MISSING
@@ -307,7 +309,8 @@ cdef class ARCCore:
 
         # Caches and counters.
         object last_type_ref    # a weak reference to the chunk type last
-        Py_ssize_t last_off     # seen, and its ref_cnt offset
+        unsigned int last_tag   # seen, its version tag when checked (never
+        Py_ssize_t last_off     # 0 while cached), and its ref_cnt offset
         Py_ssize_t visits       # entries examined by evict() scans
 
     # --- storage ---------------------------------------------------------
@@ -672,29 +675,39 @@ cdef class ARCCore:
 
     # --- the policy's helpers --------------------------------------------
 
-    cdef inline Py_ssize_t _ref_off(self, object chunk) except -1:
-        """Offset of ref_cnt in chunk's type (TypeError if it has none)."""
-        cdef Py_ssize_t off
-        tp = type(chunk)
-        if <PyObject *>tp is not arc_weak_target(<PyObject *>self.last_type_ref):
-            off = chunk_ref_offset(tp)
-            # Held weakly: a type made at run time is not kept alive.
-            self.last_type_ref = PyWeakref_NewRef(tp, None)
-            self.last_off = off
+    cdef inline Py_ssize_t _ref_off(self, object tp) except -1:
+        """Offset of ref_cnt in chunk type tp as it is now (TypeError if it
+        has none): cached while tp's version tag is the one it was checked
+        with (docs/hardening.md, rule 7)."""
+        if (<PyObject *>tp is arc_weak_target(<PyObject *>self.last_type_ref)
+                and arc_type_tag(<PyObject *>tp) == self.last_tag):
+            return self.last_off
+        entry = chunk_entry(tp)  # (weak ref, tag when checked, offset, view)
+        tag = entry[1]
+        if tag > 0:  # held weakly: a type made at run time is not kept alive
+            self.last_type_ref = entry[0]
+            self.last_tag = tag
+        else:  # no tag: checked again at every read
+            self.last_type_ref = dead_ref()
+            self.last_tag = 0
+        self.last_off = entry[2]
         return self.last_off
 
     cdef int _ref_cnt_slow(self, PyObject *chunk, int32_t *out) except -1:
-        cdef Py_ssize_t off = self._ref_off(<object>chunk)
-        if arc_ref_cnt(chunk, <PyObject *>self.last_type_ref, off, out) == 0:
+        tp = type(<object>chunk)
+        cdef Py_ssize_t off = self._ref_off(tp)
+        # The check ran Python code: chunk must still be of the type checked.
+        if arc_ref_cnt_as(chunk, <PyObject *>tp, off, out) == 0:
             return 0
         raise TypeError(MSG_CHUNK_SIZE.format(
             type(<object>chunk).__qualname__, arc_cdata_size(chunk), off))
 
     cdef inline int _ref_cnt(self, PyObject *chunk, int32_t *out) except -1:
         """chunk.ref_cnt, read through the chunk's current type (it may have
-        changed since insert()) and within its buffer."""
-        if arc_ref_cnt(chunk, <PyObject *>self.last_type_ref, self.last_off,
-                       out) == 0:
+        changed since insert(), or been changed itself) and within its
+        buffer."""
+        if arc_ref_cnt(chunk, <PyObject *>self.last_type_ref, self.last_tag,
+                       self.last_off, out) == 0:
             return 0
         return self._ref_cnt_slow(chunk, out)
 
@@ -791,6 +804,7 @@ cdef class ARCCore:
         self._empty()
         self.target = 0.0
         self.last_type_ref = dead_ref()  # no chunk type seen yet
+        self.last_tag = 0
         self.max_entries = MAX_ENTRIES
 
     def __dealloc__(self):
@@ -925,7 +939,7 @@ cdef class ARCCore:
             raise missing_arguments("insert", key=key, chunk=chunk)
         self._enter(OP_INSERT)
         try:
-            self._ref_off(chunk)
+            self._ref_off(type(chunk))
             h = PyObject_Hash(key)
             i = table_find(self, key, h, IN_ANY)
             if i == EMPTY:
@@ -1353,6 +1367,9 @@ def _check_layout():
     if not arc_check_layout(probe, ctypes.addressof(probe), ctypes.sizeof(probe)):
         raise ImportError("arc_cy: ctypes' object layout is not the one "
                           "_arc_layout.h expects")
+    if TAGS_READABLE and TAG_OFFSET != arc_tag_offset():
+        raise ImportError("arc_cy: arc_cy._chunks reads type version tags at "
+                          f"{TAG_OFFSET}, PyTypeObject has them at {arc_tag_offset()}")
 
 
 _check_layout()
@@ -1367,4 +1384,4 @@ _NODE_SIZE = sizeof(Node)
 
 
 class ARCCachePolicy(ARCCore, CachePolicy):
-    __doc__ = _twin.ARCCachePolicy.__doc__  # one text, the twin's
+    __doc__ = POLICY_DOC  # one text, both implementations' (arc_cy._doc)

@@ -24,6 +24,17 @@
  *    before the object's memory can be reused), so comparing a chunk's type
  *    with it tells whether the cached offset is that type's.
  *
+ *    A type can change after its check (a class attribute set, a base's,
+ *    its bases). CPython then sets its tp_version_tag to 0 (and its
+ *    subclasses'), and a later lookup gives it a new tag, never one it gave
+ *    before: the tag its own attribute cache is keyed on. So the cached
+ *    offset is also keyed on the tag the type had when it was checked
+ *    (never 0: a type without a tag is not cached, and is checked again at
+ *    every read). Py_TPFLAGS_VALID_VERSION_TAG is not read: 3.13 no longer
+ *    sets it, and a tag of 0 says the same. arc_cy._chunks reads the same
+ *    field through ctypes, at the offset arc_tag_offset() gives
+ *    (_arc_c.pyx checks the two agree at import).
+ *
  * 3. Lists handed to Python code never hold NULL items: arc_list_from
  *    fills a new list at once, with nothing that can run Python code (or a
  *    collection) between its allocation and its last item.
@@ -37,6 +48,7 @@
 
 #include <Python.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <string.h>
 
 typedef struct {
@@ -54,19 +66,47 @@ static inline PyObject *arc_weak_target(PyObject *ref)
 }
 
 /* ref_cnt of chunk, if it is of the type type_ref (a weak reference) refers
- * to, whose ref_cnt is at byte offset off. Returns 0 and stores it in *out,
- * or -1 (no exception set) when chunk is not of that type (or that type is
- * gone) or its buffer is too small: the caller looks the offset up again
+ * to, that type's version tag is still tag, and its ref_cnt is at byte
+ * offset off. Returns 0 and stores it in *out, or -1 (no exception set)
+ * when chunk is not of that type (or that type is gone, or changed since
+ * its check) or its buffer is too small: the caller checks the type again
  * (the slow path). */
 static inline int arc_ref_cnt(PyObject *chunk, PyObject *type_ref,
-                              Py_ssize_t off, int32_t *out)
+                              unsigned int tag, Py_ssize_t off, int32_t *out)
 {
     const arc_cdata *c = (const arc_cdata *)chunk;
-    if ((PyObject *)Py_TYPE(chunk) != arc_weak_target(type_ref)
+    PyTypeObject *tp = Py_TYPE(chunk);
+    if ((PyObject *)tp != arc_weak_target(type_ref)
+            || tp->tp_version_tag != tag
             || off > c->b_size - (Py_ssize_t)sizeof(int32_t))
         return -1;
     memcpy(out, c->b_ptr + off, sizeof(int32_t));
     return 0;
+}
+
+/* ref_cnt of chunk at byte offset off, if chunk is of type tp (just
+ * checked) and its buffer holds it: 0, or -1 (no exception set). */
+static inline int arc_ref_cnt_as(PyObject *chunk, PyObject *tp,
+                                 Py_ssize_t off, int32_t *out)
+{
+    const arc_cdata *c = (const arc_cdata *)chunk;
+    if ((PyObject *)Py_TYPE(chunk) != tp
+            || off > c->b_size - (Py_ssize_t)sizeof(int32_t))
+        return -1;
+    memcpy(out, c->b_ptr + off, sizeof(int32_t));
+    return 0;
+}
+
+/* The version tag of type tp now (0: none). */
+static inline unsigned int arc_type_tag(PyObject *tp)
+{
+    return ((PyTypeObject *)tp)->tp_version_tag;
+}
+
+/* Where PyTypeObject keeps its version tag. */
+static inline Py_ssize_t arc_tag_offset(void)
+{
+    return (Py_ssize_t)offsetof(PyTypeObject, tp_version_tag);
 }
 
 /* The buffer size of a ctypes instance (what ctypes.sizeof(chunk) says). */

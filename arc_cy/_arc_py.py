@@ -14,7 +14,9 @@ ghost's key, a removed entry, a replaced key object) goes into the call's
 cleared.
 
 Busy (the same rule as the core's): a call takes it with one atomic step
-(dict.setdefault) inside the try whose finally gives it back, and gives it
+(dict.setdefault, on a dict of the policy's own in a __slots__ member,
+never on its __dict__, which user code's keys share) inside the try whose
+finally gives it back, and gives it
 back only if it holds it, so an exception at any line (a trace hook, a
 signal handler, a policy made by __new__) cannot leave it set, and a call
 refused cannot clear another's. Giving it back is one `del` of the slot
@@ -33,7 +35,6 @@ refused.
 from __future__ import annotations
 
 import numbers
-import weakref
 from _thread import get_ident
 from collections import OrderedDict
 from collections.abc import Container, Iterable, Iterator, Sequence
@@ -42,7 +43,8 @@ from typing import Any
 
 from ._base import CachePolicy, ChunkStatus, order_request_keys
 from ._checks import MAX_ENTRIES, check_capacity, check_evict_n, check_max_entries, check_target
-from ._chunks import chunk_ref_offset, dead_ref, read_ref_cnt
+from ._chunks import chunk_entry, chunk_ref_offset, read_ref_cnt
+from ._doc import POLICY_DOC
 from ._guard import vllm_guard
 from ._messages import MSG_DUPLICATE, MSG_FULL, MSG_MUTATED, MSG_REENTRANT
 from ._views import LIST_NAMES, ListView
@@ -59,46 +61,40 @@ _LIST_ATTRS = ("_t1", "_t2", "_b1", "_b2")
 # A running call's token, what busy holds: a list, a new object for every
 # call (so only the call that took busy gives it back) and the cheapest one
 # Python makes (get() makes one per key): [name, slot], slot being the dict
-# whose "_busy" the call takes, the policy's __dict__ or, nested in a
-# release, the release's own (get()'s fast path, which only takes the
-# policy's, has no slot). While clear() or __init__ releases, two more
+# whose "_busy" the call takes, the policy's own (its `_busy` slot) or,
+# nested in a release, the release's own (get()'s fast path, which only
+# takes the policy's, has no slot). While clear() or __init__ releases, two more
 # items follow: its thread's ident and its own slot, for the calls that
 # nest in it.
 _Call = list[Any]
 
 
-class ARCCachePolicy(CachePolicy):
-    """ARC (Adaptive Replacement Cache) policy for vLLM's CPU KV offloading,
-    making exactly the decisions of vLLM 0.33.0's ``ARCCachePolicy``.
+class _Busy(CachePolicy):
+    """Where the twin's busy lives: the call now running while it may run
+    user code (hashing, protected.__contains__, req_context, a collection),
+    a _Call under "_busy" in a dict of the policy's own, absent when none
+    runs. That dict is a __slots__ member (a descriptor on this class), not
+    an instance-dict key: reading busy never hashes or compares a key that
+    user code put in the instance's __dict__ (a key whose hash was
+    "_busy"'s once ran its __eq__ in the give-back's check,
+    docs/hardening.md rule 2). Every policy gets its dict when it is made."""
 
-    Lists, each ordered from LRU to MRU:
-        t1: resident chunks seen once (or not yet ready).
-        t2: resident chunks a request reused (or touched when ready).
-        b1, b2: ghost keys recently evicted from t1 and t2.
-        target_t1_size: the adaptive target for t1's size.
+    __slots__ = ("_busy",)
+    _busy: dict[str, _Call]
 
-    Algorithm:
-        1. insert() puts a new chunk at t1's MRU end and forgets its ghost.
-        2. touch() moves a ready t1 chunk to t2 (a pending one to t1's MRU
-           end) and a t2 chunk to t2's MRU end; on_request_finished() does
-           the same for the chunks a request reused, and only refreshes
-           the recency of those it inserted.
-        3. A key found in b1 raises target_t1_size by max(1, len(b2) /
-           len(b1)), capped at cache_capacity; one found in b2 lowers it by
-           max(1, len(b1) / len(b2)), floored at 0 (touch(), on_store_miss()).
-        4. evict(n, protected) picks n victims, chunks with ref_cnt == 0 not
-           in ``protected``: for each it prefers t1 while t1's virtual size
-           (its size less the victims taken from it so far) is at least
-           int(target_t1_size), else t2, and falls back to t1 when t2 has
-           none left. One walk of t1 and of t2, from their LRU ends. Either
-           all n are found, moved to b1/b2 and returned as (key, chunk)
-           pairs, and both ghost lists are trimmed to cache_capacity; or it
-           returns None and nothing changes.
-    """
+    def __new__(cls, *args: Any, **kwargs: Any) -> _Busy:
+        self = super().__new__(cls)
+        self._busy = {}
+        return self
 
-    # The call now running while it may run user code (hashing,
-    # protected.__contains__, req_context, a collection): a _Call in the
-    # instance's __dict__ under "_busy", absent when none runs.
+
+# The slot itself: read and written past any subclass's attribute access,
+# and only on the twin's policies (TypeError for any other object).
+_BUSY_SLOT: Any = _Busy.__dict__["_busy"]
+
+
+class ARCCachePolicy(_Busy):
+    __doc__ = POLICY_DOC  # one text, both implementations' (arc_cy._doc)
 
     # The lists t1, t2, b1 and b2, in one tuple: a list is replaced by one
     # assignment, so a call cut short by a hook cannot leave two t1s.
@@ -110,7 +106,7 @@ class ARCCachePolicy(CachePolicy):
         # Called again, it starts over as vLLM's __init__ does: capacity and
         # target first, then each list is replaced in turn; _max_entries
         # (arc_cy's own) is reset too.
-        call: _Call = ["__init__", self.__dict__]
+        call: _Call = ["__init__", _slot(self)]
         try:
             try:
                 _begin(call)
@@ -119,7 +115,6 @@ class ARCCachePolicy(CachePolicy):
                 self._capacity = capacity
                 self._limit = MAX_ENTRIES
                 self._target: Any = 0.0
-                self._chunk_type: weakref.ref[type] = dead_ref()  # the last chunk type checked
                 if "_lists" not in self.__dict__:
                     # The views first: a policy that has lists has views.
                     self._views = (
@@ -155,11 +150,11 @@ class ARCCachePolicy(CachePolicy):
 
     def __getstate__(self) -> dict[str, Any]:
         # For copy and pickle: the lists, copied (a shallow copy of a
-        # running policy must not share them), and the scalars. Neither the
-        # chunk-type cache (a weak reference) nor busy (a copy made from a
-        # callback is not running anything) is state; the views are rebuilt.
+        # running policy must not share them), and the scalars. Busy (a
+        # copy made from a callback is not running anything) is not state;
+        # the views are rebuilt.
         state = self.__dict__.copy()
-        for attr in ("_chunk_type", "_busy", "_lists", "_views"):
+        for attr in ("_lists", "_views"):
             state.pop(attr, None)
         if "_lists" in self.__dict__:
             # Copying a list hashes its keys: user code, run as a read.
@@ -170,7 +165,7 @@ class ARCCachePolicy(CachePolicy):
         state = dict(state)
         lists = [state.pop(attr) for attr in _LIST_ATTRS if attr in state]
         self.__dict__.update(state)
-        self._chunk_type = dead_ref()
+        _slot(self)
         self._views = (ListView(self, 0), ListView(self, 1), ListView(self, 2), ListView(self, 3))
         if len(lists) == 4:  # a copy of a policy made by __new__ has none
             self._lists = (lists[0], lists[1], lists[2], lists[3])
@@ -187,7 +182,7 @@ class ARCCachePolicy(CachePolicy):
 
     @target_t1_size.setter
     def target_t1_size(self, value: float | numbers.Real) -> None:
-        call = ["target_t1_size", self.__dict__]
+        call = ["target_t1_size", self._busy]
         try:
             try:
                 _begin(call)  # the check runs the value's code
@@ -207,7 +202,7 @@ class ARCCachePolicy(CachePolicy):
     @_max_entries.setter
     def _max_entries(self, value: int) -> None:
         # For tests: the compiled core's limit, reached without 2**29 entries.
-        call = ["_max_entries", self.__dict__]
+        call = ["_max_entries", self._busy]
         try:
             try:
                 _begin(call)
@@ -240,7 +235,7 @@ class ARCCachePolicy(CachePolicy):
     def _read(self, fn: Any, *args: Any) -> Any:
         # Reads nest in a running call and lock out mutators only; the
         # OrderedDicts re-check themselves after every __eq__.
-        call: _Call = ["get", self.__dict__]
+        call: _Call = ["get", self._busy]
         try:
             try:
                 _begin(call, read=True)
@@ -257,7 +252,7 @@ class ARCCachePolicy(CachePolicy):
         # of every lookup and store, and the twin must keep within 10% of
         # vLLM arc there. The truth test of `or` is user code: under busy.
         call = ["get"]
-        state = self.__dict__
+        state = self._busy
         try:
             try:
                 if state.setdefault("_busy", call) is not call:
@@ -276,15 +271,13 @@ class ARCCachePolicy(CachePolicy):
         return lists[0].get(key) or lists[1].get(key)  # type: ignore[no-any-return]
 
     def insert(self, key: Any, chunk: ChunkStatus, req_context: Any = None) -> None:
-        call = ["insert", self.__dict__]
+        call = ["insert", self._busy]
         released: _Chain = ()
         try:
             try:
                 _begin(call)
                 t1, t2, b1, b2 = self._lists
-                if type(chunk) is not self._chunk_type():  # as the core: check new types
-                    chunk_ref_offset(type(chunk))
-                    self._chunk_type = weakref.ref(type(chunk))
+                chunk_ref_offset(type(chunk))  # as the core: the type as it is now
                 # vLLM: `t1[key] = chunk` replaces a resident entry (or holds the
                 # key in both lists); arc_cy refuses it, and a full policy.
                 if key in t1:
@@ -307,7 +300,7 @@ class ARCCachePolicy(CachePolicy):
                 del call[1]["_busy"]
 
     def remove(self, key: Any) -> None:
-        call = ["remove", self.__dict__]
+        call = ["remove", self._busy]
         released: _Chain = ()
         try:
             try:
@@ -337,7 +330,7 @@ class ARCCachePolicy(CachePolicy):
             b2.move_to_end(key)
 
     def on_store_miss(self, keys: Iterable[Any], req_context: Any) -> None:
-        call = ["on_store_miss", self.__dict__]
+        call = ["on_store_miss", self._busy]
         try:
             try:
                 _begin(call)
@@ -355,7 +348,7 @@ class ARCCachePolicy(CachePolicy):
                 del call[1]["_busy"]
 
     def touch(self, keys: Iterable[Any], req_context: Any) -> None:
-        call = ["touch", self.__dict__]
+        call = ["touch", self._busy]
         try:
             try:
                 _begin(call)
@@ -405,7 +398,7 @@ class ARCCachePolicy(CachePolicy):
         reused_keys: Container[Any],
         req_context: Any,
     ) -> None:
-        call = ["on_request_finished", self.__dict__]
+        call = ["on_request_finished", self._busy]
         try:
             try:
                 _begin(call)
@@ -452,7 +445,7 @@ class ARCCachePolicy(CachePolicy):
                 del call[1]["_busy"]
 
     def evict(self, n: int, protected: Container[Any]) -> list[tuple[Any, ChunkStatus]] | None:
-        call = ["evict", self.__dict__]
+        call = ["evict", self._busy]
         try:
             try:
                 _begin(call)  # n.__index__ is user code too
@@ -506,7 +499,7 @@ class ARCCachePolicy(CachePolicy):
                 del call[1]["_busy"]
 
     def clear(self) -> None:
-        call: _Call = ["clear", self.__dict__]
+        call: _Call = ["clear", self._busy]
         try:
             try:
                 _begin(call)
@@ -561,9 +554,9 @@ class ARCCachePolicy(CachePolicy):
 
     def _check_invariants(self) -> None:
         """Raise AssertionError if the lists are inconsistent."""
-        running = self.__dict__.get("_busy")
+        running = self._busy.get("_busy")
         assert running is None, f"{running[0]}() did not finish"
-        call = ["_check_invariants", self.__dict__]
+        call = ["_check_invariants", self._busy]
         try:
             try:
                 _begin(call)
@@ -615,6 +608,19 @@ def _begin(call: _Call, read: bool = False) -> None:
             return
         else:
             raise RuntimeError(MSG_REENTRANT.format(call[0], _innermost(running)[0]))
+
+
+def _slot(policy: ARCCachePolicy) -> dict[str, _Call]:
+    """The policy's busy dict, made if it has none (a policy made by
+    object.__new__, or cleared by the collector): for __init__ and
+    __setstate__. Another object is refused (TypeError), and left as it
+    was."""
+    try:
+        return _BUSY_SLOT.__get__(policy)  # type: ignore[no-any-return]
+    except AttributeError:
+        slot: dict[str, _Call] = {}
+        _BUSY_SLOT.__set__(policy, slot)
+        return slot
 
 
 def _innermost(running: _Call) -> _Call:
@@ -685,14 +691,16 @@ def _victims(
 ) -> Iterator[tuple[Any, ChunkStatus]]:
     """The entries of od with ref_cnt == 0 that are not protected, LRU first:
     one forward walk, however often it is resumed."""
-    # read_ref_cnt, with the offset looked up again only when the chunk
-    # type changes (the walk is the twin's hot loop).
+    # read_ref_cnt, with the type checked again only when the chunk's type
+    # is another or its version tag moved (the walk is the twin's hot loop).
     tp: type | None = None
-    need = 0
+    need = tag = 0
+    view: Any = None
     for key, chunk in od.items():
-        if type(chunk) is not tp:
-            need = chunk_ref_offset(type(chunk)) + 4
+        if type(chunk) is not tp or view.value != tag:
             tp = type(chunk)
+            _, tag, need, view = chunk_entry(tp)
+            need += 4
         if sizeof(chunk) < need:
             read_ref_cnt(chunk)  # raises the shared TypeError
         if chunk.ref_cnt == 0 and key not in protected:

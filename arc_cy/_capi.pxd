@@ -28,8 +28,12 @@ cdef extern from "Python.h":
 
 
 cdef extern from "_arc_layout.h":
-    int arc_ref_cnt(PyObject *chunk, PyObject *type_ref, Py_ssize_t off,
-                    int32_t *out) nogil
+    int arc_ref_cnt(PyObject *chunk, PyObject *type_ref, unsigned int tag,
+                    Py_ssize_t off, int32_t *out) nogil
+    int arc_ref_cnt_as(PyObject *chunk, PyObject *tp, Py_ssize_t off,
+                       int32_t *out) nogil
+    unsigned int arc_type_tag(PyObject *tp) nogil
+    Py_ssize_t arc_tag_offset() nogil
     PyObject *arc_weak_target(PyObject *ref) nogil
     Py_ssize_t arc_cdata_size(PyObject *chunk) nogil
     bint arc_check_layout(object inst, size_t address, Py_ssize_t size)

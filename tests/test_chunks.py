@@ -27,6 +27,7 @@ from helpers import (
     ChunkStatus,
     K,
     VllmARC,
+    insert,
     keysnap,
     load_policy_class,
     ready,
@@ -334,3 +335,197 @@ def test_a_chunk_whose_class_changes_during_touch(policy_cls):
     assert (state, target) == run(load_policy_class("python"))
     assert state[:4] == ([K(2), K(5)], [K(3), K(4)], [K(1), K(0)], [])
     assert target == Fraction(3, 2)
+
+
+# --- a chunk type changed after its check (rule 7) ------------------------------
+#
+# Every way a chunk's type can change after the policy checked it, through
+# what Python allows: a class attribute set or deleted (ref_cnt as a
+# property, another ctypes field, a plain value; __getattribute__;
+# is_ready), on the type, on a base, or through a metaclass's __setattr__;
+# the type's __bases__; a chunk's __class__; _fields_ (final once set; its
+# list changed in place). Each change is made between two calls, or inside
+# an evict() (protected.__contains__, between two reads), and each call
+# reads the chunks after it. Both implementations then either make vLLM's
+# ARC's decisions (they read ref_cnt as attribute access now resolves it)
+# or refuse the call with arc_cy's TypeError, changing nothing.
+
+FIELD_AT_16 = type(
+    "FieldAt16",
+    (ctypes.Structure,),
+    {"_fields_": [("pad", ctypes.c_char * 16), ("x", ctypes.c_int32)]},
+).x
+INT64_FIELD = ChunkStatus.chunk_id  # type: ignore[attr-defined]
+BIG_ENDIAN_FIELD = type(
+    "BigEndian", (ctypes.BigEndianStructure,), {"_fields_": [("x", ctypes.c_int32)]}
+).x
+
+
+def _prop(value):
+    return property(lambda self: value)
+
+
+def _kinds():
+    """A chunk type, Leaf, under a base, Mid, of vLLM's ChunkStatus, with a
+    metaclass whose __setattr__ is Python code; Leaf's spare (a c_int32 at
+    offset 16) holds what a change may make ref_cnt read."""
+
+    class Meta(type(ChunkStatus)):
+        def __setattr__(cls, name, value):
+            super().__setattr__(name, value)
+
+    class Mid(ChunkStatus, metaclass=Meta):
+        pass
+
+    class Leaf(Mid):
+        _fields_ = [("spare", ctypes.c_int32)]
+
+    class Plain(ChunkStatus):  # a base without Meta, for __bases__
+        pass
+
+    class Shadow(ChunkStatus):  # a base that shadows ref_cnt
+        ref_cnt = _prop(0)
+
+    class Spared(ChunkStatus):  # a class for a chunk, reading spare's offset
+        _fields_ = [("spare", ctypes.c_int32)]
+
+    Spared.ref_cnt = Spared.spare
+    return Meta, Mid, Leaf, Plain, Shadow, Spared
+
+
+_STRUCT_TYPE = type(ChunkStatus)  # ctypes' metaclass, which has its own __setattr__
+
+
+def _set(cls, name, value):
+    _STRUCT_TYPE.__setattr__(cls, name, value)  # past Meta's __setattr__
+
+
+def _del_back(kinds, chunks):
+    _set(kinds[2], "ref_cnt", _prop(0))
+    _STRUCT_TYPE.__delattr__(kinds[2], "ref_cnt")
+
+
+def _final_fields(kinds, chunks):
+    with pytest.raises(AttributeError):
+        kinds[2]._fields_ = [("ref_cnt", ctypes.c_int64)]
+
+
+def _bases(kinds, base_index):
+    def change(kinds, chunks):
+        kinds[2].__bases__ = (kinds[base_index],)
+
+    return change
+
+
+def _chunk_class(kind_index):
+    def change(kinds, chunks):
+        for chunk in chunks:
+            chunk.__class__ = kinds[kind_index]
+
+    return change
+
+
+# name: (change(kinds, chunks), what follows: "agree" or "refuse")
+CHANGES = {
+    "ref_cnt a property": (lambda k, c: _set(k[2], "ref_cnt", _prop(0)), "refuse"),
+    "ref_cnt a property, through the metaclass": (
+        lambda k, c: setattr(k[2], "ref_cnt", _prop(0)),
+        "refuse",
+    ),
+    "ref_cnt a plain attribute": (lambda k, c: _set(k[2], "ref_cnt", 0), "refuse"),
+    "ref_cnt another c_int32 field": (lambda k, c: _set(k[2], "ref_cnt", k[2].spare), "agree"),
+    "ref_cnt another class's c_int32 field": (
+        lambda k, c: _set(k[2], "ref_cnt", FIELD_AT_16),
+        "agree",
+    ),
+    "ref_cnt a c_int64 field": (lambda k, c: _set(k[2], "ref_cnt", INT64_FIELD), "refuse"),
+    "ref_cnt a big-endian field": (lambda k, c: _set(k[2], "ref_cnt", BIG_ENDIAN_FIELD), "refuse"),
+    "ref_cnt a property, then deleted": (_del_back, "agree"),
+    "a base's ref_cnt a property": (lambda k, c: _set(k[1], "ref_cnt", _prop(0)), "refuse"),
+    "a base's ref_cnt another field": (lambda k, c: _set(k[1], "ref_cnt", FIELD_AT_16), "agree"),
+    "__getattribute__ set": (
+        lambda k, c: _set(k[2], "__getattribute__", lambda s, n: object.__getattribute__(s, n)),
+        "refuse",
+    ),
+    "__getattribute__ set to object's": (
+        lambda k, c: _set(k[2], "__getattribute__", object.__getattribute__),
+        "agree",
+    ),
+    "is_ready replaced": (lambda k, c: _set(k[2], "is_ready", _prop(True)), "refuse"),
+    "an unrelated attribute set": (lambda k, c: _set(k[2], "note", 1), "agree"),
+    "the metaclass's own ref_cnt": (lambda k, c: setattr(k[0], "ref_cnt", _prop(0)), "agree"),
+    "__bases__ to a plain base": (_bases(None, 3), "agree"),
+    "__bases__ to a base that shadows ref_cnt": (_bases(None, 4), "refuse"),
+    "a chunk's __class__ to one that reads another field": (_chunk_class(5), "agree"),
+    "a chunk's __class__ to one whose ref_cnt is a property": (_chunk_class(4), "refuse"),
+    "_fields_ set again (final)": (_final_fields, "agree"),
+    "_fields_ changed in place": (
+        lambda k, c: k[2]._fields_.__setitem__(0, ("ref_cnt", ctypes.c_int64)),
+        "agree",
+    ),
+}
+CHANGE_OPS = ("evict", "touch", "insert", "evict, changed while it reads")
+
+
+def _changed_run(policy, change, op):
+    """The policy after insert() checked Leaf (and evict() read it once),
+    the change, then op: ("ok", result, state) or ("refused", error,
+    state before == state after)."""
+    kinds = _kinds()
+    leaf = kinds[2]
+    chunks = []
+    # ref_cnt 1, 0, 0, 0; spare 0, 0, -1, 1: reading either gives other
+    # victims and another readiness
+    for i, (ref_cnt, spare) in enumerate([(1, 0), (0, 0), (0, -1), (0, 1)]):
+        chunk = leaf(i)
+        chunk.ref_cnt, chunk.spare = ref_cnt, spare
+        chunks.append(chunk)
+        insert(policy, K(i), chunk, CTX)
+    assert [k for k, _ in policy.evict(1, set())] == [K(1)]  # read as checked
+    fresh = leaf(9)
+    fresh.ref_cnt = fresh.spare = 0
+    before = keysnap(policy)
+    changes = [change]
+    if op.startswith("evict, changed"):
+
+        class Protected:
+            def __contains__(self, key):
+                while changes:
+                    changes.pop()(kinds, [*chunks, fresh])
+                return False
+
+        def call(p):
+            return p.evict(2, Protected())
+
+    else:
+        changes.pop()(kinds, [*chunks, fresh])
+        call = {
+            "evict": lambda p: p.evict(2, set()),
+            "touch": lambda p: p.touch([K(0), K(2), K(3)], CTX),
+            "insert": lambda p: insert(p, K(9), fresh, CTX),
+        }[op]
+    try:
+        result = call(policy)
+    except TypeError as err:
+        assert keysnap(policy) == before, "a refused call changed the policy"
+        return "refused", str(err), keysnap(policy)
+    if result is not None:
+        result = [(k, chunks.index(c) if c in chunks else c) for k, c in result]
+    return "ok", result, keysnap(policy)
+
+
+@pytest.mark.needs_vllm
+@pytest.mark.parametrize("op", CHANGE_OPS)
+@pytest.mark.parametrize("name", list(CHANGES))
+def test_a_chunk_type_changed_after_its_check_is_read_as_it_is_or_refused(policy_cls, name, op):
+    """The policy reads ref_cnt as the chunk's type is now: each change
+    either keeps vLLM's decisions, call for call, or is refused alike (the
+    core once kept reading the offset it checked first, evicting a chunk
+    whose ref_cnt had become a property vLLM and the twin read)."""
+    change, expected = CHANGES[name]
+    got = _changed_run(policy_cls(8), change, op)
+    if expected == "refuse":
+        assert got[0] == "refused", got
+        assert got[1].startswith(("chunk must be a ctypes structure", "chunk type ")), got
+    else:
+        assert got == _changed_run(VllmARC(8), change, op)

@@ -160,6 +160,96 @@ def test_every_call_is_busy_before_its_first_user_code(policy_cls, how):
     policy._check_invariants()
 
 
+# --- busy is read where user code's keys are not (rule 2) -----------------------
+
+
+class Collider:
+    """A key user code puts in the policy's instance __dict__, whose hash is
+    that of a name the policy reads (busy's, a list's, a value's): its
+    __eq__ raises, calls a mutator of the policy, or only records that it
+    ran. Active while `on` holds."""
+
+    on = True
+
+    def __init__(self, name, how, policy, log):
+        self.name, self.how, self.policy, self.log = name, how, policy, log
+        self.inside = False
+
+    def __hash__(self):
+        return hash(self.name)
+
+    def __eq__(self, other):
+        if not Collider.on:
+            return self is other
+        self.log.append(self.name)
+        if self.how == "raise":
+            raise Boom(f"Collider({self.name!r}).__eq__")
+        if self.how == "mutate" and not self.inside:
+            self.inside = True  # once: a mutator that compares it again
+            try:
+                self.policy.remove(K(12345))  # absent: harmless, unless busy
+            except RuntimeError as exc:
+                if isinstance(exc, RecursionError):
+                    raise
+            finally:
+                self.inside = False
+        return False
+
+
+COLLIDER_CALLS = {
+    "get": lambda p: p.get(K(4)),
+    "insert": lambda p: p.insert(K(50), ready(50), CTX),
+    "remove": lambda p: p.remove(K(4)),
+    "touch": lambda p: p.touch([K(4), K(0)], CTX),
+    "on_store_miss": lambda p: p.on_store_miss([K(0), K(9)], CTX),
+    "on_request_access": lambda p: p.on_request_access([K(4)], CTX),
+    "on_request_finished": lambda p: p.on_request_finished(((K(4), K(5)),), set(), {K(4)}, CTX),
+    "evict": lambda p: p.evict(1, set()),
+    "mark_evictable": lambda p: p.mark_evictable(K(4)),
+    "clear": lambda p: p.clear(),
+    "__init__": lambda p: p.__init__(4),
+    "target_t1_size": set_target(1),
+    "_max_entries": lambda p: setattr(p, "_max_entries", 100),
+    "_check_invariants": lambda p: p._check_invariants(),
+    "view contains": lambda p: K(4) in p.t1,
+    "view getitem": lambda p: p.t1[K(4)],
+    "view iteration": lambda p: list(p.t2.items()),
+    "view len": lambda p: len(p.b1),
+    "cache_capacity": lambda p: p.cache_capacity,
+}
+
+
+@pytest.mark.parametrize("how", ["raise", "mutate", "record"])
+def test_keys_in_the_instance_dict_never_touch_busy(policy_cls, how):
+    """Whatever keys user code puts in the policy's __dict__, with the hash
+    of any name the policy reads, every method of both implementations
+    reads busy without calling them, and leaves the policy free: the
+    twin's give-back once checked busy in the instance dict, so a key whose
+    hash was "_busy"'s ran its __eq__ there, and one that raised left the
+    twin busy for good (MSG_REENTRANT at every later mutator)."""
+    names = ["_busy", *vars(with_ghosts(load_policy_class("python")))]
+    for name in names:
+        for label, call in COLLIDER_CALLS.items():
+            policy = with_ghosts(policy_cls)
+            log: list[str] = []
+            policy.__dict__[Collider(name, how, policy, log)] = 1
+            Collider.on = True
+            try:
+                call(policy)
+            except Boom:
+                pass  # a lookup of a value's name: the call fails as vLLM's would
+            finally:
+                Collider.on = False
+            for key in [k for k in policy.__dict__ if type(k) is Collider]:
+                del policy.__dict__[key]
+            if name == "_busy":
+                assert log == [], f"{label}: busy's check ran a key's __eq__"
+            # not busy: a mutator goes through, and the lists are whole
+            policy.insert(K(77), ready(77), CTX)
+            assert policy.get(K(77)) is not None, label
+            policy._check_invariants()
+
+
 class RunsWhenReleased:
     """A key whose __del__ runs `run`, once."""
 

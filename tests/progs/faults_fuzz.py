@@ -84,10 +84,13 @@ sys.modules["vllm"] = None  # type: ignore[assignment]  # arc_cy's stand-ins: no
 import _testcapi  # noqa: E402 -- after hiding vLLM
 
 from arc_cy._arc_c import ARCCachePolicy as CPolicy  # noqa: E402 -- after hiding vLLM
+from arc_cy._arc_py import _BUSY_SLOT  # noqa: E402 -- after hiding vLLM
 from arc_cy._arc_py import ARCCachePolicy as PyPolicy  # noqa: E402 -- after hiding vLLM
 from arc_cy._base import ChunkStatus  # noqa: E402 -- after hiding vLLM
 from arc_cy._env import env_flag  # noqa: E402 -- after hiding vLLM
 from arc_cy._views import ListView  # noqa: E402 -- after hiding vLLM
+
+_TWIN_BUSY = _BUSY_SLOT  # the twin's busy slot (a member descriptor)
 
 IMPLS = {"cython": CPolicy, "python": PyPolicy}
 PROFILES = {
@@ -861,7 +864,7 @@ class NomemRound:
             c["release_fallback_" + base] += 1
         # the checks, disarmed
         if not self.core:
-            running = p.__dict__.get("_busy")
+            running = _TWIN_BUSY.__get__(p).get("_busy")  # its slot, past any override
             if running is not None:
                 fail(f"{Run.impl}: {name} left busy {running!r}")
                 return False

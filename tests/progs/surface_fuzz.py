@@ -121,6 +121,7 @@ from helpers import HAVE_VLLM, ChunkStatus, ReqContext
 
 CPolicy = core_mod.ARCCachePolicy
 PyPolicy = twin_mod.ARCCachePolicy
+_TWIN_BUSY = twin_mod._BUSY_SLOT  # the twin's busy slot (a member descriptor)
 IMPLS = {"cython": CPolicy, "python": PyPolicy}
 # --exclude (triage only): reflect-mode features switched off, so that a run
 # can get past a known crash: wrong-self, halfbuilt, restate.
@@ -289,7 +290,7 @@ def busy_now(p) -> bool | None:
     nest, or a twin whose busy was written raw)."""
     if isinstance(p, PyPolicy):
         try:
-            running = object.__getattribute__(p, "__dict__").get("_busy")
+            running = _TWIN_BUSY.__get__(p).get("_busy")
         except Exception:
             return None
         if running is None:
@@ -932,7 +933,10 @@ class Reflector:
                     # user code in the check (a key's hash) may fail; busy may not remain
                     COUNTS["check_exc_" + type(exc).__name__] += 1
             elif isinstance(p, PyPolicy) and id(p) not in self.tainted:
-                busy = vars(p).get("_busy")
+                try:
+                    busy = _TWIN_BUSY.__get__(p).get("_busy")
+                except AttributeError:  # cleared, or made by object.__new__
+                    busy = None
                 if busy is not None:
                     fail(f"after {label}: twin {id(p):#x} left busy with {busy!r}")
                     self.tainted.add(id(p))

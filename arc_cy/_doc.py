@@ -1,0 +1,48 @@
+"""The policy's docstring, in one home: both implementations' ``ARCCachePolicy``
+read it (the compiled core imports nothing from the twin). The vLLM releases
+it names come from the table of verified code (``arc_cy._verified``)."""
+
+from __future__ import annotations
+
+from ._verified import VERIFIED
+
+
+def _release_range() -> str:
+    """The oldest and the newest release the table verifies, as 'A to B'."""
+    releases = sorted(
+        {release for entry in VERIFIED for release in entry["releases"]},
+        key=lambda release: tuple(int(part) for part in release.split(".")),
+    )
+    if len(releases) == 1:
+        return releases[0]
+    return f"{releases[0]} to {releases[-1]}"
+
+
+POLICY_DOC = f"""ARC (Adaptive Replacement Cache) policy for vLLM's CPU KV offloading,
+    making exactly the decisions of vLLM's ``ARCCachePolicy`` in the releases
+    whose code arc_cy verified ({_release_range()}, ``arc_cy._verified``).
+
+    Lists, each ordered from LRU to MRU:
+        t1: resident chunks seen once (or not yet ready).
+        t2: resident chunks a request reused (or touched when ready).
+        b1, b2: ghost keys recently evicted from t1 and t2.
+        target_t1_size: the adaptive target for t1's size.
+
+    Algorithm:
+        1. insert() puts a new chunk at t1's MRU end and forgets its ghost.
+        2. touch() moves a ready t1 chunk to t2 (a pending one to t1's MRU
+           end) and a t2 chunk to t2's MRU end; on_request_finished() does
+           the same for the chunks a request reused, and only refreshes
+           the recency of those it inserted.
+        3. A key found in b1 raises target_t1_size by max(1, len(b2) /
+           len(b1)), capped at cache_capacity; one found in b2 lowers it by
+           max(1, len(b1) / len(b2)), floored at 0 (touch(), on_store_miss()).
+        4. evict(n, protected) picks n victims, chunks with ref_cnt == 0 not
+           in ``protected``: for each it prefers t1 while t1's virtual size
+           (its size less the victims taken from it so far) is at least
+           int(target_t1_size), else t2, and falls back to t1 when t2 has
+           none left. One walk of t1 and of t2, from their LRU ends. Either
+           all n are found, moved to b1/b2 and returned as (key, chunk)
+           pairs, and both ghost lists are trimmed to cache_capacity; or it
+           returns None and nothing changes.
+    """

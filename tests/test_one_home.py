@@ -1,0 +1,57 @@
+"""One home per fact (issue 47): the policy's docstring lives in
+arc_cy._doc, which both implementations read, and names the releases the
+table verifies; the compiled core imports nothing from the twin."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from arc_cy import _doc
+from arc_cy._verified import VERIFIED
+from childproc import child_env
+from helpers import MODULES, REPO
+
+
+def _version(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in release.split("."))
+
+
+def test_the_docstring_has_one_home_and_names_the_verified_range(policy_cls: type) -> None:
+    releases = sorted({r for entry in VERIFIED for r in entry["releases"]}, key=_version)
+    assert policy_cls.__doc__ is _doc.POLICY_DOC
+    assert f"({releases[0]} to {releases[-1]}, ``arc_cy._verified``)" in policy_cls.__doc__
+    # No single release is named as the one whose decisions it makes.
+    assert "'s ``ARCCachePolicy``" not in policy_cls.__doc__.replace("vLLM's", "")
+
+
+def test_an_implementation_imports_nothing_from_the_other(impl: str) -> None:
+    # A child, with vLLM kept out (the stand-ins import in a blink): which
+    # of arc_cy's modules importing the implementation brings in.
+    code = (
+        "import sys; sys.modules['vllm'] = None\n"
+        f"import {MODULES[impl]}\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('arc_cy'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=child_env(),
+        check=True,
+    ).stdout.split()
+    assert MODULES[impl] in out
+    others = [MODULES[name] for name in MODULES if name != impl]
+    assert not set(others) & set(out), out
+
+
+def test_the_core_source_imports_no_twin() -> None:
+    # The source too, on any build: no import or cimport names the twin.
+    source = (REPO / "arc_cy" / "_arc_c.pyx").read_text(encoding="utf-8")
+    imports = [
+        line for line in source.splitlines() if re.match(r"\s*(from|import|cimport)\s", line)
+    ]
+    assert any("arc_cy._doc" in line for line in imports), imports
+    assert [line for line in imports if "_arc_py" in line or "_twin" in line] == []
