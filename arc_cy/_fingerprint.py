@@ -117,8 +117,8 @@ def fingerprint(node: object) -> str:
             push(_CLOSE)
             for name in reversed(item._fields):
                 value = getattr(item, name, None)
-                if value is None or value == []:
-                    continue
+                if value is None or value == [] or (name == "kind" and kind is ast.Constant):
+                    continue  # (a string's u prefix means nothing: Constant.kind)
                 if kind is not ast.Constant and isinstance(value, list):
                     if isinstance(value[0], ast.stmt):
                         value = [s for s in value if not _is_string_statement(s)] or [ast.Pass()]
@@ -145,21 +145,128 @@ def fingerprint_source(source: str | bytes) -> str:
 # --- what ARC runs and reads ----------------------------------------------------
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _bound_by(item: ast.AST) -> str | None:
+    """The name one node binds in its scope, by every binding form: an
+    assignment, augmented or annotated assignment, walrus, for, with or
+    del target (a Name, stored or deleted), an import (as) alias, an
+    except-as name, a match capture (MatchAs, MatchStar, MatchMapping's
+    rest), a def or class; else None."""
+    if isinstance(item, ast.Name):
+        return item.id if isinstance(item.ctx, (ast.Store, ast.Del)) else None
+    if isinstance(item, ast.alias):
+        return (item.asname or item.name).split(".")[0]
+    if isinstance(item, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
+        return item.name
+    if isinstance(item, ast.MatchMapping):
+        return item.rest
+    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return item.name
+    return None
+
+
 def _store_names(node: ast.AST) -> Iterator[str]:
-    # The module-level names a statement binds (not inside functions or classes).
+    # The module-level names a statement binds (the rule: docs/usage.md,
+    # "The guard", binding forms): what it binds in the module's scope,
+    # and the names a function inside it declares global.
     stack = [node]
     while stack:
         item = stack.pop()
-        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            yield item.name
+        name = _bound_by(item)
+        if name is not None and name != "*":
+            yield name
+        if isinstance(item, _SCOPES):
+            for inner in ast.walk(item):
+                if isinstance(inner, ast.Global):
+                    yield from inner.names
+            stack.extend(_outer_parts(item))
             continue
-        if isinstance(item, ast.Name) and isinstance(item.ctx, (ast.Store, ast.Del)):
-            yield item.id
-        elif isinstance(item, ast.alias):
-            yield (item.asname or item.name).split(".")[0]
-        elif isinstance(item, ast.ExceptHandler) and item.name:
-            yield item.name
         stack.extend(ast.iter_child_nodes(item))
+
+
+def _outer_parts(scope: ast.AST) -> list[ast.AST]:
+    # What a def, class or lambda evaluates in the scope around it:
+    # decorators, defaults, annotations, bases and keywords.
+    parts: list[ast.AST] = list(getattr(scope, "decorator_list", ()))
+    args = getattr(scope, "args", None)
+    if isinstance(args, ast.arguments):
+        parts += args.defaults + [d for d in args.kw_defaults if d is not None]
+        if not isinstance(scope, ast.Lambda):
+            every = args.posonlyargs + args.args + args.kwonlyargs
+            every += [a for a in (args.vararg, args.kwarg) if a is not None]
+            parts += [a.annotation for a in every if a.annotation is not None]
+    for field in ("returns", "bases", "keywords"):
+        value = getattr(scope, field, None)
+        parts += value if isinstance(value, list) else [value] if value is not None else []
+    return parts
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+def _free_names(nodes: Iterable[ast.AST]) -> set[str]:
+    """The names that code reads from its module (globals and builtins):
+    every name it loads, less those bound locally in the function (or
+    lambda, or comprehension) that reads them, or in one around it."""
+    out: set[str] = set()
+    # (node, the names bound in the function scopes around it)
+    todo: list[tuple[ast.AST, frozenset[str]]] = [(n, frozenset()) for n in nodes]
+    while todo:
+        node, bound = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            todo += [(p, bound) for p in _outer_parts(node)]
+            args = node.args
+            every = (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg)
+            params = {a.arg for a in every if a is not None}
+            body = node.body if isinstance(node.body, list) else [node.body]
+            todo += _scope(body, bound, params, out)
+        elif isinstance(node, ast.ClassDef):
+            todo += [(p, bound) for p in _outer_parts(node)]
+            todo += _scope(node.body, bound, None, out)
+        elif isinstance(node, _COMPREHENSIONS):
+            first, *rest = node.generators
+            todo.append((first.iter, bound))  # evaluated in the scope around it
+            parts: list[ast.AST] = [first.target, *first.ifs]
+            for gen in rest:
+                parts += [gen.target, gen.iter, *gen.ifs]
+            parts += [getattr(node, f) for f in ("elt", "key", "value") if hasattr(node, f)]
+            todo += _scope(parts, bound, set(), out)
+        else:
+            todo += _scope([node], bound, None, out)
+    return out
+
+
+def _scope(
+    body: list[ast.AST], bound: frozenset[str], local: set[str] | None, out: set[str]
+) -> list[tuple[ast.AST, frozenset[str]]]:
+    # One scope's own nodes: its loads go to out unless bound there; its
+    # nested scopes are returned, with what they see bound. local: the
+    # function's (or comprehension's) parameters, None for a module or
+    # class body (whose names are globals, or invisible to nested scopes).
+    names: set[str] = set()
+    declared_global: set[str] = set()
+    loads: list[str] = []
+    nested: list[ast.AST] = []
+    stack = list(body)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, ast.Global):
+            declared_global.update(item.names)
+        if isinstance(item, ast.Name) and isinstance(item.ctx, ast.Load):
+            loads.append(item.id)
+        else:
+            name = _bound_by(item)
+            if name is not None:
+                names.add(name)
+        if isinstance(item, (*_SCOPES, *_COMPREHENSIONS)):
+            nested.append(item)
+            continue
+        stack.extend(ast.iter_child_nodes(item))
+    seen = bound if local is None else (bound | local | names) - declared_global
+    out.update(n for n in loads if n not in seen)
+    return [(n, frozenset(seen)) for n in nested]
 
 
 def _bindings(tree: ast.Module) -> dict[str, list[ast.stmt]]:
@@ -183,7 +290,19 @@ def _bindings(tree: ast.Module) -> dict[str, list[ast.stmt]]:
 
 
 def _referenced(nodes: Iterable[ast.AST]) -> set[str]:
-    return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}
+    """The module-level names that code reads (:func:`_free_names`) or
+    binds at module level."""
+    nodes = list(nodes)
+    return _free_names(nodes) | {n for node in nodes for n in _store_names(node)}
+
+
+def _runs_at_import(stmt: ast.stmt) -> bool:
+    """Whether a module-level statement runs code when its module is
+    imported beyond binding a name to a function: every statement but a
+    def with no decorators, defaults or annotations."""
+    if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return True
+    return bool(_outer_parts(stmt))
 
 
 def _split_class(
@@ -287,7 +406,8 @@ def arc_code(arc: ast.Module, base: ast.Module) -> ArcCode:
         if name not in arc_defined or name in reached:
             nodes[f"base.py:CachePolicy.{name}"] = list(defs)
 
-    # base.py's module-level objects that this code uses, transitively.
+    # base.py: what it runs at import, and what of it this code reaches
+    # (the rule: docs/usage.md, "The guard").
     imported_from_base = {
         a.name
         for stmt in arc.body
@@ -298,16 +418,21 @@ def arc_code(arc: ast.Module, base: ast.Module) -> ArcCode:
         )
         for a in stmt.names
     }
+    todo = imported_from_base | {"ChunkStatus", "order_request_keys", _MODULE_CODE}
+    for name, stmts in base_bindings.items():
+        if any(_runs_at_import(stmt) for stmt in stmts):
+            todo.add(name)
+    todo -= {"CachePolicy"}
     base_nodes = [n for k, v in nodes.items() if k.startswith("base.py:") for n in v]
-    todo = (_referenced(base_nodes) | imported_from_base | {"ChunkStatus"}) - {"CachePolicy"}
-    seen: set[str] = set()
+    todo |= _referenced(base_nodes)
+    seen: set[str] = {"CachePolicy"}
     while todo:
         name = todo.pop()
         if name in seen or name not in base_bindings:
             continue
         seen.add(name)
         nodes[f"base.py:{name}"] = list(base_bindings[name])
-        todo |= _referenced(base_bindings[name]) - {"CachePolicy"}
+        todo |= _referenced(base_bindings[name])
 
     uses = {
         n.attr if isinstance(n, ast.Attribute) else n.id
