@@ -29,6 +29,7 @@ import os
 import re
 import stat
 import sys
+from collections import ChainMap
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import CodeType, FunctionType
@@ -47,6 +48,73 @@ FILES = {
     TIERING_MANAGER: "tiering/manager.py",
 }
 """Each judged module by the short name that the table and messages use."""
+KV_OFFLOAD = "vllm.v1.kv_offload"
+"""The package whose module files are searched for the policy's callers."""
+POLICIES_PACKAGE = "vllm.v1.kv_offload.cpu.policies"
+"""The policies and their registry: judged by fingerprint (arc.py, base.py)
+or not callers of a policy object (the rest)."""
+_MENTIONS_POLICY = re.compile(rb"(?<!\w)(?:_policy|policies)(?!\w)|CachePolicy")
+"""A caller's mark (the rule: docs/usage.md, "The guard", the callers): a
+module that names the manager's policy attribute, a policy class or
+the policies package."""
+
+
+def short_name(module: str) -> str:
+    """A judged module's name in the table and messages: its file's path
+    under vllm/v1/kv_offload ("cpu/manager.py"), or arc.py and base.py."""
+    if module in FILES:
+        return FILES[module]
+    return module.removeprefix(KV_OFFLOAD + ".").replace(".", "/") + ".py"
+
+
+def is_caller_source(source: bytes) -> bool:
+    """Whether a module's source marks it as a caller of the policy."""
+    return (b"CachePolicy" in source) or (
+        (b"_policy" in source or b"policies" in source)
+        and _MENTIONS_POLICY.search(source) is not None
+    )
+
+
+def find_callers(root: str) -> dict[str, tuple[str, bytes]]:
+    """The policy's callers in a vllm/v1/kv_offload directory, by their
+    files alone (nothing is imported): each module file (``*.py``) of the
+    package tree, outside cpu/policies, that :func:`is_caller_source`;
+    module name: (path, source). Only regular files are opened; a directory that
+    is not a package (no ``__init__.py``) is left out, as an import would
+    leave it (its files are no modules of the tree)."""
+    found: dict[str, tuple[str, bytes]] = {}
+    todo = [(root, KV_OFFLOAD)]
+    while todo:
+        folder, package = todo.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            name = entry.name
+            try:
+                mode = os.stat(entry.path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISDIR(mode):
+                if name.isidentifier() and os.path.isfile(os.path.join(entry.path, "__init__.py")):
+                    sub = f"{package}.{name}"
+                    if sub != POLICIES_PACKAGE:
+                        todo.append((entry.path, sub))
+                continue
+            stem = name[:-3]
+            if not (name.endswith(".py") and stem.isidentifier() and stat.S_ISREG(mode)):
+                continue
+            module = package if stem == "__init__" else f"{package}.{stem}"
+            try:
+                with open(entry.path, "rb") as f:
+                    source = f.read()
+            except OSError:
+                continue
+            if is_caller_source(source):
+                found[module] = (entry.path, source)
+    return found
+
 
 DYNAMIC = frozenset(
     {
@@ -178,12 +246,27 @@ def _store_names(node: ast.AST) -> Iterator[str]:
         if name is not None and name != "*":
             yield name
         if isinstance(item, _SCOPES):
-            for inner in ast.walk(item):
-                if isinstance(inner, ast.Global):
-                    yield from inner.names
+            yield from _global_names(item)
             stack.extend(_outer_parts(item))
             continue
         stack.extend(ast.iter_child_nodes(item))
+
+
+def _global_names(scope: ast.AST) -> Iterator[str]:
+    # The names that the functions in a def or class declare global (a
+    # statement, so only statements are walked, nested defs included).
+    body = getattr(scope, "body", None)
+    todo: list[list[ast.stmt]] = [body] if isinstance(body, list) else []
+    while todo:
+        for stmt in todo.pop():
+            if isinstance(stmt, ast.Global):
+                yield from stmt.names
+            for field in ("body", "orelse", "finalbody"):
+                value = getattr(stmt, field, None)
+                if isinstance(value, list):
+                    todo.append(value)
+            for part in getattr(stmt, "handlers", None) or getattr(stmt, "cases", None) or ():
+                todo.append(part.body)
 
 
 def _outer_parts(scope: ast.AST) -> list[ast.AST]:
@@ -641,8 +724,9 @@ def judge_sources(
     policy_names: Iterable[str],
     compiled: Mapping[str, tuple[ast.Module, CodeType]] | None = None,
 ) -> CodeCheck:
-    """Judge a vLLM from the sources of its modules (by module name; the
-    tiering caller may be absent). ``verified`` is the table
+    """Judge a vLLM from the sources of its modules (by module name): arc.py,
+    base.py and its callers, every other module given (those at the
+    known paths, CALLER_MODULES, may be absent). ``verified`` is the table
     (``arc_cy._verified.VERIFIED``); ``policy_names`` arc_cy's policy's
     names; ``compiled`` each module's AST and code, when already made."""
     compiled = dict(compiled or {})
@@ -690,13 +774,13 @@ def judge_sources(
     uses: list[Use] = []
     for name in sorted(gone.keys() & code.uses):
         uses.append(Use(name, paths[ARC_MODULE], 0, "gone", gone[name]))
-    for module in CALLER_MODULES:
-        if module not in sources:
-            continue
+    callers = [m for m in CALLER_MODULES if m in sources]
+    callers += sorted(m for m in sources if m not in (ARC_MODULE, BASE_MODULE, *callers))
+    for module in callers:
         tree, caller = compiled[module]
         found = names_used(tree, caller, forbidden)
         trusted = bool(found) and any(  # fingerprinted only when it matters
-            fingerprint(tree) in e["callers"].get(FILES[module], ()) for e in matching
+            fingerprint(tree) in e["callers"].get(short_name(module), ()) for e in matching
         )
         for name, line in sorted(found.items(), key=lambda u: (u[1], u[0])):
             why = "gone" if name in gone else "dynamic" if name in DYNAMIC else "beyond"
@@ -771,39 +855,94 @@ def same_code(a: CodeType, b: CodeType, *, fresh: bool) -> bool:
     return True
 
 
-def _functions(obj: object) -> list[object]:
-    """The functions behind a namespace entry, through staticmethod,
-    classmethod, property and wrappers (``__wrapped__``, ``func``): each a
-    list of the candidates along one wrapper chain, outermost first."""
-    chains: list[object] = []
-    todo = [obj]
-    while todo and len(chains) < 16:
-        item = todo.pop()
-        if isinstance(item, (staticmethod, classmethod)):
-            todo.append(item.__func__)
-        elif isinstance(item, property):
-            todo += [f for f in (item.fget, item.fset, item.fdel) if f is not None]
-        else:
-            chain = []
-            for _ in range(16):
-                if item is None:
-                    break
-                chain.append(item)
-                item = getattr(item, "__wrapped__", None) or getattr(item, "func", None)
-            chains.append(chain)
-    return chains
+def _functions(obj: object) -> list[object] | None:
+    """The functions that a namespace entry runs, as it is bound: itself, or
+    what a staticmethod, classmethod or property (those exact types) holds.
+    None when it is none of these (a wrapper, a callable object, a
+    descriptor of another type): its code is not a function compiled from
+    the source, whatever it wraps (``__wrapped__`` is never followed)."""
+    kind = type(obj)
+    if kind is FunctionType:
+        return [obj]
+    if kind is staticmethod or kind is classmethod:
+        return _functions(obj.__func__)  # type: ignore[attr-defined]
+    if kind is property:
+        out: list[object] = []
+        for f in (obj.fget, obj.fset, obj.fdel):  # type: ignore[attr-defined]
+            if f is not None:
+                inner = _functions(f)
+                if inner is None or type(f) is not FunctionType:
+                    return None
+                out += inner
+        return out
+    return None
 
 
-def _is_code_entry(value: object) -> bool:
-    # A class namespace entry that runs when called or read.
-    return callable(value) or isinstance(value, (staticmethod, classmethod, property))
+_MODULE_DUNDERS = frozenset(
+    {
+        "__name__",
+        "__doc__",
+        "__package__",
+        "__loader__",
+        "__spec__",
+        "__file__",
+        "__cached__",
+        "__builtins__",
+        "__annotations__",
+    }
+)
+"""What the import system (and the compiler) put in a module's namespace."""
+_CLASS_DUNDERS = frozenset(
+    {
+        "__module__",
+        "__qualname__",
+        "__doc__",
+        "__dict__",
+        "__weakref__",
+        "__abstractmethods__",
+        "_abc_impl",
+        "__annotations__",
+        "__orig_bases__",
+        "__parameters__",
+        "__firstlineno__",
+        "__static_attributes__",
+        "__type_params__",
+    }
+)
+"""What Python (and ABCMeta) put in a class's namespace."""
+
+
+def _literal(node: ast.AST | None, namespace: Mapping[str, object]) -> object:
+    """The value a default or assignment's expression has, as the source
+    writes it: a literal, or a module global it names; _OTHER when the
+    guard cannot tell (the rule: docs/usage.md, "The guard")."""
+    if node is None:
+        return _OTHER
+    if isinstance(node, ast.Name):
+        return namespace.get(node.id, _OTHER)
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _OTHER
+
+
+def _same_value(live: object, written: object) -> bool:
+    if written is _OTHER:
+        return False
+    return live is written or _same_constant(live, written)
 
 
 def _live_problems(module: str, live: object, tree: ast.Module, compiled: CodeType) -> list[str]:
-    """What in a module object does not run its source's code: each
-    function and method the source defines must be there with the code
-    compiled from it; each import binding must be what it imports; and
-    ARC's and CachePolicy's classes hold no other function."""
+    """What in a module object does not run its source's code (the rule:
+    docs/usage.md, "The guard", what is judged is what runs): each
+    function and method the source defines must be bound, as it is, to a
+    function with the code compiled from it, the module's globals and
+    builtins, the closure and defaults the source gives it; each import
+    binding must be what it imports, each literal assignment its value;
+    the module holds no global its source does not bind, and ARC's and
+    CachePolicy's classes no attribute their source does not define."""
+    import builtins
+
     by_qualname: dict[str, list[CodeType]] = {}
     for code in _code_objects(compiled):
         by_qualname.setdefault(code.co_qualname, []).append(code)
@@ -811,20 +950,63 @@ def _live_problems(module: str, live: object, tree: ast.Module, compiled: CodeTy
     if not isinstance(namespace, dict):
         return ["it is not a module"]
     problems: list[str] = []
+    if namespace.get("__builtins__") not in (builtins, builtins.__dict__):
+        problems.append("its __builtins__ are not Python's")
 
-    def check(entry: object, qualname: str) -> None:
-        # Each chain of wrappers must reach, through any wrappers, a
-        # function with the code compiled for that name from the source.
+    def check(
+        entry: object, qualname: str, node: ast.FunctionDef | ast.AsyncFunctionDef, cls: object
+    ) -> None:
         candidates = by_qualname.get(qualname, ())
-        for chain in _functions(entry):
-            if not any(
-                isinstance(f, FunctionType)
-                and isinstance(f.__code__, CodeType)
-                and any(same_code(f.__code__, c, fresh=False) for c in candidates)
-                for f in chain
-            ):
+        functions = _functions(entry)
+        if not functions:
+            problems.append(f"{qualname} is not a function compiled from its source")
+            return
+        for f in functions:
+            code = f.__code__  # type: ignore[attr-defined]
+            if not any(same_code(code, c, fresh=False) for c in candidates):
                 problems.append(f"{qualname} runs code that is not its source's")
                 return
+            if f.__globals__ is not namespace or f.__builtins__ is not builtins.__dict__:  # type: ignore[attr-defined]
+                problems.append(f"{qualname} runs with globals that are not its module's")
+                return
+            closure = f.__closure__  # type: ignore[attr-defined]
+            if code.co_freevars == ("__class__",) and cls is not None:
+                if closure is None or len(closure) != 1:
+                    problems.append(f"{qualname} has a closure that is not its source's")
+                    return
+                try:
+                    held = closure[0].cell_contents
+                except ValueError:
+                    held = _OTHER
+                if held is not cls:
+                    problems.append(f"{qualname} has a closure that is not its source's")
+                    return
+            elif code.co_freevars or closure is not None:
+                problems.append(f"{qualname} has a closure that is not its source's")
+                return
+        if node is None or len(functions) != 1:
+            return  # (a property's accessors: no defaults to compare)
+        f = functions[0]
+        args = node.args
+        # Defaults are evaluated where the def is: a class body, then the module.
+        scope = ChainMap(
+            *([cls.__dict__] if isinstance(cls, type) else []), namespace, builtins.__dict__
+        )
+        written = [_literal(d, scope) for d in args.defaults]
+        live_defaults = f.__defaults__ or ()  # type: ignore[attr-defined]
+        kw_written = {
+            a.arg: _literal(d, scope)
+            for a, d in zip(args.kwonlyargs, args.kw_defaults)
+            if d is not None
+        }
+        live_kw = f.__kwdefaults__ or {}  # type: ignore[attr-defined]
+        if (
+            len(live_defaults) != len(written)
+            or not all(map(_same_value, live_defaults, written))
+            or live_kw.keys() != kw_written.keys()
+            or not all(_same_value(live_kw[k], v) for k, v in kw_written.items())
+        ):
+            problems.append(f"{qualname} has defaults that are not its source's")
 
     def walk_class(node: ast.ClassDef, cls: object, prefix: str) -> None:
         ns = getattr(cls, "__dict__", None)
@@ -832,28 +1014,54 @@ def _live_problems(module: str, live: object, tree: ast.Module, compiled: CodeTy
             problems.append(f"{prefix} is not the class its source defines")
             return
         defined = set()
+        strict = module in (ARC_MODULE, BASE_MODULE) and node.name in (
+            "ARCCachePolicy",
+            "CachePolicy",
+        )
         for stmt in node.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 defined.add(stmt.name)
                 if stmt.name not in ns:
                     problems.append(f"{prefix}.{stmt.name} is missing")
                 else:
-                    check(ns[stmt.name], f"{prefix}.{stmt.name}")
+                    check(ns[stmt.name], f"{prefix}.{stmt.name}", stmt, cls)
             elif isinstance(stmt, ast.ClassDef) and stmt.name in ns:
+                defined.add(stmt.name)
                 walk_class(stmt, ns[stmt.name], f"{prefix}.{stmt.name}")
-        if module in (ARC_MODULE, BASE_MODULE) and node.name in ("ARCCachePolicy", "CachePolicy"):
-            for name, value in ns.items():
-                if name not in defined and _is_code_entry(value):
+            else:
+                defined.update(_store_names(stmt))
+                if strict:
+                    _check_literal(stmt, ns, prefix + ".")
+        if strict:
+            for name in ns:
+                if name not in defined and name not in _CLASS_DUNDERS:
                     problems.append(f"{prefix}.{name} is not in its source")
+
+    def _check_literal(stmt: ast.stmt, ns: Mapping[str, object], prefix: str) -> None:
+        # A literal assignment to one name: that name holds its value.
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            target, value = stmt.target, stmt.value
+        else:
+            return
+        if not isinstance(target, ast.Name) or counts.get(target.id, 1) != 1:
+            return
+        written = _literal(value, {})
+        if written is not _OTHER and not _same_value(ns.get(target.id, _MISSING), written):
+            problems.append(f"{prefix}{target.id} is not the value its source assigns")
 
     counts: dict[str, int] = {}
     for stmt in tree.body:
         for name in set(_store_names(stmt)):
             counts[name] = counts.get(name, 0) + 1
+    for name in namespace:
+        if name not in counts and name not in _MODULE_DUNDERS:
+            problems.append(f"{name} is a global that its source does not bind")
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if stmt.name in namespace:
-                check(namespace[stmt.name], stmt.name)
+                check(namespace[stmt.name], stmt.name, stmt, None)
             else:
                 problems.append(f"{stmt.name} is missing")
         elif isinstance(stmt, ast.ClassDef):
@@ -871,15 +1079,41 @@ def _live_problems(module: str, live: object, tree: ast.Module, compiled: CodeTy
                     source, alias.name, _OTHER
                 ):
                     problems.append(f"{bound} is not what it imports")
+        else:
+            _check_literal(stmt, namespace, "")
     return problems
 
 
 _MISSING, _OTHER = object(), object()
 
 
+def _package_dirs(package: str) -> list[str]:
+    """Where a package's modules are, without importing it or its parents
+    (the rule: docs/usage.md, "The guard", finding the files): its
+    ``__path__`` if it is imported; else its parent's directories joined
+    with its name; for ``vllm`` itself, what ``find_spec`` finds (a
+    top-level search imports nothing)."""
+    live = sys.modules.get(package)
+    path = getattr(live, "__path__", None) if live is not None else None
+    if path is not None:
+        return [p for p in list(path) if isinstance(p, str)]
+    parent, _, name = package.rpartition(".")
+    if parent:
+        return [os.path.join(d, name) for d in _package_dirs(parent)]
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return []
+    locations = getattr(spec, "submodule_search_locations", None) if spec else None
+    return [p for p in list(locations or ()) if isinstance(p, str)]
+
+
 def _source_of(module: str) -> tuple[str, object, Any]:
     """(the source path, the module object in sys.modules or None, its
-    loader) of a judged module. Raises Unjudged."""
+    loader) of a judged module, importing nothing: an imported module's own
+    spec; else what the import system's finders would find in its
+    package's directories (:func:`_package_dirs`). Raises LookupError when
+    there is no such module, Unjudged when it cannot be judged."""
     live = sys.modules.get(module)
     if live is not None:
         spec = getattr(live, "__spec__", None)
@@ -889,10 +1123,18 @@ def _source_of(module: str) -> tuple[str, object, Any]:
         if not isinstance(origin, str) or not origin.endswith(".py"):
             raise Unjudged(f"{module} is a module object with no Python source file")
     else:
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError) as exc:
-            raise Unjudged(f"{module} cannot be found ({type(exc).__name__}: {exc})") from None
+        dirs = _package_dirs(module.rpartition(".")[0])
+        spec = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            try:
+                spec = find(module, dirs)
+            except Exception as exc:  # a finder's own failure: the import would fail
+                raise Unjudged(f"{module} cannot be found ({type(exc).__name__}: {exc})") from None
+            if spec is not None:
+                break
         if spec is None:
             raise LookupError(module)
         origin, loader = spec.origin, spec.loader
@@ -901,6 +1143,30 @@ def _source_of(module: str) -> tuple[str, object, Any]:
     if not hasattr(loader, "get_code"):
         loader = importlib.util.spec_from_file_location(module, origin).loader  # type: ignore[union-attr]
     return origin, live, loader
+
+
+def _cache_of(path: str, live: object) -> list[str]:
+    # The bytecode caches an import of path reads: its spec's, and the one
+    # Python's loader derives from the source path.
+    out = []
+    spec = getattr(live, "__spec__", None) if live is not None else None
+    cached = getattr(spec, "cached", None)
+    if isinstance(cached, str):
+        out.append(cached)
+    try:
+        out.append(importlib.util.cache_from_source(path))
+    except (NotImplementedError, ValueError):
+        pass
+    return out
+
+
+def _regular_or_absent(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
 
 
 def check_vllm_code(
@@ -932,23 +1198,46 @@ def _check_vllm_code(
     paths: dict[str, str] = {}
     compiled: dict[str, tuple[ast.Module, CodeType]] = {}
     not_source: list[tuple[str, str]] = []
+    located: dict[str, tuple[str, object, Any]] = {}
     for module in (ARC_MODULE, BASE_MODULE, *CALLER_MODULES):
         try:
-            path, live, loader = _source_of(module)
+            located[module] = _source_of(module)
         except LookupError:
             if module in CALLER_MODULES:
                 continue  # a release without this caller
             raise Unjudged(f"{module} cannot be found") from None
+    # The callers wherever they are (the rule: docs/usage.md, "The guard").
+    scanned: dict[str, bytes] = {}
+    for root in _package_dirs(KV_OFFLOAD):
+        for module, (path, text) in find_callers(root).items():
+            scanned[path] = text
+            if module in located:
+                continue
+            try:
+                located[module] = _source_of(module)
+            except LookupError:
+                located[module] = (path, None, None)
+    for module, (path, live, loader) in located.items():
         try:
-            if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would never answer
-                raise OSError(f"{path} is not a regular file")
-            with open(path, "rb") as f:
-                source = f.read()
+            if path in scanned:
+                source = scanned[path]
+            else:
+                if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would never answer
+                    raise OSError(f"{path} is not a regular file")
+                with open(path, "rb") as f:
+                    source = f.read()
             tree = ast.parse(source)
             code = compile(tree, path, "exec", dont_inherit=True)
         except (OSError, SyntaxError, ValueError) as exc:
             raise Unjudged(f"cannot read {path} ({type(exc).__name__}: {exc})") from None
         sources[module], paths[module], compiled[module] = source, path, (tree, code)
+        if loader is None:
+            loader = importlib.util.spec_from_file_location(module, path).loader  # type: ignore[union-attr]
+        caches = _cache_of(path, live)
+        odd = [c for c in caches if not _regular_or_absent(c)]
+        if odd:
+            # The loader would open it, and a FIFO would never answer.
+            raise Unjudged(f"its bytecode cache {odd[0]} is not a regular file")
         runs = loader.get_code(module)
         if not (isinstance(runs, CodeType) and same_code(runs, code, fresh=True)):
             not_source.append((path, "the code its loader gives is not compiled from it"))
