@@ -137,10 +137,27 @@ DYNAMIC = frozenset(
         "eval",
         "exec",
         "compile",
+        # what reads, copies or rebuilds an object's state without naming it
+        "__getstate__",
+        "__setstate__",
+        "__reduce__",
+        "__reduce_ex__",
+        "__getnewargs__",
+        "__getnewargs_ex__",
+        "__copy__",
+        "__deepcopy__",
+        "__getattr__",
+        "__setattr__",
+        "__delattr__",
+        "__dir__",
+        "dir",
     }
 )
 """What reaches an attribute by a computed name (a format string's field
-included): a caller may use none."""
+included), or an object's state as a whole: a caller may use none."""
+ARC_CLASS = "ARCCachePolicy"
+"""vLLM's ARC class by name: a caller may not use it (``isinstance``,
+``issubclass``, a class pattern: vLLM's class is not arc_cy's)."""
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _MODULE_CODE = "<module code>"
 
@@ -570,34 +587,73 @@ def _docstring_texts(tree: ast.Module) -> set[str]:
     return texts
 
 
-def _words(const: object, skip: set[str], out: set[str]) -> None:
+def _words(const: object, skip: set[str], out: set[str], doubtful: set[str]) -> None:
     # The identifiers in a constant's strings, tuples (keyword names, class
-    # patterns) and frozensets included; skip: docstring texts.
+    # patterns) and frozensets included; skip: docstring texts, whose
+    # strings go to doubtful (the same text may be a docstring and a use).
     todo = [const]
     while todo:
         item = todo.pop()
         if isinstance(item, str):
-            if _doc_key(item) not in skip:
+            if _doc_key(item) in skip:
+                doubtful.add(item)
+            else:
                 out.update(_WORD.findall(item))
         elif isinstance(item, (tuple, frozenset)):
             todo.extend(item)
+
+
+def _statement_strings(tree: ast.Module) -> set[int]:
+    # The ids of the string statements' constants (docstrings among them).
+    ids: set[int] = set()
+    todo: list[list[ast.stmt]] = [tree.body]
+    while todo:
+        for stmt in todo.pop():
+            if _is_string_statement(stmt):
+                ids.add(id(stmt.value))  # type: ignore[attr-defined]
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                value = getattr(stmt, field, None)
+                if isinstance(value, list):
+                    todo.append(value)
+            for part in getattr(stmt, "handlers", None) or getattr(stmt, "cases", None) or ():
+                todo.append(part.body)
+    return ids
 
 
 def names_used(tree: ast.Module, code: CodeType, wanted: Iterable[str]) -> dict[str, int]:
     """Which of ``wanted`` a module's code uses, each with the first line
     using it: the attributes and globals of its code, the identifiers in
     its strings (a format string's fields), keyword names and class-pattern
-    attributes. A string statement (a docstring) is not a use."""
+    attributes. A string statement (a docstring) is not a use; a string
+    with a docstring's text elsewhere is."""
     wanted = frozenset(wanted)
     skip = _docstring_texts(tree)
     hits: set[str] = set()
+    doubtful: set[str] = set()
     for obj in _code_objects(code):
         hits |= wanted.intersection(obj.co_names)
         words: set[str] = set()
         for const in obj.co_consts:
             if not isinstance(const, CodeType):
-                _words(const, skip, words)
+                _words(const, skip, words, doubtful)
         hits |= wanted.intersection(words)
+    doubtful = {t for t in doubtful if wanted.intersection(_WORD.findall(t))}
+    if doubtful:
+        # Only the string statements' own constants are docstrings.
+        statements = _statement_strings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant):
+                texts = [node.value] if id(node) not in statements else []
+            elif isinstance(node, ast.keyword):
+                texts = [node.arg]
+            elif isinstance(node, ast.MatchClass):
+                texts = list(node.kwd_attrs)
+            else:
+                continue
+            for text in texts:
+                if isinstance(text, str) and text in doubtful:
+                    hits |= wanted.intersection(_WORD.findall(text))
     return _first_lines(tree, code, hits) if hits else {}
 
 
@@ -614,12 +670,13 @@ def _first_lines(tree: ast.Module, code: CodeType, names: set[str]) -> dict[str,
         for ins in dis.get_instructions(obj):
             if isinstance(ins.argval, str) and ins.argval in obj.co_names:
                 add(ins.argval, (ins.positions.lineno if ins.positions else None) or 0)
-    skip = _docstring_texts(tree)
+    statements = _statement_strings(tree)
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
         words: set[str] = set()
         if isinstance(node, ast.Constant):
-            _words(node.value, skip, words)
+            if id(node) not in statements:
+                _words(node.value, set(), words, set())
         elif isinstance(node, ast.keyword) and node.arg:
             words.add(node.arg)
         elif isinstance(node, ast.MatchClass):
@@ -636,7 +693,34 @@ def forbidden_names(code: ArcCode, policy_names: Iterable[str]) -> frozenset[str
     has beyond base.py's CachePolicy, dunders aside."""
     ours = code.arc_names | set(policy_names)
     base = code.base_names | set(dir(object))
-    return DYNAMIC | {n for n in ours - base if not (n.startswith("__") and n.endswith("__"))}
+    beyond = {n for n in ours - base if not (n.startswith("__") and n.endswith("__"))}
+    return DYNAMIC | beyond | {ARC_CLASS}
+
+
+def policy_attributes(code: ArcCode, policy_names: Iterable[str]) -> frozenset[str]:
+    """Every attribute a policy has (CachePolicy's, vLLM's ARC's, arc_cy's),
+    dunders aside: what a caller may not assign or delete."""
+    every = code.base_names | code.arc_names | set(policy_names)
+    return frozenset(n for n in every if not (n.startswith("__") and n.endswith("__")))
+
+
+def attribute_writes(tree: ast.Module, code: CodeType, names: frozenset[str]) -> dict[str, int]:
+    """Where a module assigns or deletes (augmented assignment included)
+    an attribute named in ``names`` on anything but ``self`` or ``cls``:
+    each name with its first line."""
+    if not any(names.intersection(c.co_names) for c in _code_objects(code)):
+        return {}
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and not isinstance(node.ctx, ast.Load)
+            and node.attr in names
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+        ):
+            if node.attr not in found or node.lineno < found[node.attr]:
+                found[node.attr] = node.lineno
+    return found
 
 
 # --- the verdict ----------------------------------------------------------------
@@ -671,7 +755,8 @@ class Change:
     """The object, e.g. "arc.py:ARCCachePolicy.evict"."""
     path: str
     how: str
-    """"differs" or "new" (the nearest verified code has no such object)."""
+    """"differs", "new" (the nearest verified code has no such object) or
+    "missing" (a method Python calls, which the verified code has)."""
 
 
 @dataclass(frozen=True)
@@ -682,8 +767,10 @@ class Use:
     path: str
     line: int
     why: str
-    """"dynamic", "beyond" (an ARC policy has it beyond CachePolicy) or
-    "gone" (a verified ARC has it, the installed one does not)."""
+    """"dynamic", "beyond" (an ARC policy has it beyond CachePolicy),
+    "class" (vLLM's ARC class by name), "write" (an assignment or deletion
+    of a policy attribute's name) or "gone" (a verified ARC has it, the
+    installed one does not)."""
     release: str | None = None
     """For "gone": the verified release whose ARC has it."""
 
@@ -762,6 +849,7 @@ def judge_sources(
         ]
 
     # Methods a verified ARC has and this one lacks: no code may use them.
+    # A dunder lacking (Python calls it, not code by name) is a change.
     against = matching or ([releases_of[nearest]] if nearest else [])
     prefix = "arc.py:ARCCachePolicy."
     gone: dict[str, str] = {}  # name: the verified release whose ARC has it
@@ -769,11 +857,19 @@ def judge_sources(
         for key in entry["arc"]:
             name = key[len(prefix) :]
             if key.startswith(prefix) and name not in code.methods:
-                gone.setdefault(name, _closest(entry["releases"], version))
+                release = _closest(entry["releases"], version)
+                if not (name.startswith("__") and name.endswith("__")):
+                    gone.setdefault(name, release)
+                elif all(c.name != key for c in changes):
+                    changes.append(Change(key, paths[ARC_MODULE], "missing"))
+                    nearest = nearest or verified_as or release
+    if changes:
+        verified_as = None
     forbidden = forbidden_names(code, policy_names) | gone.keys()
     uses: list[Use] = []
     for name in sorted(gone.keys() & code.uses):
         uses.append(Use(name, paths[ARC_MODULE], 0, "gone", gone[name]))
+    writable = policy_attributes(code, policy_names)
     callers = [m for m in CALLER_MODULES if m in sources]
     callers += sorted(m for m in sources if m not in (ARC_MODULE, BASE_MODULE, *callers))
     for module in callers:
@@ -782,8 +878,23 @@ def judge_sources(
         trusted = bool(found) and any(  # fingerprinted only when it matters
             fingerprint(tree) in e["callers"].get(short_name(module), ()) for e in matching
         )
-        for name, line in sorted(found.items(), key=lambda u: (u[1], u[0])):
-            why = "gone" if name in gone else "dynamic" if name in DYNAMIC else "beyond"
+        writes = attribute_writes(tree, caller, writable)
+        trusted = trusted or (
+            bool(writes)
+            and any(fingerprint(tree) in e["callers"].get(short_name(module), ()) for e in matching)
+        )
+        found_uses = [(name, line, None) for name, line in found.items()]
+        found_uses += [(name, line, "write") for name, line in writes.items()]
+        for name, line, kind in sorted(found_uses, key=lambda u: (u[1], u[0], u[2] or "")):
+            why = kind or (
+                "gone"
+                if name in gone
+                else "dynamic"
+                if name in DYNAMIC
+                else "class"
+                if name == ARC_CLASS
+                else "beyond"
+            )
             if trusted and why != "gone":
                 continue  # a verified caller, as that release shipped it
             uses.append(Use(name, paths[module], line, why, gone.get(name)))
@@ -912,6 +1023,21 @@ _CLASS_DUNDERS = frozenset(
 """What Python (and ABCMeta) put in a class's namespace."""
 
 
+def _bound_kind(node: ast.FunctionDef | ast.AsyncFunctionDef) -> type:
+    # What a def binds in its class or module, by its decorators: a
+    # staticmethod, classmethod or property (a getter, or X.setter and
+    # X.deleter), else the function (other decorators are vLLM's markers,
+    # typing's override and abc's abstractmethod, which return it).
+    for decorator in node.decorator_list:
+        if isinstance(decorator, ast.Name) and decorator.id in ("staticmethod", "classmethod"):
+            return staticmethod if decorator.id == "staticmethod" else classmethod
+        if (isinstance(decorator, ast.Name) and decorator.id == "property") or (
+            isinstance(decorator, ast.Attribute) and decorator.attr in ("setter", "deleter")
+        ):
+            return property
+    return FunctionType
+
+
 def _literal(node: ast.AST | None, namespace: Mapping[str, object]) -> object:
     """The value a default or assignment's expression has, as the source
     writes it: a literal, or a module global it names; _OTHER when the
@@ -958,6 +1084,8 @@ def _live_problems(module: str, live: object, tree: ast.Module, compiled: CodeTy
     ) -> None:
         candidates = by_qualname.get(qualname, ())
         functions = _functions(entry)
+        if functions and type(entry) is not _bound_kind(node):
+            functions = None  # e.g. a def the source writes, bound as a staticmethod
         if not functions:
             problems.append(f"{qualname} is not a function compiled from its source")
             return
@@ -1012,6 +1140,15 @@ def _live_problems(module: str, live: object, tree: ast.Module, compiled: CodeTy
         ns = getattr(cls, "__dict__", None)
         if not isinstance(cls, type) or ns is None:
             problems.append(f"{prefix} is not the class its source defines")
+            return
+        owner = getattr(cls, "__module__", None)
+        if owner != module or getattr(cls, "__qualname__", None) != prefix:
+            # Another class in its place: said once, not once per member.
+            what = f"{owner}.{getattr(cls, '__qualname__', '?')}"
+            problems.append(
+                f"{prefix} is {what}, not the class its source defines"
+                + (_ARC_CY_IN_PLACE if str(owner).partition(".")[0] == "arc_cy" else "")
+            )
             return
         defined = set()
         strict = module in (ARC_MODULE, BASE_MODULE) and node.name in (
@@ -1085,6 +1222,11 @@ def _live_problems(module: str, live: object, tree: ast.Module, compiled: CodeTy
 
 
 _MISSING, _OTHER = object(), object()
+_ARC_CY_IN_PLACE = (
+    " (arc_cy's own class, patched into vLLM's module: leave vLLM's module as it"
+    ' is and name arc_cy in the configuration instead, "eviction_policy": "arc_cy",'
+    ' or "eviction_policy": "ARCCachePolicy" with "cache_policy_module_path": "arc_cy")'
+)
 
 
 def _package_dirs(package: str) -> list[str]:

@@ -8,9 +8,11 @@ analysis (arc_cy._fingerprint) judges the vendored release files
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import tokenize
 from pathlib import Path
+from types import CodeType
 
 import pytest
 
@@ -35,10 +37,18 @@ def sources(release: str = NEWEST) -> dict[str, str]:
     return {m: _file(release, m).read_text() for m in MODULES if _file(release, m).exists()}
 
 
+@functools.lru_cache(maxsize=64)
+def _compiled(source: str, path: str) -> tuple[ast.Module, CodeType]:
+    # Parsed and compiled once per text (the unedited modules of each judge).
+    tree = ast.parse(source)
+    return tree, compile(tree, path, "exec", dont_inherit=True)
+
+
 def judge(edited: dict[str, str], release: str = NEWEST) -> CodeCheck:
     paths = {m: str(_file(release, m)) for m in edited}
     data = {m: s.encode() for m, s in edited.items()}
-    return judge_sources(release, data, paths, VERIFIED, POLICY_NAMES)
+    compiled = {m: _compiled(s, paths[m]) for m, s in edited.items()}
+    return judge_sources(release, data, paths, VERIFIED, POLICY_NAMES, compiled)
 
 
 def test_each_release_as_it_ships_is_accepted() -> None:
@@ -198,3 +208,179 @@ def test_a_free_name_is_followed_whatever_scope_reads_it() -> None:
         "        return c\n"
     )
     assert free(tree.body) == {"d0", "z", "u", "g", "B", "c"}
+
+
+# --- the callers: found by file, wherever they are --------------------------------
+
+CALLER_PATHS = (
+    "vllm.v1.kv_offload.cpu.manager",
+    "vllm.v1.kv_offload.cpu.offloading_manager",
+    "vllm.v1.kv_offload.tiering.primary",
+    "vllm.v1.kv_offload.manager",
+    "vllm.v1.kv_offload.tiering.fs.deep.caller",
+)
+USE = "\n\ndef _probe(self, key):\n    self._policy.t1.move_to_end(key)\n"
+
+
+@pytest.mark.parametrize("module", CALLER_PATHS)
+def test_a_caller_is_judged_at_any_path(module: str) -> None:
+    # The vendored 0.34.0 CPU manager, with one ARC-only use, moved.
+    edited = sources()
+    manager = edited.pop(CALLER_MODULES[0]) + USE
+    edited[module] = manager
+    result = judge(edited)
+    assert [(u.name, u.why) for u in result.uses] == [("t1", "beyond")], result
+    assert result.uses[0].line == len(manager.splitlines())
+    assert (
+        _fingerprint.short_name(module)
+        == module.removeprefix("vllm.v1.kv_offload.").replace(".", "/") + ".py"
+    )
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    # A vllm/v1/kv_offload tree: each file's folders are packages.
+    root.mkdir(parents=True)
+    for name, text in files.items():
+        path = root.joinpath(*name.split("/"))
+        for parent in reversed(path.parents):
+            if parent != root and root in parent.parents:
+                parent.mkdir(exist_ok=True)
+                (parent / "__init__.py").touch()
+        path.write_text(text)
+    return root
+
+
+def test_the_callers_are_every_module_file_that_marks_the_policy(tmp_path: Path) -> None:
+    import os
+
+    marks = ["self._policy.get(k)", "from .policies.base import CachePolicy", "import x.policies"]
+    files = {f"cpu/m{i}.py": f"def f(self, k):\n    {m}\n" for i, m in enumerate(marks)}
+    files |= {
+        "tiering/a/b/deep.py": "p = manager._policy\n",
+        "tiering/a/b/__init__.py": "policy = manager._policy\n",
+        "plain.py": "cache_policy = eviction_policy = 1\n",  # no mark
+        "cpu/policies/lru.py": "self._policy = None\n",  # the policies package
+    }
+    root = _tree(tmp_path / "kv_offload", files)
+    (root / "loose").mkdir()  # not a package: no module of the tree
+    (root / "loose" / "x.py").write_text("self._policy.t1\n")
+    os.mkfifo(root / "tiering" / "fifo.py")  # never opened
+    found = _fingerprint.find_callers(str(root))
+    assert sorted(found) == sorted(
+        ["vllm.v1.kv_offload.cpu.m0", "vllm.v1.kv_offload.cpu.m1", "vllm.v1.kv_offload.cpu.m2"]
+        + ["vllm.v1.kv_offload.tiering.a.b.deep", "vllm.v1.kv_offload.tiering.a.b"]
+    )
+    for path, text in found.values():
+        assert Path(path).read_bytes() == text and _fingerprint.is_caller_source(text)
+
+
+# --- the callers: what arc_cy cannot honour is refused ----------------------------
+
+
+def _policy_attributes() -> list[str]:
+    trees = {m: ast.parse(s) for m, s in sources().items()}
+    code = _fingerprint.arc_code(trees[ARC_MODULE], trees[BASE_MODULE])
+    return sorted(_fingerprint.policy_attributes(code, POLICY_NAMES))
+
+
+WRITES = {
+    "assign": "manager._policy.{} = value",
+    "augmented": "manager._policy.{} += value",
+    "annotated": "manager._policy.{}: int = value",
+    "delete": "del manager._policy.{}",
+    "alias": "policy = manager._policy\n    policy.{} = value",
+    "for-target": "for manager._policy.{} in [value]:\n        pass",
+}
+
+
+@pytest.mark.parametrize("form", sorted(WRITES))
+def test_a_write_to_any_policy_attribute_is_refused(form: str) -> None:
+    names = _policy_attributes()
+    assert {"cache_capacity", "t1", "target_t1_size", "get"} <= set(names)
+    edited = sources()
+    for name in names:  # one probe per name, all in one caller
+        line = WRITES[form].format(name)
+        edited[CALLER_MODULES[0]] += f"\n\ndef _probe_{name}(manager, value):\n    {line}\n"
+    result = judge(edited)
+    assert {u.name for u in result.uses if u.why == "write"} == set(names), result
+
+
+def test_a_write_to_its_own_attribute_is_not_a_use() -> None:
+    edited = sources()
+    edited[CALLER_MODULES[0]] += (
+        "\n\nclass _Own:\n    def f(self):\n        self.t2 = self.get = 1\n"
+    )
+    result = judge(edited)
+    assert not [u for u in result.uses if u.why == "write"]
+
+
+ARC_CLASS_USES = {
+    "isinstance": "isinstance(policy, ARCCachePolicy)",
+    "issubclass": "issubclass(type(policy), arc.ARCCachePolicy)",
+    "type-is": "type(policy) is ARCCachePolicy",
+    "class-pattern": "match policy:\n        case ARCCachePolicy():\n            pass",
+    "dotted-pattern": "match policy:\n        case arc.ARCCachePolicy(t=1):\n            pass",
+    "string": "'ARCCachePolicy' in repr(type(policy))",
+}
+
+
+@pytest.mark.parametrize("use", sorted(ARC_CLASS_USES))
+def test_vllms_arc_class_by_name_is_refused(use: str) -> None:
+    edited = sources()
+    edited[CALLER_MODULES[1]] += f"\n\ndef _probe(policy):\n    {ARC_CLASS_USES[use]}\n"
+    result = judge(edited)
+    assert ("ARCCachePolicy", "class") in {(u.name, u.why) for u in result.uses}, result
+
+
+def test_every_dynamic_route_is_refused() -> None:
+    edited = sources()
+    for i, name in enumerate(sorted(_fingerprint.DYNAMIC)):
+        edited[CALLER_MODULES[0]] += (
+            f"\n\ndef _probe{i}(manager):\n    return manager._policy.{name}\n"
+        )
+    result = judge(edited)
+    assert {u.name for u in result.uses if u.why == "dynamic"} == _fingerprint.DYNAMIC
+
+
+@pytest.mark.parametrize("where", ["function", "class", "module"])
+def test_a_string_equal_to_a_docstring_is_still_a_use(where: str) -> None:
+    # Only the docstring itself is skipped, not every string with its text.
+    edited = sources()
+    probe = {
+        "function": 'def _probe(p):\n    """t1"""\n    match p:\n        case object(t1=x):\n'
+        "            return x\n",
+        "class": 'class _Probe:\n    """t1"""\n\n    key = "t1"\n',
+        "module": '_KEY = "t1"\n',
+    }[where]
+    if where == "module":
+        edited[CALLER_MODULES[0]] = '"""t1"""\n' + edited[CALLER_MODULES[0]]
+    edited[CALLER_MODULES[0]] += "\n\n" + probe
+    result = judge(edited)
+    assert "t1" in {u.name for u in result.uses}, result
+    only_doc = sources()
+    only_doc[CALLER_MODULES[0]] += '\n\ndef _doc(p):\n    """t1"""\n    return p\n'
+    assert judge(only_doc).ok
+
+
+# --- what the refusal says ----------------------------------------------------------
+
+
+def test_a_dunder_arc_lost_is_a_change_not_a_callers_use() -> None:
+    # 0.34.0 with ARC's __init__ gone: ARC runs CachePolicy's. That is a
+    # change of ARC's code, not a name the managers (whose own `def
+    # __init__` bind it) or arc.py use.
+    from arc_cy._guard import refused_message
+
+    edited = sources()
+    arc = edited[ARC_MODULE]
+    start = arc.index("    def __init__(")
+    end = arc.index("\n    @", start)
+    edited[ARC_MODULE] = arc[:start] + arc[end + 1 :]
+    result = judge(edited)
+    assert result.verified_as is None and not result.uses
+    assert [(c.name, c.how) for c in result.changes] == [
+        ("arc.py:ARCCachePolicy.__init__", "missing")
+    ]
+    message = refused_message(result)
+    assert "is not code arc_cy verified: `ARCCachePolicy.__init__`" in message
+    assert f"is missing, which verified vLLM {NEWEST}'s has." in message

@@ -139,6 +139,13 @@ class FakeVllm:
             fake = importlib.util.module_from_spec(spec)
             self.monkeypatch.setitem(sys.modules, module, fake)
             spec.loader.exec_module(fake)
+        # arc_cy binds base.py's order_request_keys when it imports, as it
+        # would have from these modules.
+        ours = sys.modules[BASE_MODULE].__dict__.get("order_request_keys")
+        for holder in _guard.HOLDERS:
+            module = sys.modules.get(holder)
+            if ours is not None and module is not None and "order_request_keys" in vars(module):
+                self.monkeypatch.setattr(module, "order_request_keys", ours)
         return self
 
 
@@ -409,7 +416,7 @@ def test_a_caller_that_asks_more_than_cache_policy_is_refused(
     number = len(fake.files[caller].read_text().splitlines())
     reason = {
         "beyond": "which an ARC policy has beyond base.py's CachePolicy",
-        "gone": f"which verified vLLM {PREVIOUS}'s ARC has and this one does not",
+        "gone": f"a method of verified vLLM {PREVIOUS}'s ARC that this vLLM's ARC lacks",
     }[why]
     assert message == (
         f"arc_cy: vLLM 0.35.0's ARC code is verified vLLM {INSTALLED}'s, but "
@@ -968,3 +975,255 @@ def test_an_indented_docstring_is_not_a_use_on_every_python():
     assert names_used(ast.parse(source), code, {"touch", "get"}) == {"get": 7}
     used = source.replace("return self.policy.get", "return 'touch'")
     assert names_used(ast.parse(used), compile(used, "tier.py", "exec"), {"touch"}) == {"touch": 7}
+
+
+# --- what runs is judged as it is bound (issue 46) ----------------------------------
+
+
+def _arc_copy() -> tuple[ModuleType, object, CodeType]:
+    """A fresh copy of the installed arc.py's module (not in sys.modules),
+    its tree and its code: what the live check is given."""
+    import ast
+
+    spec = importlib.util.spec_from_file_location(ARC_MODULE, REAL[ARC_MODULE])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tree = ast.parse(REAL[ARC_MODULE].read_bytes())
+    code = compile(tree, str(REAL[ARC_MODULE]), "exec", dont_inherit=True)
+    assert _fingerprint._live_problems(ARC_MODULE, module, tree, code) == []
+    return module, tree, code
+
+
+def _cell(value: object) -> object:
+    return (lambda: value).__closure__[0]  # type: ignore[index]
+
+
+def _patches(f: object) -> dict[str, object]:
+    """Every way to bind, in a method's place, something that is not the
+    function its source compiles to (with the same code where it can)."""
+    import functools
+    from types import FunctionType
+
+    assert isinstance(f, FunctionType)
+
+    def copy(**changes: object) -> FunctionType:
+        g = FunctionType(
+            f.__code__,
+            changes.get("globals", f.__globals__),  # type: ignore[arg-type]
+            f.__name__,
+            f.__defaults__,
+            changes.get("closure", f.__closure__),  # type: ignore[arg-type]
+        )
+        g.__kwdefaults__ = f.__kwdefaults__
+        return g
+
+    out: dict[str, object] = {
+        "wraps": functools.wraps(f)(lambda *a, **k: f(*a, **k)),
+        "other-globals": copy(globals=dict(f.__globals__)),
+        "staticmethod": staticmethod(f),
+        "classmethod": classmethod(f),
+        "property": property(f),
+        "partialmethod": functools.partialmethod(f),
+    }
+    defaults = copy()
+    defaults.__defaults__ = (*(f.__defaults__ or ()), None)
+    out["defaults"] = defaults
+    kwdefaults = copy()
+    kwdefaults.__kwdefaults__ = {**(f.__kwdefaults__ or {}), "extra": None}
+    out["kwdefaults"] = kwdefaults
+    if f.__code__.co_freevars == ("__class__",):
+        out["closure"] = copy(closure=(_cell(object),))
+    return out
+
+
+def test_every_method_patched_in_any_way_is_refused() -> None:
+    # Each method of vLLM's ARCCachePolicy, each patch: refused, by name,
+    # whatever the patch wraps (a __wrapped__ chain is never followed).
+    from types import FunctionType
+
+    module, tree, code = _arc_copy()
+    cls = module.ARCCachePolicy
+    methods = {k: v for k, v in vars(cls).items() if type(v) is FunctionType}
+    assert {"evict", "insert", "__init__"} <= set(methods)
+    kinds = set()
+    for name, f in methods.items():
+        for kind, patch in _patches(f).items():
+            kinds.add(kind)
+            setattr(cls, name, patch)
+            try:
+                problems = _fingerprint._live_problems(ARC_MODULE, module, tree, code)
+            finally:
+                setattr(cls, name, f)
+            assert any(p.startswith(f"ARCCachePolicy.{name} ") for p in problems), (name, kind)
+    assert "closure" in kinds  # (a method with super() has one)
+
+
+def test_a_global_its_source_does_not_bind_is_refused() -> None:
+    # Every builtin name (each shadows the builtin for every method), and
+    # any other name.
+    import builtins
+
+    module, tree, code = _arc_copy()
+    for name in [*dir(builtins), "anything"]:
+        if name in vars(module):
+            continue  # (__name__, __doc__, ...: the module's own)
+        setattr(module, name, object())
+        try:
+            problems = _fingerprint._live_problems(ARC_MODULE, module, tree, code)
+        finally:
+            delattr(module, name)
+        assert f"{name} is a global that its source does not bind" in problems, name
+
+
+def test_a_class_attribute_its_source_does_not_define_is_refused() -> None:
+    # A data descriptor, a plain value or a function: whatever the name.
+    module, tree, code = _arc_copy()
+    cls = module.ARCCachePolicy
+    names = sorted(_guard.POLICY_NAMES | {"__getattribute__", "__setattr__", "__getattr__"})
+    for name in names:
+        for value in (property(lambda self: 0), 0, lambda self: None):
+            before = vars(cls).get(name, _MISSING)
+            setattr(cls, name, value)
+            try:
+                problems = _fingerprint._live_problems(ARC_MODULE, module, tree, code)
+            finally:
+                if before is _MISSING:
+                    delattr(cls, name)
+                else:
+                    setattr(cls, name, before)
+            assert any(p.startswith(f"ARCCachePolicy.{name} ") for p in problems), (name, value)
+
+
+_MISSING = object()
+HELD = [
+    h for h in _guard.HOLDERS if "order_request_keys" in vars(sys.modules.get(h) or ModuleType("x"))
+]
+
+
+@pytest.mark.parametrize("holder", HELD)
+def test_an_order_request_keys_replaced_before_arc_cy_imported_is_refused(
+    holder: str, registry: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import functools
+
+    real = sys.modules[BASE_MODULE].order_request_keys
+    wrapper = functools.wraps(real)(lambda *a, **k: list(reversed(real(*a, **k))))
+    monkeypatch.setattr(sys.modules[holder], "order_request_keys", wrapper)
+    result = _guard.check_vllm_code()
+    assert result is not None and not result.ok
+    assert any(holder in what and "replaced before arc_cy" in what for _, what in result.not_source)
+
+
+@pytest.mark.parametrize(
+    "replacement", ["arc_cy._arc_c", "arc_cy._arc_py", "vllm.v1.kv_offload.cpu.policies.lru"]
+)
+def test_arc_replaced_by_another_class_is_said_once(
+    replacement: str,
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    if replacement == "arc_cy._arc_c" and "cython" not in IMPLEMENTATIONS:
+        replacement = "arc_cy._arc_py"
+    fake.install("0.35.0")
+    module = importlib.import_module(replacement)
+    cls = next(
+        v for k, v in vars(module).items() if k.endswith("CachePolicy") and k != "CachePolicy"
+    )
+    monkeypatch.setattr(sys.modules[ARC_MODULE], "ARCCachePolicy", cls)
+    message = refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
+    said = (
+        f"ARCCachePolicy is {cls.__module__}.{cls.__qualname__}, not the class its source defines"
+    )
+    assert message.count(said) == 1 and "is missing" not in message, message
+    advice = '"eviction_policy": "arc_cy"'
+    assert (advice in message) == replacement.startswith("arc_cy"), message
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "symlink-to-fifo"])
+@pytest.mark.parametrize("imported", [False, True], ids=["not-imported", "imported"])
+def test_a_bytecode_cache_that_is_not_a_regular_file_is_never_opened(
+    kind: str, imported: bool, registry: dict, fake: FakeVllm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    fake.write()
+    arc = fake.files[ARC_MODULE]
+    if imported:
+        fake.load("0.35.0")
+    else:
+        _loaded_from(monkeypatch, ARC_MODULE, arc)
+    cache = Path(importlib.util.cache_from_source(str(arc)))
+    cache.parent.mkdir(exist_ok=True)
+    if cache.exists():
+        cache.unlink()
+    if kind == "directory":
+        cache.mkdir()
+    else:
+        fifo = cache if kind == "fifo" else cache.with_name("elsewhere")
+        os.mkfifo(fifo)
+        if kind == "symlink-to-fifo":
+            cache.symlink_to(fifo)
+    results: list[object] = []
+    worker = threading.Thread(target=lambda: results.append(_guard.check_vllm_code()), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert results, "the check hangs on the bytecode cache"
+    result = results[0]
+    assert result is not None and not result.ok  # type: ignore[attr-defined]
+    assert result.unjudged == (f"its bytecode cache {cache} is not a regular file",)  # type: ignore[attr-defined]
+
+
+def test_a_tiering_package_that_fails_to_import_does_not_refuse(
+    registry: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A tier backend's optional dependency missing: the tiering package's
+    # __init__ raises. The guard imports nothing: it finds the tiering
+    # manager's file in its package's directory and judges it.
+    package = TIERING_MANAGER.rpartition(".")[0]
+
+    class Broken(importlib.abc.Loader):
+        def create_module(self, spec):  # type: ignore[no-untyped-def]
+            return None
+
+        def exec_module(self, module):  # type: ignore[no-untyped-def]
+            raise ImportError("No module named 'an_optional_backend'")
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, target_path=None, target=None):  # type: ignore[no-untyped-def]
+            if name == package:
+                return importlib.util.spec_from_loader(name, Broken(), is_package=True)
+            return None
+
+    for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [Finder(), *sys.meta_path])
+    with pytest.raises(ImportError):
+        importlib.import_module(TIERING_MANAGER)
+    result = _guard.check_vllm_code()
+    assert result is not None and result.ok, _guard.reasons(result)  # type: ignore[arg-type]
+    assert package not in sys.modules
+
+
+def test_a_caller_moved_in_the_tree_is_judged(
+    registry: dict, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A release that moves the CPU manager (cpu/offloading_manager.py, in
+    # another directory of the kv_offload package) is judged there.
+    import vllm.v1.kv_offload as kv_offload
+
+    extra = tmp_path / "kv_offload"
+    (extra / "cpu").mkdir(parents=True)
+    (extra / "cpu" / "__init__.py").touch()
+    moved = extra / "cpu" / "offloading_manager.py"
+    moved.write_text(
+        REAL[CPU_MANAGER].read_text()
+        + "\n\ndef _probe(self, key):\n    self._policy.t1.move_to_end(key)\n"
+    )
+    monkeypatch.setattr(kv_offload, "__path__", [*kv_offload.__path__, str(extra)])
+    result = _guard.check_vllm_code()
+    assert result is not None and not result.ok
+    line = len(moved.read_text().splitlines())
+    assert [(u.name, u.path, u.line) for u in result.uses] == [("t1", str(moved), line)]
