@@ -179,6 +179,41 @@ def policy_module(impl: str) -> str:
     return MODULES[impl]
 
 
+@dataclass
+class Guard:
+    """One test's vLLM: the fake (written, not yet loaded), vLLM's registry
+    without arc_cy and the guard not yet run (the registry fixture), with
+    pytest's monkeypatch and caplog, and the module path that the
+    module-path route builds (the implementation under test)."""
+
+    fake: FakeVllm
+    monkeypatch: pytest.MonkeyPatch
+    caplog: pytest.LogCaptureFixture
+    module_path: str
+
+    def routes(self) -> Routes:
+        """Both routes on the vLLM in sys.modules (routes())."""
+        return routes(self.monkeypatch, self.caplog, self.module_path)
+
+
+@pytest.fixture
+def guard(
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> Guard:
+    """A test's vLLM, built with the chosen implementation."""
+    return Guard(fake, monkeypatch, caplog, MODULES[CHOSEN])
+
+
+@pytest.fixture
+def guard_each(guard: Guard, policy_module: str) -> Guard:
+    """A test's vLLM, once per implementation."""
+    guard.module_path = policy_module
+    return guard
+
+
 def register(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     caplog.clear()
     with caplog.at_level(logging.INFO, logger=plugin.logger.name):
@@ -253,62 +288,46 @@ def test_the_installed_vllm_registers(
 
 
 def test_release_day_a_new_release_with_verified_arc_code_registers(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    policy_module: str,
+    guard_each: Guard,
 ) -> None:
     # The installed release's code, before its entry joined the table: its
     # ARC code is the previous release's less a method nothing calls now
     # (0.34.0's touch), its callers are new and ask only what CachePolicy has.
-    monkeypatch.setattr(_guard, "VERIFIED", WITHOUT_INSTALLED)
-    fake.install("0.35.0")
-    accepted(routes(monkeypatch, caplog, policy_module), "0.35.0", PREVIOUS)
+    guard_each.monkeypatch.setattr(_guard, "VERIFIED", WITHOUT_INSTALLED)
+    guard_each.fake.install("0.35.0")
+    accepted(guard_each.routes(), "0.35.0", PREVIOUS)
 
 
 def test_defaults_of_base_methods_that_arc_overrides_do_not_count(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    policy_module: str,
+    guard_each: Guard,
 ) -> None:
     base = REAL[BASE_MODULE].read_text()
     base = _method_body(base, "on_store_miss", "for _ in keys:\n    pass\n")
     base = _edit(
         base, "    @abstractmethod\n    def on_request_finished(", "    def on_request_finished("
     )
-    fake.install("0.35.0", sources={BASE_MODULE: base})
-    accepted(routes(monkeypatch, caplog, policy_module), "0.35.0", INSTALLED)
+    guard_each.fake.install("0.35.0", sources={BASE_MODULE: base})
+    accepted(guard_each.routes(), "0.35.0", INSTALLED)
 
 
 def test_a_caller_line_that_uses_base_names_only_registers(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    policy_module: str,
+    guard_each: Guard,
 ) -> None:
-    fake.install(
+    guard_each.fake.install(
         "0.35.0",
         appended={
             CPU_MANAGER: "\n\ndef _resident(manager, key):\n"
             "    return manager._policy.get(key) is not None\n"
         },
     )
-    accepted(routes(monkeypatch, caplog, policy_module), "0.35.0", INSTALLED)
+    accepted(guard_each.routes(), "0.35.0", INSTALLED)
 
 
 def test_comments_docstrings_and_formatting_do_not_count(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    policy_module: str,
+    guard_each: Guard,
 ) -> None:
     old, _ = GHOST_ADAPTATION
-    fake.install(
+    guard_each.fake.install(
         "0.35.0",
         edits={
             ARC_MODULE: (
@@ -321,7 +340,7 @@ def test_comments_docstrings_and_formatting_do_not_count(
             ),
         },
     )
-    accepted(routes(monkeypatch, caplog, policy_module), "0.35.0", INSTALLED)
+    accepted(guard_each.routes(), "0.35.0", INSTALLED)
 
 
 # --- what is refused, by what changed ---------------------------------------------
@@ -342,52 +361,41 @@ def test_a_changed_object_is_refused_by_name(
     module: str,
     edit: tuple[str, str],
     obj: str,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    policy_module: str,
+    guard_each: Guard,
 ) -> None:
-    fake.install("0.35.0", edits={module: edit})
-    message = refused(routes(monkeypatch, caplog, policy_module))
+    guard_each.fake.install("0.35.0", edits={module: edit})
+    message = refused(guard_each.routes())
     assert message == (
         "arc_cy: vLLM 0.35.0's ARC code is not code arc_cy verified: "
-        f"`{obj}` ({fake.files[module]}) differs from verified vLLM {INSTALLED}'s."
+        f"`{obj}` ({guard_each.fake.files[module]}) differs from verified vLLM {INSTALLED}'s."
     )
 
 
 def test_an_inherited_no_op_that_gains_a_body_is_refused(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    policy_module: str,
+    guard_each: Guard,
 ) -> None:
     base = _method_body(
         REAL[BASE_MODULE].read_text(), "on_request_access", "for key in keys:\n    self.get(key)\n"
     )
-    fake.install("0.35.0", sources={BASE_MODULE: base})
-    message = refused(routes(monkeypatch, caplog, policy_module))
+    guard_each.fake.install("0.35.0", sources={BASE_MODULE: base})
+    message = refused(guard_each.routes())
     assert message.endswith(
-        f"`CachePolicy.on_request_access` ({fake.files[BASE_MODULE]}) differs from "
+        f"`CachePolicy.on_request_access` ({guard_each.fake.files[BASE_MODULE]}) differs from "
         f"verified vLLM {INSTALLED}'s."
     )
 
 
 def test_a_new_method_is_refused_by_name(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    policy_module: str,
+    guard_each: Guard,
 ) -> None:
-    fake.install(
+    guard_each.fake.install(
         "0.35.0",
         appended={ARC_MODULE: "\n    def pin(self, key):\n        self.t1.move_to_end(key)\n"},
     )
-    message = refused(routes(monkeypatch, caplog, policy_module))
+    message = refused(guard_each.routes())
     assert message.endswith(
-        f"`ARCCachePolicy.pin` ({fake.files[ARC_MODULE]}) is not in verified vLLM {INSTALLED}'s."
+        f"`ARCCachePolicy.pin` ({guard_each.fake.files[ARC_MODULE]}) is not in "
+        f"verified vLLM {INSTALLED}'s."
     )
 
 
@@ -405,22 +413,20 @@ def test_a_caller_that_asks_more_than_cache_policy_is_refused(
     line: str,
     name: str,
     why: str,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    policy_module: str,
+    guard_each: Guard,
 ) -> None:
-    fake.install("0.35.0", appended={caller: f"\n\ndef _probe(manager, key):\n    {line}\n"})
-    message = refused(routes(monkeypatch, caplog, policy_module))
-    number = len(fake.files[caller].read_text().splitlines())
+    guard_each.fake.install(
+        "0.35.0", appended={caller: f"\n\ndef _probe(manager, key):\n    {line}\n"}
+    )
+    message = refused(guard_each.routes())
+    number = len(guard_each.fake.files[caller].read_text().splitlines())
     reason = {
         "beyond": "which an ARC policy has beyond base.py's CachePolicy",
         "gone": f"a method of verified vLLM {PREVIOUS}'s ARC that this vLLM's ARC lacks",
     }[why]
     assert message == (
         f"arc_cy: vLLM 0.35.0's ARC code is verified vLLM {INSTALLED}'s, but "
-        f"{fake.files[caller]}:{number} uses {name!r}, {reason}."
+        f"{guard_each.fake.files[caller]}:{number} uses {name!r}, {reason}."
     )
 
 
@@ -462,18 +468,15 @@ REACHES = {
 def test_every_way_a_caller_reaches_the_policy_is_refused(
     reach: str,
     caller: str,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.install("0.35.0", appended={caller: "\n\n" + REACHES[reach]})
-    message = refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
+    guard.fake.install("0.35.0", appended={caller: "\n\n" + REACHES[reach]})
+    message = refused(guard.routes())
     name = "_check_invariants" if reach == "arc_cy-only-attribute" else "t1"
-    lines = fake.files[caller].read_text().splitlines()
+    lines = guard.fake.files[caller].read_text().splitlines()
     line = next(i for i, text in enumerate(lines, 1) if name in text and i > len(lines) - 8)
     assert (
-        f"{fake.files[caller]}:{line} uses {name!r}, which an ARC policy has beyond "
+        f"{guard.fake.files[caller]}:{line} uses {name!r}, which an ARC policy has beyond "
         "base.py's CachePolicy" in message
     )
 
@@ -491,28 +494,24 @@ def test_every_way_a_caller_reaches_the_policy_is_refused(
 )
 def test_a_computed_attribute_name_is_refused(
     call: str,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.install(
+    guard.fake.install(
         "0.35.0", appended={CPU_MANAGER: f"\n\ndef _probe(manager, name):\n    return {call}\n"}
     )
-    message = refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
+    message = refused(guard.routes())
     assert "which reaches attributes by a computed name" in message
 
 
 def test_a_name_no_arc_policy_has_behaves_alike_on_both(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
     # Missing on vLLM's arc and on arc_cy alike: nothing arc_cy could decide
     # differently (a release that adds it to ARC changes ARC's code).
-    fake.install("0.35.0", appended={CPU_MANAGER: "\n\ndef _probe(m):\n    m._policy.pin(1)\n"})
-    accepted(routes(monkeypatch, caplog, MODULES[CHOSEN]), "0.35.0", INSTALLED)
+    guard.fake.install(
+        "0.35.0", appended={CPU_MANAGER: "\n\ndef _probe(m):\n    m._policy.pin(1)\n"}
+    )
+    accepted(guard.routes(), "0.35.0", INSTALLED)
     assert not hasattr(arc_cy.ARCCachePolicy, "pin")
 
 
@@ -548,15 +547,12 @@ def _loaded_from(monkeypatch: pytest.MonkeyPatch, module: str, path: Path) -> No
 
 
 def test_a_deep_ast_is_refused_without_raising(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.write(appended={ARC_MODULE: "\nLIMIT = " + "- " * 1500 + "1\n"})
-    _loaded_from(monkeypatch, ARC_MODULE, fake.files[ARC_MODULE])
-    reset_guard(monkeypatch)
-    [record] = register(caplog)
+    guard.fake.write(appended={ARC_MODULE: "\nLIMIT = " + "- " * 1500 + "1\n"})
+    _loaded_from(guard.monkeypatch, ARC_MODULE, guard.fake.files[ARC_MODULE])
+    reset_guard(guard.monkeypatch)
+    [record] = register(guard.caplog)
     assert record.levelno == logging.ERROR and "NOT registered" in record.getMessage()
     result = vllm_guard.result()
     assert result is not None and not result.ok
@@ -568,13 +564,10 @@ def test_a_deep_ast_is_refused_without_raising(
 @pytest.mark.parametrize("damage", ["truncated", "binary", "fifo", "directory", "missing"])
 def test_a_damaged_source_neither_crashes_nor_hangs(
     damage: str,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.write()
-    arc = fake.files[ARC_MODULE]
+    guard.fake.write()
+    arc = guard.fake.files[ARC_MODULE]
     if damage == "truncated":
         source = arc.read_text()
         arc.write_text(source[: source.index("def evict") + len("def ev")])
@@ -586,9 +579,9 @@ def test_a_damaged_source_neither_crashes_nor_hangs(
             os.mkfifo(arc)
         elif damage == "directory":
             arc.mkdir()
-    _loaded_from(monkeypatch, ARC_MODULE, arc)
-    reset_guard(monkeypatch)
-    [record] = register(caplog)  # a FIFO's open would block: the guard never opens it
+    _loaded_from(guard.monkeypatch, ARC_MODULE, arc)
+    reset_guard(guard.monkeypatch)
+    [record] = register(guard.caplog)  # a FIFO's open would block: the guard never opens it
     assert record.levelno == logging.ERROR
     result = vllm_guard.result()
     assert result is not None and result.unjudged and not result.ok
@@ -648,15 +641,12 @@ def _find(code: CodeType, qualname: str) -> CodeType:
 def test_bytecode_that_does_not_run_its_source_is_refused(
     craft: str,
     imported: bool,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
     # arc.py is the verified source; its .pyc, whose header matches it, runs
     # otherwise. Code equality (==) would pass all but the first.
-    fake.write()
-    arc = fake.files[ARC_MODULE]
+    guard.fake.write()
+    arc = guard.fake.files[ARC_MODULE]
     source = arc.read_text()
     good = compile(source, str(arc), "exec", dont_inherit=True)
     if craft == "changed-decision":
@@ -673,11 +663,11 @@ def test_bytecode_that_does_not_run_its_source_is_refused(
     if craft != "changed-decision":
         assert runs == good  # what the old check compared
     if imported:
-        fake.load("0.35.0")  # imports arc.py: from that .pyc
+        guard.fake.load("0.35.0")  # imports arc.py: from that .pyc
         assert sys.modules[ARC_MODULE].__spec__.cached == str(pyc)
     else:
-        _loaded_from(monkeypatch, ARC_MODULE, arc)
-    message = refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
+        _loaded_from(guard.monkeypatch, ARC_MODULE, arc)
+    message = refused(guard.routes())
     assert (
         f"the code that runs for {arc} is not its source's: the code its loader gives is "
         "not compiled from it" in message
@@ -685,17 +675,14 @@ def test_bytecode_that_does_not_run_its_source_is_refused(
 
 
 def test_a_monkeypatched_method_is_refused(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.install("0.35.0")
+    guard.fake.install("0.35.0")
     arc = sys.modules[ARC_MODULE]
-    monkeypatch.setattr(arc.ARCCachePolicy, "evict", lambda self, n, protected: None)
-    message = refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
+    guard.monkeypatch.setattr(arc.ARCCachePolicy, "evict", lambda self, n, protected: None)
+    message = refused(guard.routes())
     assert message.endswith(
-        f"the code that runs for {fake.files[ARC_MODULE]} is not its source's: "
+        f"the code that runs for {guard.fake.files[ARC_MODULE]} is not its source's: "
         "ARCCachePolicy.evict runs code that is not its source's."
     )
 
@@ -703,19 +690,18 @@ def test_a_monkeypatched_method_is_refused(
 @pytest.mark.parametrize("swap", ["no-spec", "no-file", "real-spec"])
 def test_a_caller_module_swapped_into_sys_modules_is_judged_by_what_runs(
     swap: str,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.install("0.35.0", appended={CPU_MANAGER: "\n\ndef _probe(m):\n    return m._policy.t1\n"})
+    guard.fake.install(
+        "0.35.0", appended={CPU_MANAGER: "\n\ndef _probe(m):\n    return m._policy.t1\n"}
+    )
     module = sys.modules[CPU_MANAGER]
     if swap == "no-spec":
-        monkeypatch.setattr(module, "__spec__", None)  # __file__ remains: judged by it
+        guard.monkeypatch.setattr(module, "__spec__", None)  # __file__ remains: judged by it
         expected = "uses 't1', which an ARC policy has beyond base.py's CachePolicy"
     elif swap == "no-file":
-        monkeypatch.setattr(module, "__spec__", None)
-        monkeypatch.delattr(module, "__file__")
+        guard.monkeypatch.setattr(module, "__spec__", None)
+        guard.monkeypatch.delattr(module, "__file__")
         expected = f"cannot judge it: {CPU_MANAGER} is a module object with no Python source file"
     else:
         # The module that runs carries the real manager's spec and file.
@@ -723,10 +709,10 @@ def test_a_caller_module_swapped_into_sys_modules_is_judged_by_what_runs(
         swapped.__dict__.update(module.__dict__)
         swapped.__spec__ = importlib.util.spec_from_file_location(CPU_MANAGER, REAL[CPU_MANAGER])
         swapped.__file__ = str(REAL[CPU_MANAGER])
-        monkeypatch.setitem(sys.modules, CPU_MANAGER, swapped)
+        guard.monkeypatch.setitem(sys.modules, CPU_MANAGER, swapped)
         expected = "CPUOffloadingManager.__init__ runs code that is not its source's"
-    reset_guard(monkeypatch)
-    [record] = register(caplog)
+    reset_guard(guard.monkeypatch)
+    [record] = register(guard.caplog)
     assert record.levelno == logging.ERROR
     assert expected in record.getMessage()
 
@@ -761,40 +747,34 @@ sys.addaudithook(_audit)  # audit hooks cannot be removed; it records only when 
 
 
 def test_no_cache_file_is_read_or_written(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
     home = tmp_path / "home"
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "xdg"))
-    fake.install("0.35.0")
+    guard.monkeypatch.setenv("HOME", str(home))
+    guard.monkeypatch.setenv("XDG_CACHE_HOME", str(home / "xdg"))
+    guard.fake.install("0.35.0")
     opened: list[str] = []
     _OPENS.append(opened)
     try:
-        register(caplog)
+        register(guard.caplog)
         policy = arc_cy.ARCCachePolicy(4)
     finally:
         _OPENS.pop()
     assert "arc_cy" in CachePolicyFactory._registry and policy.cache_capacity == 4
     assert not home.exists()
-    assert set(map(str, fake.files.values())) <= set(opened)
+    assert set(map(str, guard.fake.files.values())) <= set(opened)
 
 
 # --- the override, once per process, and no vLLM -----------------------------------
 
 
 def test_override_registers_with_a_warning(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
-    monkeypatch.setenv(OVERRIDE_ENV, "1")
-    records = register(caplog)
+    guard.fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
+    guard.monkeypatch.setenv(OVERRIDE_ENV, "1")
+    records = register(guard.caplog)
     assert CachePolicyFactory.get_cache_policy_cls("arc_cy") is arc_cy.ARCCachePolicy
     assert [r.levelno for r in records] == [logging.WARNING, logging.INFO]
     assert (
@@ -802,7 +782,7 @@ def test_override_registers_with_a_warning(
         .getMessage()
         .startswith(
             f"arc_cy: using arc_cy on vLLM 0.35.0's unverified code because {OVERRIDE_ENV} is set "
-            f"(`ARCCachePolicy.evict` ({fake.files[ARC_MODULE]}) differs"
+            f"(`ARCCachePolicy.evict` ({guard.fake.files[ARC_MODULE]}) differs"
         )
     )
     assert records[1].getMessage().endswith("on vLLM 0.35.0: UNVERIFIED code")
@@ -811,25 +791,19 @@ def test_override_registers_with_a_warning(
 @pytest.mark.parametrize("value", ["0", "false", "no", "off", ""])
 def test_override_false_is_off(
     value: str,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
-    monkeypatch.setenv(OVERRIDE_ENV, value)
-    refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
+    guard.fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
+    guard.monkeypatch.setenv(OVERRIDE_ENV, value)
+    refused(guard.routes())
 
 
 def test_a_bad_override_value_does_not_raise_from_the_plugin(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
-    monkeypatch.setenv(OVERRIDE_ENV, "maybe")
-    [record] = register(caplog)
+    guard.fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
+    guard.monkeypatch.setenv(OVERRIDE_ENV, "maybe")
+    [record] = register(guard.caplog)
     assert record.levelno == logging.ERROR
     assert f"{OVERRIDE_ENV}='maybe' is not a boolean" in record.getMessage()
     with pytest.raises(ValueError, match="is not a boolean"):
@@ -837,15 +811,12 @@ def test_a_bad_override_value_does_not_raise_from_the_plugin(
 
 
 def test_the_old_override_name_works_and_warns(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
-    monkeypatch.setenv(DEPRECATED_OVERRIDE_ENV, "1")
+    guard.fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
+    guard.monkeypatch.setenv(DEPRECATED_OVERRIDE_ENV, "1")
     with pytest.warns(FutureWarning, match=f"{DEPRECATED_OVERRIDE_ENV} is deprecated"):
-        register(caplog)
+        register(guard.caplog)
     assert "arc_cy" in CachePolicyFactory._registry
 
 
@@ -1120,20 +1091,17 @@ def test_an_order_request_keys_replaced_before_arc_cy_imported_is_refused(
 )
 def test_arc_replaced_by_another_class_is_said_once(
     replacement: str,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
     if replacement == "arc_cy._arc_c" and "cython" not in IMPLEMENTATIONS:
         replacement = "arc_cy._arc_py"
-    fake.install("0.35.0")
+    guard.fake.install("0.35.0")
     module = importlib.import_module(replacement)
     cls = next(
         v for k, v in vars(module).items() if k.endswith("CachePolicy") and k != "CachePolicy"
     )
-    monkeypatch.setattr(sys.modules[ARC_MODULE], "ARCCachePolicy", cls)
-    message = refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
+    guard.monkeypatch.setattr(sys.modules[ARC_MODULE], "ARCCachePolicy", cls)
+    message = refused(guard.routes())
     said = (
         f"ARCCachePolicy is {cls.__module__}.{cls.__qualname__}, not the class its source defines"
     )
