@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import copy
 import dis
+import functools
 import gc
 import hashlib
 import importlib.util
@@ -53,10 +54,15 @@ KV_OFFLOAD = "vllm.v1.kv_offload"
 POLICIES_PACKAGE = "vllm.v1.kv_offload.cpu.policies"
 """The policies and their registry: judged by fingerprint (arc.py, base.py)
 or not callers of a policy object (the rest)."""
-_MENTIONS_POLICY = re.compile(rb"(?<!\w)(?:_policy|policies)(?!\w)|CachePolicy")
+_MENTIONS_POLICY = re.compile(
+    rb"(?<!\w)(?:_policy|CachePolicy|ARCCachePolicy|CachePolicyFactory)(?!\w)"
+    rb"|(?<!\w)policies(?:\.arc(?!\w)|\s+import\b)"
+)
 """A caller's mark (the rule: docs/usage.md, "The guard", the callers): a
-module that names the manager's policy attribute, a policy class or
-the policies package."""
+module that names the manager's policy attribute (``_policy``), a policy
+class or the factory (``CachePolicy``, ``ARCCachePolicy``,
+``CachePolicyFactory``), or vLLM's ARC module (``policies.arc``,
+``policies import``)."""
 
 
 def short_name(module: str) -> str:
@@ -67,11 +73,19 @@ def short_name(module: str) -> str:
     return module.removeprefix(KV_OFFLOAD + ".").replace(".", "/") + ".py"
 
 
+_LEADING_DOCSTRING = re.compile(rb"\A(?:[ \t]*(?:#[^\n]*)?\r?\n)*[rRuU]?(\"\"\"|\'\'\')")
+
+
 def is_caller_source(source: bytes) -> bool:
-    """Whether a module's source marks it as a caller of the policy."""
-    return (b"CachePolicy" in source) or (
-        (b"_policy" in source or b"policies" in source)
-        and _MENTIONS_POLICY.search(source) is not None
+    """Whether a module's source marks it as a caller of the policy (its
+    module docstring aside)."""
+    lead = _LEADING_DOCSTRING.match(source)
+    if lead is not None:
+        end = source.find(lead.group(1), lead.end())
+        if end > 0:
+            source = source[end + 3 :]
+    return (b"_policy" in source or b"CachePolicy" in source or b"policies" in source) and (
+        _MENTIONS_POLICY.search(source) is not None
     )
 
 
@@ -473,8 +487,19 @@ class ArcCode:
     """What vLLM's ARCCachePolicy defines (methods, attributes)."""
     base_names: frozenset[str]
     """What base.py's CachePolicy defines."""
-    uses: frozenset[str]
-    """Every attribute and name that ARC's own code uses."""
+    nodes: tuple[ast.AST, ...] = ()
+    """The code itself (its syntax trees)."""
+
+    @functools.cached_property
+    def uses(self) -> frozenset[str]:
+        """Every attribute and name that ARC's own code uses (read only
+        when a verified method is gone: it walks every node)."""
+        return frozenset(
+            n.attr if isinstance(n, ast.Attribute) else n.id
+            for node in self.nodes
+            for n in ast.walk(node)
+            if isinstance(n, (ast.Attribute, ast.Name))
+        )
 
 
 def arc_code(arc: ast.Module, base: ast.Module) -> ArcCode:
@@ -534,19 +559,12 @@ def arc_code(arc: ast.Module, base: ast.Module) -> ArcCode:
         nodes[f"base.py:{name}"] = list(base_bindings[name])
         todo |= _referenced(base_bindings[name])
 
-    uses = {
-        n.attr if isinstance(n, ast.Attribute) else n.id
-        for v in nodes.values()
-        for node in v
-        for n in ast.walk(node)
-        if isinstance(n, (ast.Attribute, ast.Name))
-    }
     return ArcCode(
         objects={k: fingerprint(v) for k, v in sorted(nodes.items())},
         methods=frozenset(arc_methods),
         arc_names=class_attributes(arc_cls),
         base_names=class_attributes(base_cls),
-        uses=frozenset(uses),
+        nodes=tuple(n for v in nodes.values() for n in v),
     )
 
 
@@ -591,14 +609,15 @@ def _words(const: object, skip: set[str], out: set[str], doubtful: set[str]) -> 
     # The identifiers in a constant's strings, tuples (keyword names, class
     # patterns) and frozensets included; skip: docstring texts, whose
     # strings go to doubtful (the same text may be a docstring and a use).
+    # (Only a constant of its own can be a docstring, not one in a tuple.)
+    if isinstance(const, str) and _doc_key(const) in skip:
+        doubtful.add(const)
+        return
     todo = [const]
     while todo:
         item = todo.pop()
         if isinstance(item, str):
-            if _doc_key(item) in skip:
-                doubtful.add(item)
-            else:
-                out.update(_WORD.findall(item))
+            out.update(_WORD.findall(item))
         elif isinstance(item, (tuple, frozenset)):
             todo.extend(item)
 
@@ -621,7 +640,28 @@ def _statement_strings(tree: ast.Module) -> set[int]:
     return ids
 
 
-def names_used(tree: ast.Module, code: CodeType, wanted: Iterable[str]) -> dict[str, int]:
+def _docstring_counts(tree: ast.Module) -> dict[str, int]:
+    # Each string statement's text (as written), with how many there are.
+    counts: dict[str, int] = {}
+    todo: list[list[ast.stmt]] = [tree.body]
+    while todo:
+        for stmt in todo.pop():
+            if _is_string_statement(stmt):
+                text = stmt.value.value  # type: ignore[attr-defined]
+                counts[text] = counts.get(text, 0) + 1
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                value = getattr(stmt, field, None)
+                if isinstance(value, list):
+                    todo.append(value)
+            for part in getattr(stmt, "handlers", None) or getattr(stmt, "cases", None) or ():
+                todo.append(part.body)
+    return counts
+
+
+def names_used(
+    tree: ast.Module, code: CodeType, wanted: Iterable[str], source: bytes | None = None
+) -> dict[str, int]:
     """Which of ``wanted`` a module's code uses, each with the first line
     using it: the attributes and globals of its code, the identifiers in
     its strings (a format string's fields), keyword names and class-pattern
@@ -639,6 +679,12 @@ def names_used(tree: ast.Module, code: CodeType, wanted: Iterable[str]) -> dict[
                 _words(const, skip, words, doubtful)
         hits |= wanted.intersection(words)
     doubtful = {t for t in doubtful if wanted.intersection(_WORD.findall(t))}
+    if doubtful and source is not None:
+        # A text the source holds no more often than its docstrings do is
+        # only theirs (a use written with escapes reaches an attribute by
+        # a dynamic route, refused on its own).
+        written = _docstring_counts(tree)
+        doubtful = {t for t in doubtful if source.count(t.encode()) != written.get(t, -1)}
     if doubtful:
         # Only the string statements' own constants are docstrings.
         statements = _statement_strings(tree)
@@ -704,11 +750,39 @@ def policy_attributes(code: ArcCode, policy_names: Iterable[str]) -> frozenset[s
     return frozenset(n for n in every if not (n.startswith("__") and n.endswith("__")))
 
 
+_STORE_ATTR = re.compile(
+    b"[" + bytes([dis.opmap["STORE_ATTR"], dis.opmap["DELETE_ATTR"]]) + b"]", re.DOTALL
+)
+
+
+def _stores_attribute(code: CodeType, names: frozenset[str]) -> bool:
+    # Whether any of the code stores or deletes an attribute named in
+    # names (its STORE_ATTR and DELETE_ATTR instructions, read from the
+    # bytecode: the AST walk that finds where is paid only then).
+    extended = dis.opmap["EXTENDED_ARG"]
+    for obj in _code_objects(code):
+        if not names.intersection(obj.co_names):
+            continue
+        raw = obj.co_code
+        for match in _STORE_ATTR.finditer(raw):
+            at = match.start()
+            if at % 2:
+                continue
+            arg, back = raw[at + 1], at - 2
+            shift = 8
+            while back >= 0 and raw[back] == extended:
+                arg |= raw[back + 1] << shift
+                back, shift = back - 2, shift + 8
+            if arg < len(obj.co_names) and obj.co_names[arg] in names:
+                return True
+    return False
+
+
 def attribute_writes(tree: ast.Module, code: CodeType, names: frozenset[str]) -> dict[str, int]:
     """Where a module assigns or deletes (augmented assignment included)
     an attribute named in ``names`` on anything but ``self`` or ``cls``:
     each name with its first line."""
-    if not any(names.intersection(c.co_names) for c in _code_objects(code)):
+    if not _stores_attribute(code, names):
         return {}
     found: dict[str, int] = {}
     for node in ast.walk(tree):
@@ -867,14 +941,14 @@ def judge_sources(
         verified_as = None
     forbidden = forbidden_names(code, policy_names) | gone.keys()
     uses: list[Use] = []
-    for name in sorted(gone.keys() & code.uses):
+    for name in sorted(gone.keys() & code.uses if gone else ()):
         uses.append(Use(name, paths[ARC_MODULE], 0, "gone", gone[name]))
     writable = policy_attributes(code, policy_names)
     callers = [m for m in CALLER_MODULES if m in sources]
     callers += sorted(m for m in sources if m not in (ARC_MODULE, BASE_MODULE, *callers))
     for module in callers:
         tree, caller = compiled[module]
-        found = names_used(tree, caller, forbidden)
+        found = names_used(tree, caller, forbidden, sources.get(module))
         trusted = bool(found) and any(  # fingerprinted only when it matters
             fingerprint(tree) in e["callers"].get(short_name(module), ()) for e in matching
         )

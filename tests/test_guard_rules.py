@@ -253,12 +253,19 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 def test_the_callers_are_every_module_file_that_marks_the_policy(tmp_path: Path) -> None:
     import os
 
-    marks = ["self._policy.get(k)", "from .policies.base import CachePolicy", "import x.policies"]
+    marks = [
+        "self._policy.get(k)",
+        "from .policies.base import CachePolicy",
+        "from vllm.v1.kv_offload.cpu.policies import arc",
+        "return CachePolicyFactory.get_cache_policy_cls(k)",
+        "return policies.arc.ARCCachePolicy",
+    ]
     files = {f"cpu/m{i}.py": f"def f(self, k):\n    {m}\n" for i, m in enumerate(marks)}
     files |= {
         "tiering/a/b/deep.py": "p = manager._policy\n",
         "tiering/a/b/__init__.py": "policy = manager._policy\n",
         "plain.py": "cache_policy = eviction_policy = 1\n",  # no mark
+        "doc.py": '"""Takes a CachePolicy."""\nfrom .cpu.policies.base import ChunkStatus\n',
         "cpu/policies/lru.py": "self._policy = None\n",  # the policies package
     }
     root = _tree(tmp_path / "kv_offload", files)
@@ -267,7 +274,7 @@ def test_the_callers_are_every_module_file_that_marks_the_policy(tmp_path: Path)
     os.mkfifo(root / "tiering" / "fifo.py")  # never opened
     found = _fingerprint.find_callers(str(root))
     assert sorted(found) == sorted(
-        ["vllm.v1.kv_offload.cpu.m0", "vllm.v1.kv_offload.cpu.m1", "vllm.v1.kv_offload.cpu.m2"]
+        [f"vllm.v1.kv_offload.cpu.m{i}" for i in range(len(marks))]
         + ["vllm.v1.kv_offload.tiering.a.b.deep", "vllm.v1.kv_offload.tiering.a.b"]
     )
     for path, text in found.values():
