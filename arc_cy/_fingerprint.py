@@ -1074,6 +1074,8 @@ _MODULE_DUNDERS = frozenset(
         "__cached__",
         "__builtins__",
         "__annotations__",
+        "__annotate__",
+        "__conditional_annotations__",
     }
 )
 """What the import system (and the compiler) put in a module's namespace."""
@@ -1092,6 +1094,8 @@ _CLASS_DUNDERS = frozenset(
         "__firstlineno__",
         "__static_attributes__",
         "__type_params__",
+        "__annotate_func__",
+        "__annotations_cache__",
     }
 )
 """What Python (and ABCMeta) put in a class's namespace."""
@@ -1266,8 +1270,15 @@ def _live_problems(module: str, live: object, tree: ast.Module, compiled: CodeTy
     for stmt in tree.body:
         for name in set(_store_names(stmt)):
             counts[name] = counts.get(name, 0) + 1
+    starred = [
+        sys.modules.get(stmt.module or "")
+        for stmt in tree.body
+        if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names)
+    ]
     for name in namespace:
         if name not in counts and name not in _MODULE_DUNDERS:
+            if any(name in getattr(m, "__dict__", ()) for m in starred):
+                continue  # what a star import binds
             problems.append(f"{name} is a global that its source does not bind")
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
