@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import copy
 import dis
+import functools
 import gc
 import hashlib
 import importlib.util
@@ -29,6 +30,7 @@ import os
 import re
 import stat
 import sys
+from collections import ChainMap
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import CodeType, FunctionType
@@ -47,6 +49,86 @@ FILES = {
     TIERING_MANAGER: "tiering/manager.py",
 }
 """Each judged module by the short name that the table and messages use."""
+KV_OFFLOAD = "vllm.v1.kv_offload"
+"""The package whose module files are searched for the policy's callers."""
+POLICIES_PACKAGE = "vllm.v1.kv_offload.cpu.policies"
+"""The policies and their registry: judged by fingerprint (arc.py, base.py)
+or not callers of a policy object (the rest)."""
+_MENTIONS_POLICY = re.compile(
+    rb"(?<!\w)(?:_policy|CachePolicy|ARCCachePolicy|CachePolicyFactory)(?!\w)"
+    rb"|(?<!\w)policies(?:\.arc(?!\w)|\s+import\b)"
+)
+"""A caller's mark (the rule: docs/usage.md, "The guard", the callers): a
+module that names the manager's policy attribute (``_policy``), a policy
+class or the factory (``CachePolicy``, ``ARCCachePolicy``,
+``CachePolicyFactory``), or vLLM's ARC module (``policies.arc``,
+``policies import``)."""
+
+
+def short_name(module: str) -> str:
+    """A judged module's name in the table and messages: its file's path
+    under vllm/v1/kv_offload ("cpu/manager.py"), or arc.py and base.py."""
+    if module in FILES:
+        return FILES[module]
+    return module.removeprefix(KV_OFFLOAD + ".").replace(".", "/") + ".py"
+
+
+_LEADING_DOCSTRING = re.compile(rb"\A(?:[ \t]*(?:#[^\n]*)?\r?\n)*[rRuU]?(\"\"\"|\'\'\')")
+
+
+def is_caller_source(source: bytes) -> bool:
+    """Whether a module's source marks it as a caller of the policy (its
+    module docstring aside)."""
+    lead = _LEADING_DOCSTRING.match(source)
+    if lead is not None:
+        end = source.find(lead.group(1), lead.end())
+        if end > 0:
+            source = source[end + 3 :]
+    return (b"_policy" in source or b"CachePolicy" in source or b"policies" in source) and (
+        _MENTIONS_POLICY.search(source) is not None
+    )
+
+
+def find_callers(root: str) -> dict[str, tuple[str, bytes]]:
+    """The policy's callers in a vllm/v1/kv_offload directory, by their
+    files alone (nothing is imported): each module file (``*.py``) of the
+    package tree, outside cpu/policies, that :func:`is_caller_source`;
+    module name: (path, source). Only regular files are opened; a directory that
+    is not a package (no ``__init__.py``) is left out, as an import would
+    leave it (its files are no modules of the tree)."""
+    found: dict[str, tuple[str, bytes]] = {}
+    todo = [(root, KV_OFFLOAD)]
+    while todo:
+        folder, package = todo.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            name = entry.name
+            try:
+                mode = os.stat(entry.path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISDIR(mode):
+                if name.isidentifier() and os.path.isfile(os.path.join(entry.path, "__init__.py")):
+                    sub = f"{package}.{name}"
+                    if sub != POLICIES_PACKAGE:
+                        todo.append((entry.path, sub))
+                continue
+            stem = name[:-3]
+            if not (name.endswith(".py") and stem.isidentifier() and stat.S_ISREG(mode)):
+                continue
+            module = package if stem == "__init__" else f"{package}.{stem}"
+            try:
+                with open(entry.path, "rb") as f:
+                    source = f.read()
+            except OSError:
+                continue
+            if is_caller_source(source):
+                found[module] = (entry.path, source)
+    return found
+
 
 DYNAMIC = frozenset(
     {
@@ -69,10 +151,27 @@ DYNAMIC = frozenset(
         "eval",
         "exec",
         "compile",
+        # what reads, copies or rebuilds an object's state without naming it
+        "__getstate__",
+        "__setstate__",
+        "__reduce__",
+        "__reduce_ex__",
+        "__getnewargs__",
+        "__getnewargs_ex__",
+        "__copy__",
+        "__deepcopy__",
+        "__getattr__",
+        "__setattr__",
+        "__delattr__",
+        "__dir__",
+        "dir",
     }
 )
 """What reaches an attribute by a computed name (a format string's field
-included): a caller may use none."""
+included), or an object's state as a whole: a caller may use none."""
+ARC_CLASS = "ARCCachePolicy"
+"""vLLM's ARC class by name: a caller may not use it (``isinstance``,
+``issubclass``, a class pattern: vLLM's class is not arc_cy's)."""
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _MODULE_CODE = "<module code>"
 
@@ -117,8 +216,8 @@ def fingerprint(node: object) -> str:
             push(_CLOSE)
             for name in reversed(item._fields):
                 value = getattr(item, name, None)
-                if value is None or value == []:
-                    continue
+                if value is None or value == [] or (name == "kind" and kind is ast.Constant):
+                    continue  # (a string's u prefix means nothing: Constant.kind)
                 if kind is not ast.Constant and isinstance(value, list):
                     if isinstance(value[0], ast.stmt):
                         value = [s for s in value if not _is_string_statement(s)] or [ast.Pass()]
@@ -145,21 +244,143 @@ def fingerprint_source(source: str | bytes) -> str:
 # --- what ARC runs and reads ----------------------------------------------------
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _bound_by(item: ast.AST) -> str | None:
+    """The name one node binds in its scope, by every binding form: an
+    assignment, augmented or annotated assignment, walrus, for, with or
+    del target (a Name, stored or deleted), an import (as) alias, an
+    except-as name, a match capture (MatchAs, MatchStar, MatchMapping's
+    rest), a def or class; else None."""
+    if isinstance(item, ast.Name):
+        return item.id if isinstance(item.ctx, (ast.Store, ast.Del)) else None
+    if isinstance(item, ast.alias):
+        return (item.asname or item.name).split(".")[0]
+    if isinstance(item, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
+        return item.name
+    if isinstance(item, ast.MatchMapping):
+        return item.rest
+    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return item.name
+    return None
+
+
 def _store_names(node: ast.AST) -> Iterator[str]:
-    # The module-level names a statement binds (not inside functions or classes).
+    # The module-level names a statement binds (the rule: docs/usage.md,
+    # "The guard", binding forms): what it binds in the module's scope,
+    # and the names a function inside it declares global.
     stack = [node]
     while stack:
         item = stack.pop()
-        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            yield item.name
+        name = _bound_by(item)
+        if name is not None and name != "*":
+            yield name
+        if isinstance(item, _SCOPES):
+            yield from _global_names(item)
+            stack.extend(_outer_parts(item))
             continue
-        if isinstance(item, ast.Name) and isinstance(item.ctx, (ast.Store, ast.Del)):
-            yield item.id
-        elif isinstance(item, ast.alias):
-            yield (item.asname or item.name).split(".")[0]
-        elif isinstance(item, ast.ExceptHandler) and item.name:
-            yield item.name
         stack.extend(ast.iter_child_nodes(item))
+
+
+def _global_names(scope: ast.AST) -> Iterator[str]:
+    # The names that the functions in a def or class declare global (a
+    # statement, so only statements are walked, nested defs included).
+    body = getattr(scope, "body", None)
+    todo: list[list[ast.stmt]] = [body] if isinstance(body, list) else []
+    while todo:
+        for stmt in todo.pop():
+            if isinstance(stmt, ast.Global):
+                yield from stmt.names
+            for field in ("body", "orelse", "finalbody"):
+                value = getattr(stmt, field, None)
+                if isinstance(value, list):
+                    todo.append(value)
+            for part in getattr(stmt, "handlers", None) or getattr(stmt, "cases", None) or ():
+                todo.append(part.body)
+
+
+def _outer_parts(scope: ast.AST) -> list[ast.AST]:
+    # What a def, class or lambda evaluates in the scope around it:
+    # decorators, defaults, annotations, bases and keywords.
+    parts: list[ast.AST] = list(getattr(scope, "decorator_list", ()))
+    args = getattr(scope, "args", None)
+    if isinstance(args, ast.arguments):
+        parts += args.defaults + [d for d in args.kw_defaults if d is not None]
+        if not isinstance(scope, ast.Lambda):
+            every = args.posonlyargs + args.args + args.kwonlyargs
+            every += [a for a in (args.vararg, args.kwarg) if a is not None]
+            parts += [a.annotation for a in every if a.annotation is not None]
+    for field in ("returns", "bases", "keywords"):
+        value = getattr(scope, field, None)
+        parts += value if isinstance(value, list) else [value] if value is not None else []
+    return parts
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+def _free_names(nodes: Iterable[ast.AST]) -> set[str]:
+    """The names that code reads from its module (globals and builtins):
+    every name it loads, less those bound locally in the function (or
+    lambda, or comprehension) that reads them, or in one around it."""
+    out: set[str] = set()
+    # (node, the names bound in the function scopes around it)
+    todo: list[tuple[ast.AST, frozenset[str]]] = [(n, frozenset()) for n in nodes]
+    while todo:
+        node, bound = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            todo += [(p, bound) for p in _outer_parts(node)]
+            args = node.args
+            every = (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg)
+            params = {a.arg for a in every if a is not None}
+            body = node.body if isinstance(node.body, list) else [node.body]
+            todo += _scope(body, bound, params, out)
+        elif isinstance(node, ast.ClassDef):
+            todo += [(p, bound) for p in _outer_parts(node)]
+            todo += _scope(node.body, bound, None, out)
+        elif isinstance(node, _COMPREHENSIONS):
+            first, *rest = node.generators
+            todo.append((first.iter, bound))  # evaluated in the scope around it
+            parts: list[ast.AST] = [first.target, *first.ifs]
+            for gen in rest:
+                parts += [gen.target, gen.iter, *gen.ifs]
+            parts += [getattr(node, f) for f in ("elt", "key", "value") if hasattr(node, f)]
+            todo += _scope(parts, bound, set(), out)
+        else:
+            todo += _scope([node], bound, None, out)
+    return out
+
+
+def _scope(
+    body: list[ast.AST], bound: frozenset[str], local: set[str] | None, out: set[str]
+) -> list[tuple[ast.AST, frozenset[str]]]:
+    # One scope's own nodes: its loads go to out unless bound there; its
+    # nested scopes are returned, with what they see bound. local: the
+    # function's (or comprehension's) parameters, None for a module or
+    # class body (whose names are globals, or invisible to nested scopes).
+    names: set[str] = set()
+    declared_global: set[str] = set()
+    loads: list[str] = []
+    nested: list[ast.AST] = []
+    stack = list(body)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, ast.Global):
+            declared_global.update(item.names)
+        if isinstance(item, ast.Name) and isinstance(item.ctx, ast.Load):
+            loads.append(item.id)
+        else:
+            name = _bound_by(item)
+            if name is not None:
+                names.add(name)
+        if isinstance(item, (*_SCOPES, *_COMPREHENSIONS)):
+            nested.append(item)
+            continue
+        stack.extend(ast.iter_child_nodes(item))
+    seen = bound if local is None else (bound | local | names) - declared_global
+    out.update(n for n in loads if n not in seen)
+    return [(n, frozenset(seen)) for n in nested]
 
 
 def _bindings(tree: ast.Module) -> dict[str, list[ast.stmt]]:
@@ -183,7 +404,19 @@ def _bindings(tree: ast.Module) -> dict[str, list[ast.stmt]]:
 
 
 def _referenced(nodes: Iterable[ast.AST]) -> set[str]:
-    return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}
+    """The module-level names that code reads (:func:`_free_names`) or
+    binds at module level."""
+    nodes = list(nodes)
+    return _free_names(nodes) | {n for node in nodes for n in _store_names(node)}
+
+
+def _runs_at_import(stmt: ast.stmt) -> bool:
+    """Whether a module-level statement runs code when its module is
+    imported beyond binding a name to a function: every statement but a
+    def with no decorators, defaults or annotations."""
+    if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return True
+    return bool(_outer_parts(stmt))
 
 
 def _split_class(
@@ -254,8 +487,19 @@ class ArcCode:
     """What vLLM's ARCCachePolicy defines (methods, attributes)."""
     base_names: frozenset[str]
     """What base.py's CachePolicy defines."""
-    uses: frozenset[str]
-    """Every attribute and name that ARC's own code uses."""
+    nodes: tuple[ast.AST, ...] = ()
+    """The code itself (its syntax trees)."""
+
+    @functools.cached_property
+    def uses(self) -> frozenset[str]:
+        """Every attribute and name that ARC's own code uses (read only
+        when a verified method is gone: it walks every node)."""
+        return frozenset(
+            n.attr if isinstance(n, ast.Attribute) else n.id
+            for node in self.nodes
+            for n in ast.walk(node)
+            if isinstance(n, (ast.Attribute, ast.Name))
+        )
 
 
 def arc_code(arc: ast.Module, base: ast.Module) -> ArcCode:
@@ -287,7 +531,8 @@ def arc_code(arc: ast.Module, base: ast.Module) -> ArcCode:
         if name not in arc_defined or name in reached:
             nodes[f"base.py:CachePolicy.{name}"] = list(defs)
 
-    # base.py's module-level objects that this code uses, transitively.
+    # base.py: what it runs at import, and what of it this code reaches
+    # (the rule: docs/usage.md, "The guard").
     imported_from_base = {
         a.name
         for stmt in arc.body
@@ -298,30 +543,28 @@ def arc_code(arc: ast.Module, base: ast.Module) -> ArcCode:
         )
         for a in stmt.names
     }
+    todo = imported_from_base | {"ChunkStatus", "order_request_keys", _MODULE_CODE}
+    for name, stmts in base_bindings.items():
+        if any(_runs_at_import(stmt) for stmt in stmts):
+            todo.add(name)
+    todo -= {"CachePolicy"}
     base_nodes = [n for k, v in nodes.items() if k.startswith("base.py:") for n in v]
-    todo = (_referenced(base_nodes) | imported_from_base | {"ChunkStatus"}) - {"CachePolicy"}
-    seen: set[str] = set()
+    todo |= _referenced(base_nodes)
+    seen: set[str] = {"CachePolicy"}
     while todo:
         name = todo.pop()
         if name in seen or name not in base_bindings:
             continue
         seen.add(name)
         nodes[f"base.py:{name}"] = list(base_bindings[name])
-        todo |= _referenced(base_bindings[name]) - {"CachePolicy"}
+        todo |= _referenced(base_bindings[name])
 
-    uses = {
-        n.attr if isinstance(n, ast.Attribute) else n.id
-        for v in nodes.values()
-        for node in v
-        for n in ast.walk(node)
-        if isinstance(n, (ast.Attribute, ast.Name))
-    }
     return ArcCode(
         objects={k: fingerprint(v) for k, v in sorted(nodes.items())},
         methods=frozenset(arc_methods),
         arc_names=class_attributes(arc_cls),
         base_names=class_attributes(base_cls),
-        uses=frozenset(uses),
+        nodes=tuple(n for v in nodes.values() for n in v),
     )
 
 
@@ -362,34 +605,101 @@ def _docstring_texts(tree: ast.Module) -> set[str]:
     return texts
 
 
-def _words(const: object, skip: set[str], out: set[str]) -> None:
+def _words(const: object, skip: set[str], out: set[str], doubtful: set[str]) -> None:
     # The identifiers in a constant's strings, tuples (keyword names, class
-    # patterns) and frozensets included; skip: docstring texts.
+    # patterns) and frozensets included; skip: docstring texts, whose
+    # strings go to doubtful (the same text may be a docstring and a use).
+    # (Only a constant of its own can be a docstring, not one in a tuple.)
+    if isinstance(const, str) and _doc_key(const) in skip:
+        doubtful.add(const)
+        return
     todo = [const]
     while todo:
         item = todo.pop()
         if isinstance(item, str):
-            if _doc_key(item) not in skip:
-                out.update(_WORD.findall(item))
+            out.update(_WORD.findall(item))
         elif isinstance(item, (tuple, frozenset)):
             todo.extend(item)
 
 
-def names_used(tree: ast.Module, code: CodeType, wanted: Iterable[str]) -> dict[str, int]:
+def _statement_strings(tree: ast.Module) -> set[int]:
+    # The ids of the string statements' constants (docstrings among them).
+    ids: set[int] = set()
+    todo: list[list[ast.stmt]] = [tree.body]
+    while todo:
+        for stmt in todo.pop():
+            if _is_string_statement(stmt):
+                ids.add(id(stmt.value))  # type: ignore[attr-defined]
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                value = getattr(stmt, field, None)
+                if isinstance(value, list):
+                    todo.append(value)
+            for part in getattr(stmt, "handlers", None) or getattr(stmt, "cases", None) or ():
+                todo.append(part.body)
+    return ids
+
+
+def _docstring_counts(tree: ast.Module) -> dict[str, int]:
+    # Each string statement's text (as written), with how many there are.
+    counts: dict[str, int] = {}
+    todo: list[list[ast.stmt]] = [tree.body]
+    while todo:
+        for stmt in todo.pop():
+            if _is_string_statement(stmt):
+                text = stmt.value.value  # type: ignore[attr-defined]
+                counts[text] = counts.get(text, 0) + 1
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                value = getattr(stmt, field, None)
+                if isinstance(value, list):
+                    todo.append(value)
+            for part in getattr(stmt, "handlers", None) or getattr(stmt, "cases", None) or ():
+                todo.append(part.body)
+    return counts
+
+
+def names_used(
+    tree: ast.Module, code: CodeType, wanted: Iterable[str], source: bytes | None = None
+) -> dict[str, int]:
     """Which of ``wanted`` a module's code uses, each with the first line
     using it: the attributes and globals of its code, the identifiers in
     its strings (a format string's fields), keyword names and class-pattern
-    attributes. A string statement (a docstring) is not a use."""
+    attributes. A string statement (a docstring) is not a use; a string
+    with a docstring's text elsewhere is."""
     wanted = frozenset(wanted)
     skip = _docstring_texts(tree)
     hits: set[str] = set()
+    doubtful: set[str] = set()
     for obj in _code_objects(code):
         hits |= wanted.intersection(obj.co_names)
         words: set[str] = set()
         for const in obj.co_consts:
             if not isinstance(const, CodeType):
-                _words(const, skip, words)
+                _words(const, skip, words, doubtful)
         hits |= wanted.intersection(words)
+    doubtful = {t for t in doubtful if wanted.intersection(_WORD.findall(t))}
+    if doubtful and source is not None:
+        # A text the source holds no more often than its docstrings do is
+        # only theirs (a use written with escapes reaches an attribute by
+        # a dynamic route, refused on its own).
+        written = _docstring_counts(tree)
+        doubtful = {t for t in doubtful if source.count(t.encode()) != written.get(t, -1)}
+    if doubtful:
+        # Only the string statements' own constants are docstrings.
+        statements = _statement_strings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant):
+                texts = [node.value] if id(node) not in statements else []
+            elif isinstance(node, ast.keyword):
+                texts = [node.arg]
+            elif isinstance(node, ast.MatchClass):
+                texts = list(node.kwd_attrs)
+            else:
+                continue
+            for text in texts:
+                if isinstance(text, str) and text in doubtful:
+                    hits |= wanted.intersection(_WORD.findall(text))
     return _first_lines(tree, code, hits) if hits else {}
 
 
@@ -406,12 +716,13 @@ def _first_lines(tree: ast.Module, code: CodeType, names: set[str]) -> dict[str,
         for ins in dis.get_instructions(obj):
             if isinstance(ins.argval, str) and ins.argval in obj.co_names:
                 add(ins.argval, (ins.positions.lineno if ins.positions else None) or 0)
-    skip = _docstring_texts(tree)
+    statements = _statement_strings(tree)
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
         words: set[str] = set()
         if isinstance(node, ast.Constant):
-            _words(node.value, skip, words)
+            if id(node) not in statements:
+                _words(node.value, set(), words, set())
         elif isinstance(node, ast.keyword) and node.arg:
             words.add(node.arg)
         elif isinstance(node, ast.MatchClass):
@@ -428,7 +739,62 @@ def forbidden_names(code: ArcCode, policy_names: Iterable[str]) -> frozenset[str
     has beyond base.py's CachePolicy, dunders aside."""
     ours = code.arc_names | set(policy_names)
     base = code.base_names | set(dir(object))
-    return DYNAMIC | {n for n in ours - base if not (n.startswith("__") and n.endswith("__"))}
+    beyond = {n for n in ours - base if not (n.startswith("__") and n.endswith("__"))}
+    return DYNAMIC | beyond | {ARC_CLASS}
+
+
+def policy_attributes(code: ArcCode, policy_names: Iterable[str]) -> frozenset[str]:
+    """Every attribute a policy has (CachePolicy's, vLLM's ARC's, arc_cy's),
+    dunders aside: what a caller may not assign or delete."""
+    every = code.base_names | code.arc_names | set(policy_names)
+    return frozenset(n for n in every if not (n.startswith("__") and n.endswith("__")))
+
+
+_STORE_ATTR = re.compile(
+    b"[" + bytes([dis.opmap["STORE_ATTR"], dis.opmap["DELETE_ATTR"]]) + b"]", re.DOTALL
+)
+
+
+def _stores_attribute(code: CodeType, names: frozenset[str]) -> bool:
+    # Whether any of the code stores or deletes an attribute named in
+    # names (its STORE_ATTR and DELETE_ATTR instructions, read from the
+    # bytecode: the AST walk that finds where is paid only then).
+    extended = dis.opmap["EXTENDED_ARG"]
+    for obj in _code_objects(code):
+        if not names.intersection(obj.co_names):
+            continue
+        raw = obj.co_code
+        for match in _STORE_ATTR.finditer(raw):
+            at = match.start()
+            if at % 2:
+                continue
+            arg, back = raw[at + 1], at - 2
+            shift = 8
+            while back >= 0 and raw[back] == extended:
+                arg |= raw[back + 1] << shift
+                back, shift = back - 2, shift + 8
+            if arg < len(obj.co_names) and obj.co_names[arg] in names:
+                return True
+    return False
+
+
+def attribute_writes(tree: ast.Module, code: CodeType, names: frozenset[str]) -> dict[str, int]:
+    """Where a module assigns or deletes (augmented assignment included)
+    an attribute named in ``names`` on anything but ``self`` or ``cls``:
+    each name with its first line."""
+    if not _stores_attribute(code, names):
+        return {}
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and not isinstance(node.ctx, ast.Load)
+            and node.attr in names
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+        ):
+            if node.attr not in found or node.lineno < found[node.attr]:
+                found[node.attr] = node.lineno
+    return found
 
 
 # --- the verdict ----------------------------------------------------------------
@@ -463,7 +829,8 @@ class Change:
     """The object, e.g. "arc.py:ARCCachePolicy.evict"."""
     path: str
     how: str
-    """"differs" or "new" (the nearest verified code has no such object)."""
+    """"differs", "new" (the nearest verified code has no such object) or
+    "missing" (a method Python calls, which the verified code has)."""
 
 
 @dataclass(frozen=True)
@@ -474,8 +841,10 @@ class Use:
     path: str
     line: int
     why: str
-    """"dynamic", "beyond" (an ARC policy has it beyond CachePolicy) or
-    "gone" (a verified ARC has it, the installed one does not)."""
+    """"dynamic", "beyond" (an ARC policy has it beyond CachePolicy),
+    "class" (vLLM's ARC class by name), "write" (an assignment or deletion
+    of a policy attribute's name) or "gone" (a verified ARC has it, the
+    installed one does not)."""
     release: str | None = None
     """For "gone": the verified release whose ARC has it."""
 
@@ -516,8 +885,9 @@ def judge_sources(
     policy_names: Iterable[str],
     compiled: Mapping[str, tuple[ast.Module, CodeType]] | None = None,
 ) -> CodeCheck:
-    """Judge a vLLM from the sources of its modules (by module name; the
-    tiering caller may be absent). ``verified`` is the table
+    """Judge a vLLM from the sources of its modules (by module name): arc.py,
+    base.py and its callers, every other module given (those at the
+    known paths, CALLER_MODULES, may be absent). ``verified`` is the table
     (``arc_cy._verified.VERIFIED``); ``policy_names`` arc_cy's policy's
     names; ``compiled`` each module's AST and code, when already made."""
     compiled = dict(compiled or {})
@@ -553,6 +923,7 @@ def judge_sources(
         ]
 
     # Methods a verified ARC has and this one lacks: no code may use them.
+    # A dunder lacking (Python calls it, not code by name) is a change.
     against = matching or ([releases_of[nearest]] if nearest else [])
     prefix = "arc.py:ARCCachePolicy."
     gone: dict[str, str] = {}  # name: the verified release whose ARC has it
@@ -560,21 +931,44 @@ def judge_sources(
         for key in entry["arc"]:
             name = key[len(prefix) :]
             if key.startswith(prefix) and name not in code.methods:
-                gone.setdefault(name, _closest(entry["releases"], version))
+                release = _closest(entry["releases"], version)
+                if not (name.startswith("__") and name.endswith("__")):
+                    gone.setdefault(name, release)
+                elif all(c.name != key for c in changes):
+                    changes.append(Change(key, paths[ARC_MODULE], "missing"))
+                    nearest = nearest or verified_as or release
+    if changes:
+        verified_as = None
     forbidden = forbidden_names(code, policy_names) | gone.keys()
     uses: list[Use] = []
-    for name in sorted(gone.keys() & code.uses):
+    for name in sorted(gone.keys() & code.uses if gone else ()):
         uses.append(Use(name, paths[ARC_MODULE], 0, "gone", gone[name]))
-    for module in CALLER_MODULES:
-        if module not in sources:
-            continue
+    writable = policy_attributes(code, policy_names)
+    callers = [m for m in CALLER_MODULES if m in sources]
+    callers += sorted(m for m in sources if m not in (ARC_MODULE, BASE_MODULE, *callers))
+    for module in callers:
         tree, caller = compiled[module]
-        found = names_used(tree, caller, forbidden)
+        found = names_used(tree, caller, forbidden, sources.get(module))
         trusted = bool(found) and any(  # fingerprinted only when it matters
-            fingerprint(tree) in e["callers"].get(FILES[module], ()) for e in matching
+            fingerprint(tree) in e["callers"].get(short_name(module), ()) for e in matching
         )
-        for name, line in sorted(found.items(), key=lambda u: (u[1], u[0])):
-            why = "gone" if name in gone else "dynamic" if name in DYNAMIC else "beyond"
+        writes = attribute_writes(tree, caller, writable)
+        trusted = trusted or (
+            bool(writes)
+            and any(fingerprint(tree) in e["callers"].get(short_name(module), ()) for e in matching)
+        )
+        found_uses = [(name, line, None) for name, line in found.items()]
+        found_uses += [(name, line, "write") for name, line in writes.items()]
+        for name, line, kind in sorted(found_uses, key=lambda u: (u[1], u[0], u[2] or "")):
+            why = kind or (
+                "gone"
+                if name in gone
+                else "dynamic"
+                if name in DYNAMIC
+                else "class"
+                if name == ARC_CLASS
+                else "beyond"
+            )
             if trusted and why != "gone":
                 continue  # a verified caller, as that release shipped it
             uses.append(Use(name, paths[module], line, why, gone.get(name)))
@@ -646,39 +1040,113 @@ def same_code(a: CodeType, b: CodeType, *, fresh: bool) -> bool:
     return True
 
 
-def _functions(obj: object) -> list[object]:
-    """The functions behind a namespace entry, through staticmethod,
-    classmethod, property and wrappers (``__wrapped__``, ``func``): each a
-    list of the candidates along one wrapper chain, outermost first."""
-    chains: list[object] = []
-    todo = [obj]
-    while todo and len(chains) < 16:
-        item = todo.pop()
-        if isinstance(item, (staticmethod, classmethod)):
-            todo.append(item.__func__)
-        elif isinstance(item, property):
-            todo += [f for f in (item.fget, item.fset, item.fdel) if f is not None]
-        else:
-            chain = []
-            for _ in range(16):
-                if item is None:
-                    break
-                chain.append(item)
-                item = getattr(item, "__wrapped__", None) or getattr(item, "func", None)
-            chains.append(chain)
-    return chains
+def _functions(obj: object) -> list[object] | None:
+    """The functions that a namespace entry runs, as it is bound: itself, or
+    what a staticmethod, classmethod or property (those exact types) holds.
+    None when it is none of these (a wrapper, a callable object, a
+    descriptor of another type): its code is not a function compiled from
+    the source, whatever it wraps (``__wrapped__`` is never followed)."""
+    kind = type(obj)
+    if kind is FunctionType:
+        return [obj]
+    if kind is staticmethod or kind is classmethod:
+        return _functions(obj.__func__)  # type: ignore[attr-defined]
+    if kind is property:
+        out: list[object] = []
+        for f in (obj.fget, obj.fset, obj.fdel):  # type: ignore[attr-defined]
+            if f is not None:
+                inner = _functions(f)
+                if inner is None or type(f) is not FunctionType:
+                    return None
+                out += inner
+        return out
+    return None
 
 
-def _is_code_entry(value: object) -> bool:
-    # A class namespace entry that runs when called or read.
-    return callable(value) or isinstance(value, (staticmethod, classmethod, property))
+_MODULE_DUNDERS = frozenset(
+    {
+        "__name__",
+        "__doc__",
+        "__package__",
+        "__loader__",
+        "__spec__",
+        "__file__",
+        "__cached__",
+        "__builtins__",
+        "__annotations__",
+        "__annotate__",
+        "__conditional_annotations__",
+    }
+)
+"""What the import system (and the compiler) put in a module's namespace."""
+_CLASS_DUNDERS = frozenset(
+    {
+        "__module__",
+        "__qualname__",
+        "__doc__",
+        "__dict__",
+        "__weakref__",
+        "__abstractmethods__",
+        "_abc_impl",
+        "__annotations__",
+        "__orig_bases__",
+        "__parameters__",
+        "__firstlineno__",
+        "__static_attributes__",
+        "__type_params__",
+        "__annotate_func__",
+        "__annotations_cache__",
+    }
+)
+"""What Python (and ABCMeta) put in a class's namespace."""
+
+
+def _bound_kind(node: ast.FunctionDef | ast.AsyncFunctionDef) -> type:
+    # What a def binds in its class or module, by its decorators: a
+    # staticmethod, classmethod or property (a getter, or X.setter and
+    # X.deleter), else the function (other decorators are vLLM's markers,
+    # typing's override and abc's abstractmethod, which return it).
+    for decorator in node.decorator_list:
+        if isinstance(decorator, ast.Name) and decorator.id in ("staticmethod", "classmethod"):
+            return staticmethod if decorator.id == "staticmethod" else classmethod
+        if (isinstance(decorator, ast.Name) and decorator.id == "property") or (
+            isinstance(decorator, ast.Attribute) and decorator.attr in ("setter", "deleter")
+        ):
+            return property
+    return FunctionType
+
+
+def _literal(node: ast.AST | None, namespace: Mapping[str, object]) -> object:
+    """The value a default or assignment's expression has, as the source
+    writes it: a literal, or a module global it names; _OTHER when the
+    guard cannot tell (the rule: docs/usage.md, "The guard")."""
+    if node is None:
+        return _OTHER
+    if isinstance(node, ast.Name):
+        return namespace.get(node.id, _OTHER)
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _OTHER
+
+
+def _same_value(live: object, written: object) -> bool:
+    if written is _OTHER:
+        return False
+    return live is written or _same_constant(live, written)
 
 
 def _live_problems(module: str, live: object, tree: ast.Module, compiled: CodeType) -> list[str]:
-    """What in a module object does not run its source's code: each
-    function and method the source defines must be there with the code
-    compiled from it; each import binding must be what it imports; and
-    ARC's and CachePolicy's classes hold no other function."""
+    """What in a module object does not run its source's code (the rule:
+    docs/usage.md, "The guard", what is judged is what runs): each
+    function and method the source defines must be bound, as it is, to a
+    function with the code compiled from it, the module's globals and
+    builtins, the closure and defaults the source gives it; each import
+    binding must be what it imports, each literal assignment its value;
+    the module holds no global its source does not bind, and ARC's and
+    CachePolicy's classes no attribute their source does not define."""
+    import builtins
+
     by_qualname: dict[str, list[CodeType]] = {}
     for code in _code_objects(compiled):
         by_qualname.setdefault(code.co_qualname, []).append(code)
@@ -686,49 +1154,136 @@ def _live_problems(module: str, live: object, tree: ast.Module, compiled: CodeTy
     if not isinstance(namespace, dict):
         return ["it is not a module"]
     problems: list[str] = []
+    if namespace.get("__builtins__") not in (builtins, builtins.__dict__):
+        problems.append("its __builtins__ are not Python's")
 
-    def check(entry: object, qualname: str) -> None:
-        # Each chain of wrappers must reach, through any wrappers, a
-        # function with the code compiled for that name from the source.
+    def check(
+        entry: object, qualname: str, node: ast.FunctionDef | ast.AsyncFunctionDef, cls: object
+    ) -> None:
         candidates = by_qualname.get(qualname, ())
-        for chain in _functions(entry):
-            if not any(
-                isinstance(f, FunctionType)
-                and isinstance(f.__code__, CodeType)
-                and any(same_code(f.__code__, c, fresh=False) for c in candidates)
-                for f in chain
-            ):
+        functions = _functions(entry)
+        if functions and type(entry) is not _bound_kind(node):
+            functions = None  # e.g. a def the source writes, bound as a staticmethod
+        if not functions:
+            problems.append(f"{qualname} is not a function compiled from its source")
+            return
+        for f in functions:
+            code = f.__code__  # type: ignore[attr-defined]
+            if not any(same_code(code, c, fresh=False) for c in candidates):
                 problems.append(f"{qualname} runs code that is not its source's")
                 return
+            if f.__globals__ is not namespace or f.__builtins__ is not builtins.__dict__:  # type: ignore[attr-defined]
+                problems.append(f"{qualname} runs with globals that are not its module's")
+                return
+            closure = f.__closure__  # type: ignore[attr-defined]
+            if code.co_freevars == ("__class__",) and cls is not None:
+                if closure is None or len(closure) != 1:
+                    problems.append(f"{qualname} has a closure that is not its source's")
+                    return
+                try:
+                    held = closure[0].cell_contents
+                except ValueError:
+                    held = _OTHER
+                if held is not cls:
+                    problems.append(f"{qualname} has a closure that is not its source's")
+                    return
+            elif code.co_freevars or closure is not None:
+                problems.append(f"{qualname} has a closure that is not its source's")
+                return
+        if node is None or len(functions) != 1:
+            return  # (a property's accessors: no defaults to compare)
+        f = functions[0]
+        args = node.args
+        # Defaults are evaluated where the def is: a class body, then the module.
+        scope = ChainMap(
+            *([cls.__dict__] if isinstance(cls, type) else []), namespace, builtins.__dict__
+        )
+        written = [_literal(d, scope) for d in args.defaults]
+        live_defaults = f.__defaults__ or ()  # type: ignore[attr-defined]
+        kw_written = {
+            a.arg: _literal(d, scope)
+            for a, d in zip(args.kwonlyargs, args.kw_defaults)
+            if d is not None
+        }
+        live_kw = f.__kwdefaults__ or {}  # type: ignore[attr-defined]
+        if (
+            len(live_defaults) != len(written)
+            or not all(map(_same_value, live_defaults, written))
+            or live_kw.keys() != kw_written.keys()
+            or not all(_same_value(live_kw[k], v) for k, v in kw_written.items())
+        ):
+            problems.append(f"{qualname} has defaults that are not its source's")
 
     def walk_class(node: ast.ClassDef, cls: object, prefix: str) -> None:
         ns = getattr(cls, "__dict__", None)
         if not isinstance(cls, type) or ns is None:
             problems.append(f"{prefix} is not the class its source defines")
             return
+        owner = getattr(cls, "__module__", None)
+        if owner != module or getattr(cls, "__qualname__", None) != prefix:
+            # Another class in its place: said once, not once per member.
+            what = f"{owner}.{getattr(cls, '__qualname__', '?')}"
+            problems.append(
+                f"{prefix} is {what}, not the class its source defines"
+                + (_ARC_CY_IN_PLACE if str(owner).partition(".")[0] == "arc_cy" else "")
+            )
+            return
         defined = set()
+        strict = module in (ARC_MODULE, BASE_MODULE) and node.name in (
+            "ARCCachePolicy",
+            "CachePolicy",
+        )
         for stmt in node.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 defined.add(stmt.name)
                 if stmt.name not in ns:
                     problems.append(f"{prefix}.{stmt.name} is missing")
                 else:
-                    check(ns[stmt.name], f"{prefix}.{stmt.name}")
+                    check(ns[stmt.name], f"{prefix}.{stmt.name}", stmt, cls)
             elif isinstance(stmt, ast.ClassDef) and stmt.name in ns:
+                defined.add(stmt.name)
                 walk_class(stmt, ns[stmt.name], f"{prefix}.{stmt.name}")
-        if module in (ARC_MODULE, BASE_MODULE) and node.name in ("ARCCachePolicy", "CachePolicy"):
-            for name, value in ns.items():
-                if name not in defined and _is_code_entry(value):
+            else:
+                defined.update(_store_names(stmt))
+                if strict:
+                    _check_literal(stmt, ns, prefix + ".")
+        if strict:
+            for name in ns:
+                if name not in defined and name not in _CLASS_DUNDERS:
                     problems.append(f"{prefix}.{name} is not in its source")
+
+    def _check_literal(stmt: ast.stmt, ns: Mapping[str, object], prefix: str) -> None:
+        # A literal assignment to one name: that name holds its value.
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            target, value = stmt.target, stmt.value
+        else:
+            return
+        if not isinstance(target, ast.Name) or counts.get(target.id, 1) != 1:
+            return
+        written = _literal(value, {})
+        if written is not _OTHER and not _same_value(ns.get(target.id, _MISSING), written):
+            problems.append(f"{prefix}{target.id} is not the value its source assigns")
 
     counts: dict[str, int] = {}
     for stmt in tree.body:
         for name in set(_store_names(stmt)):
             counts[name] = counts.get(name, 0) + 1
+    starred = [
+        sys.modules.get(stmt.module or "")
+        for stmt in tree.body
+        if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names)
+    ]
+    for name in namespace:
+        if name not in counts and name not in _MODULE_DUNDERS:
+            if any(name in getattr(m, "__dict__", ()) for m in starred):
+                continue  # what a star import binds
+            problems.append(f"{name} is a global that its source does not bind")
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if stmt.name in namespace:
-                check(namespace[stmt.name], stmt.name)
+                check(namespace[stmt.name], stmt.name, stmt, None)
             else:
                 problems.append(f"{stmt.name} is missing")
         elif isinstance(stmt, ast.ClassDef):
@@ -746,15 +1301,46 @@ def _live_problems(module: str, live: object, tree: ast.Module, compiled: CodeTy
                     source, alias.name, _OTHER
                 ):
                     problems.append(f"{bound} is not what it imports")
+        else:
+            _check_literal(stmt, namespace, "")
     return problems
 
 
 _MISSING, _OTHER = object(), object()
+_ARC_CY_IN_PLACE = (
+    " (arc_cy's own class, patched into vLLM's module: leave vLLM's module as it"
+    ' is and name arc_cy in the configuration instead, "eviction_policy": "arc_cy",'
+    ' or "eviction_policy": "ARCCachePolicy" with "cache_policy_module_path": "arc_cy")'
+)
+
+
+def _package_dirs(package: str) -> list[str]:
+    """Where a package's modules are, without importing it or its parents
+    (the rule: docs/usage.md, "The guard", finding the files): its
+    ``__path__`` if it is imported; else its parent's directories joined
+    with its name; for ``vllm`` itself, what ``find_spec`` finds (a
+    top-level search imports nothing)."""
+    live = sys.modules.get(package)
+    path = getattr(live, "__path__", None) if live is not None else None
+    if path is not None:
+        return [p for p in list(path) if isinstance(p, str)]
+    parent, _, name = package.rpartition(".")
+    if parent:
+        return [os.path.join(d, name) for d in _package_dirs(parent)]
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return []
+    locations = getattr(spec, "submodule_search_locations", None) if spec else None
+    return [p for p in list(locations or ()) if isinstance(p, str)]
 
 
 def _source_of(module: str) -> tuple[str, object, Any]:
     """(the source path, the module object in sys.modules or None, its
-    loader) of a judged module. Raises Unjudged."""
+    loader) of a judged module, importing nothing: an imported module's own
+    spec; else what the import system's finders would find in its
+    package's directories (:func:`_package_dirs`). Raises LookupError when
+    there is no such module, Unjudged when it cannot be judged."""
     live = sys.modules.get(module)
     if live is not None:
         spec = getattr(live, "__spec__", None)
@@ -764,10 +1350,18 @@ def _source_of(module: str) -> tuple[str, object, Any]:
         if not isinstance(origin, str) or not origin.endswith(".py"):
             raise Unjudged(f"{module} is a module object with no Python source file")
     else:
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError) as exc:
-            raise Unjudged(f"{module} cannot be found ({type(exc).__name__}: {exc})") from None
+        dirs = _package_dirs(module.rpartition(".")[0])
+        spec = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            try:
+                spec = find(module, dirs)
+            except Exception as exc:  # a finder's own failure: the import would fail
+                raise Unjudged(f"{module} cannot be found ({type(exc).__name__}: {exc})") from None
+            if spec is not None:
+                break
         if spec is None:
             raise LookupError(module)
         origin, loader = spec.origin, spec.loader
@@ -776,6 +1370,30 @@ def _source_of(module: str) -> tuple[str, object, Any]:
     if not hasattr(loader, "get_code"):
         loader = importlib.util.spec_from_file_location(module, origin).loader  # type: ignore[union-attr]
     return origin, live, loader
+
+
+def _cache_of(path: str, live: object) -> list[str]:
+    # The bytecode caches an import of path reads: its spec's, and the one
+    # Python's loader derives from the source path.
+    out = []
+    spec = getattr(live, "__spec__", None) if live is not None else None
+    cached = getattr(spec, "cached", None)
+    if isinstance(cached, str):
+        out.append(cached)
+    try:
+        out.append(importlib.util.cache_from_source(path))
+    except (NotImplementedError, ValueError):
+        pass
+    return out
+
+
+def _regular_or_absent(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
 
 
 def check_vllm_code(
@@ -807,23 +1425,46 @@ def _check_vllm_code(
     paths: dict[str, str] = {}
     compiled: dict[str, tuple[ast.Module, CodeType]] = {}
     not_source: list[tuple[str, str]] = []
+    located: dict[str, tuple[str, object, Any]] = {}
     for module in (ARC_MODULE, BASE_MODULE, *CALLER_MODULES):
         try:
-            path, live, loader = _source_of(module)
+            located[module] = _source_of(module)
         except LookupError:
             if module in CALLER_MODULES:
                 continue  # a release without this caller
             raise Unjudged(f"{module} cannot be found") from None
+    # The callers wherever they are (the rule: docs/usage.md, "The guard").
+    scanned: dict[str, bytes] = {}
+    for root in _package_dirs(KV_OFFLOAD):
+        for module, (path, text) in find_callers(root).items():
+            scanned[path] = text
+            if module in located:
+                continue
+            try:
+                located[module] = _source_of(module)
+            except LookupError:
+                located[module] = (path, None, None)
+    for module, (path, live, loader) in located.items():
         try:
-            if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would never answer
-                raise OSError(f"{path} is not a regular file")
-            with open(path, "rb") as f:
-                source = f.read()
+            if path in scanned:
+                source = scanned[path]
+            else:
+                if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would never answer
+                    raise OSError(f"{path} is not a regular file")
+                with open(path, "rb") as f:
+                    source = f.read()
             tree = ast.parse(source)
             code = compile(tree, path, "exec", dont_inherit=True)
         except (OSError, SyntaxError, ValueError) as exc:
             raise Unjudged(f"cannot read {path} ({type(exc).__name__}: {exc})") from None
         sources[module], paths[module], compiled[module] = source, path, (tree, code)
+        if loader is None:
+            loader = importlib.util.spec_from_file_location(module, path).loader  # type: ignore[union-attr]
+        caches = _cache_of(path, live)
+        odd = [c for c in caches if not _regular_or_absent(c)]
+        if odd:
+            # The loader would open it, and a FIFO would never answer.
+            raise Unjudged(f"its bytecode cache {odd[0]} is not a regular file")
         runs = loader.get_code(module)
         if not (isinstance(runs, CodeType) and same_code(runs, code, fresh=True)):
             not_source.append((path, "the code its loader gives is not compiled from it"))

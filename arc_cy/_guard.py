@@ -12,6 +12,7 @@ analysis is ``arc_cy._fingerprint`` (standard library only), the table
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import warnings
@@ -29,6 +30,7 @@ DEPRECATED_OVERRIDE_ENV = "ARC_CY_IGNORE_VLLM_VERSION"
 POLICY_NAMES = frozenset(
     {
         "_adapt_to_ghost_hit",
+        "_busy",
         "_check",
         "_check_invariants",
         "_get",
@@ -110,7 +112,46 @@ def check_vllm_code() -> CodeCheck | None:
                 f"({type(err).__name__}: {err})",
             ),
         )
-    return _fingerprint.check_vllm_code(version, VERIFIED, POLICY_NAMES)
+    code = _fingerprint.check_vllm_code(version, VERIFIED, POLICY_NAMES)
+    held = _held_by_arc_cy()
+    if held:
+        code = dataclasses.replace(code, not_source=code.not_source + held)
+    return code
+
+
+HOLDERS = ("arc_cy._base", "arc_cy._arc_py", "arc_cy._arc_c")
+"""arc_cy's modules that bind vLLM's ``order_request_keys`` (and run it)."""
+
+
+def _held_by_arc_cy() -> tuple[tuple[str, str], ...]:
+    """What arc_cy itself runs of base.py is what base.py binds: arc_cy
+    bound ``order_request_keys`` when it imported, so a replacement made
+    before then (and undone since) would run in arc_cy alone. (path, what)
+    for each arc_cy module that holds another; none where base.py has no
+    such function (0.30: arc_cy's own stand-in)."""
+    import sys
+
+    base = sys.modules.get(_fingerprint.BASE_MODULE)
+    theirs = getattr(base, "__dict__", {}).get("order_request_keys")
+    if theirs is None:
+        return ()
+    wrong = [
+        name
+        for name in HOLDERS
+        if (held := getattr(sys.modules.get(name), "__dict__", {}).get("order_request_keys"))
+        is not None
+        and held is not theirs
+    ]
+    if not wrong:
+        return ()
+    path = str(getattr(base, "__file__", _fingerprint.FILES[_fingerprint.BASE_MODULE]))
+    return (
+        (
+            path,
+            "arc_cy runs another order_request_keys than it binds "
+            f"({', '.join(wrong)}): it was replaced before arc_cy imported it",
+        ),
+    )
 
 
 class VllmGuard:
@@ -173,23 +214,23 @@ def _object(name: str) -> str:
 def reasons(code: CodeCheck) -> str:
     """Each thing the guard refuses, by object, caller line or file."""
     out = [f"arc_cy cannot judge it: {why}" for why in code.unjudged]
-    out += [
-        f"{_object(c.name)} ({c.path}) "
-        + (
-            f"differs from verified vLLM {code.nearest}'s"
-            if c.how == "differs"
-            else f"is not in verified vLLM {code.nearest}'s"
-        )
-        for c in code.changes
-    ]
+    how = {
+        "differs": "differs from verified vLLM {}'s",
+        "new": "is not in verified vLLM {}'s",
+        "missing": "is missing, which verified vLLM {}'s has",
+    }
+    out += [f"{_object(c.name)} ({c.path}) {how[c.how].format(code.nearest)}" for c in code.changes]
     out += [
         f"the code that runs for {path} is not its source's: {what}"
         for path, what in code.not_source
     ]
     why = {
-        "dynamic": "which reaches attributes by a computed name",
+        "dynamic": "which reaches attributes by a computed name, or an object's state whole",
         "beyond": "which an ARC policy has beyond base.py's CachePolicy",
-        "gone": "which verified vLLM {}'s ARC has and this one does not",
+        "gone": "a method of verified vLLM {}'s ARC that this vLLM's ARC lacks",
+        "class": "vLLM's ARC class, which arc_cy's policy is not",
+        "write": "which it assigns or deletes on an object not its own, and which a policy "
+        "has (arc_cy's policies take no such write)",
     }
     out += [
         f"{u.path}{f':{u.line}' if u.line else ''} uses {u.name!r}, {why[u.why].format(u.release)}"

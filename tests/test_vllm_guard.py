@@ -137,6 +137,13 @@ class FakeVllm:
             fake = importlib.util.module_from_spec(spec)
             self.monkeypatch.setitem(sys.modules, module, fake)
             spec.loader.exec_module(fake)
+        # arc_cy binds base.py's order_request_keys when it imports, as it
+        # would have from these modules.
+        ours = sys.modules[BASE_MODULE].__dict__.get("order_request_keys")
+        for holder in _guard.HOLDERS:
+            module = sys.modules.get(holder)
+            if ours is not None and module is not None and "order_request_keys" in vars(module):
+                self.monkeypatch.setattr(module, "order_request_keys", ours)
         return self
 
 
@@ -168,6 +175,41 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
 def policy_module(impl: str) -> str:
     """cache_policy_module_path for the implementation under test."""
     return MODULES[impl]
+
+
+@dataclass
+class Guard:
+    """One test's vLLM: the fake (written, not yet loaded), vLLM's registry
+    without arc_cy and the guard not yet run (the registry fixture), with
+    pytest's monkeypatch and caplog, and the module path that the
+    module-path route builds (the implementation under test)."""
+
+    fake: FakeVllm
+    monkeypatch: pytest.MonkeyPatch
+    caplog: pytest.LogCaptureFixture
+    module_path: str
+
+    def routes(self) -> Routes:
+        """Both routes on the vLLM in sys.modules (routes())."""
+        return routes(self.monkeypatch, self.caplog, self.module_path)
+
+
+@pytest.fixture
+def guard(
+    registry: dict,
+    fake: FakeVllm,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> Guard:
+    """A test's vLLM, built with the chosen implementation."""
+    return Guard(fake, monkeypatch, caplog, MODULES[CHOSEN])
+
+
+@pytest.fixture
+def guard_each(guard: Guard, policy_module: str) -> Guard:
+    """A test's vLLM, once per implementation."""
+    guard.module_path = policy_module
+    return guard
 
 
 def register(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -244,62 +286,46 @@ def test_the_installed_vllm_registers(
 
 
 def test_release_day_a_new_release_with_verified_arc_code_registers(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    policy_module: str,
+    guard_each: Guard,
 ) -> None:
     # The installed release's code, before its entry joined the table: its
     # ARC code is the previous release's less a method nothing calls now
     # (0.34.0's touch), its callers are new and ask only what CachePolicy has.
-    monkeypatch.setattr(_guard, "VERIFIED", WITHOUT_INSTALLED)
-    fake.install("0.35.0")
-    accepted(routes(monkeypatch, caplog, policy_module), "0.35.0", PREVIOUS)
+    guard_each.monkeypatch.setattr(_guard, "VERIFIED", WITHOUT_INSTALLED)
+    guard_each.fake.install("0.35.0")
+    accepted(guard_each.routes(), "0.35.0", PREVIOUS)
 
 
 def test_defaults_of_base_methods_that_arc_overrides_do_not_count(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    policy_module: str,
+    guard_each: Guard,
 ) -> None:
     base = REAL[BASE_MODULE].read_text()
     base = _method_body(base, "on_store_miss", "for _ in keys:\n    pass\n")
     base = _edit(
         base, "    @abstractmethod\n    def on_request_finished(", "    def on_request_finished("
     )
-    fake.install("0.35.0", sources={BASE_MODULE: base})
-    accepted(routes(monkeypatch, caplog, policy_module), "0.35.0", INSTALLED)
+    guard_each.fake.install("0.35.0", sources={BASE_MODULE: base})
+    accepted(guard_each.routes(), "0.35.0", INSTALLED)
 
 
 def test_a_caller_line_that_uses_base_names_only_registers(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    policy_module: str,
+    guard_each: Guard,
 ) -> None:
-    fake.install(
+    guard_each.fake.install(
         "0.35.0",
         appended={
             CPU_MANAGER: "\n\ndef _resident(manager, key):\n"
             "    return manager._policy.get(key) is not None\n"
         },
     )
-    accepted(routes(monkeypatch, caplog, policy_module), "0.35.0", INSTALLED)
+    accepted(guard_each.routes(), "0.35.0", INSTALLED)
 
 
 def test_comments_docstrings_and_formatting_do_not_count(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    policy_module: str,
+    guard_each: Guard,
 ) -> None:
     old, _ = GHOST_ADAPTATION
-    fake.install(
+    guard_each.fake.install(
         "0.35.0",
         edits={
             ARC_MODULE: (
@@ -312,7 +338,7 @@ def test_comments_docstrings_and_formatting_do_not_count(
             ),
         },
     )
-    accepted(routes(monkeypatch, caplog, policy_module), "0.35.0", INSTALLED)
+    accepted(guard_each.routes(), "0.35.0", INSTALLED)
 
 
 # --- what is refused, by what changed ---------------------------------------------
@@ -333,52 +359,41 @@ def test_a_changed_object_is_refused_by_name(
     module: str,
     edit: tuple[str, str],
     obj: str,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    policy_module: str,
+    guard_each: Guard,
 ) -> None:
-    fake.install("0.35.0", edits={module: edit})
-    message = refused(routes(monkeypatch, caplog, policy_module))
+    guard_each.fake.install("0.35.0", edits={module: edit})
+    message = refused(guard_each.routes())
     assert message == (
         "arc_cy: vLLM 0.35.0's ARC code is not code arc_cy verified: "
-        f"`{obj}` ({fake.files[module]}) differs from verified vLLM {INSTALLED}'s."
+        f"`{obj}` ({guard_each.fake.files[module]}) differs from verified vLLM {INSTALLED}'s."
     )
 
 
 def test_an_inherited_no_op_that_gains_a_body_is_refused(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    policy_module: str,
+    guard_each: Guard,
 ) -> None:
     base = _method_body(
         REAL[BASE_MODULE].read_text(), "on_request_access", "for key in keys:\n    self.get(key)\n"
     )
-    fake.install("0.35.0", sources={BASE_MODULE: base})
-    message = refused(routes(monkeypatch, caplog, policy_module))
+    guard_each.fake.install("0.35.0", sources={BASE_MODULE: base})
+    message = refused(guard_each.routes())
     assert message.endswith(
-        f"`CachePolicy.on_request_access` ({fake.files[BASE_MODULE]}) differs from "
+        f"`CachePolicy.on_request_access` ({guard_each.fake.files[BASE_MODULE]}) differs from "
         f"verified vLLM {INSTALLED}'s."
     )
 
 
 def test_a_new_method_is_refused_by_name(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    policy_module: str,
+    guard_each: Guard,
 ) -> None:
-    fake.install(
+    guard_each.fake.install(
         "0.35.0",
         appended={ARC_MODULE: "\n    def pin(self, key):\n        self.t1.move_to_end(key)\n"},
     )
-    message = refused(routes(monkeypatch, caplog, policy_module))
+    message = refused(guard_each.routes())
     assert message.endswith(
-        f"`ARCCachePolicy.pin` ({fake.files[ARC_MODULE]}) is not in verified vLLM {INSTALLED}'s."
+        f"`ARCCachePolicy.pin` ({guard_each.fake.files[ARC_MODULE]}) is not in "
+        f"verified vLLM {INSTALLED}'s."
     )
 
 
@@ -396,22 +411,20 @@ def test_a_caller_that_asks_more_than_cache_policy_is_refused(
     line: str,
     name: str,
     why: str,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    policy_module: str,
+    guard_each: Guard,
 ) -> None:
-    fake.install("0.35.0", appended={caller: f"\n\ndef _probe(manager, key):\n    {line}\n"})
-    message = refused(routes(monkeypatch, caplog, policy_module))
-    number = len(fake.files[caller].read_text().splitlines())
+    guard_each.fake.install(
+        "0.35.0", appended={caller: f"\n\ndef _probe(manager, key):\n    {line}\n"}
+    )
+    message = refused(guard_each.routes())
+    number = len(guard_each.fake.files[caller].read_text().splitlines())
     reason = {
         "beyond": "which an ARC policy has beyond base.py's CachePolicy",
-        "gone": f"which verified vLLM {PREVIOUS}'s ARC has and this one does not",
+        "gone": f"a method of verified vLLM {PREVIOUS}'s ARC that this vLLM's ARC lacks",
     }[why]
     assert message == (
         f"arc_cy: vLLM 0.35.0's ARC code is verified vLLM {INSTALLED}'s, but "
-        f"{fake.files[caller]}:{number} uses {name!r}, {reason}."
+        f"{guard_each.fake.files[caller]}:{number} uses {name!r}, {reason}."
     )
 
 
@@ -453,18 +466,15 @@ REACHES = {
 def test_every_way_a_caller_reaches_the_policy_is_refused(
     reach: str,
     caller: str,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.install("0.35.0", appended={caller: "\n\n" + REACHES[reach]})
-    message = refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
+    guard.fake.install("0.35.0", appended={caller: "\n\n" + REACHES[reach]})
+    message = refused(guard.routes())
     name = "_check_invariants" if reach == "arc_cy-only-attribute" else "t1"
-    lines = fake.files[caller].read_text().splitlines()
+    lines = guard.fake.files[caller].read_text().splitlines()
     line = next(i for i, text in enumerate(lines, 1) if name in text and i > len(lines) - 8)
     assert (
-        f"{fake.files[caller]}:{line} uses {name!r}, which an ARC policy has beyond "
+        f"{guard.fake.files[caller]}:{line} uses {name!r}, which an ARC policy has beyond "
         "base.py's CachePolicy" in message
     )
 
@@ -482,28 +492,24 @@ def test_every_way_a_caller_reaches_the_policy_is_refused(
 )
 def test_a_computed_attribute_name_is_refused(
     call: str,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.install(
+    guard.fake.install(
         "0.35.0", appended={CPU_MANAGER: f"\n\ndef _probe(manager, name):\n    return {call}\n"}
     )
-    message = refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
+    message = refused(guard.routes())
     assert "which reaches attributes by a computed name" in message
 
 
 def test_a_name_no_arc_policy_has_behaves_alike_on_both(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
     # Missing on vLLM's arc and on arc_cy alike: nothing arc_cy could decide
     # differently (a release that adds it to ARC changes ARC's code).
-    fake.install("0.35.0", appended={CPU_MANAGER: "\n\ndef _probe(m):\n    m._policy.pin(1)\n"})
-    accepted(routes(monkeypatch, caplog, MODULES[CHOSEN]), "0.35.0", INSTALLED)
+    guard.fake.install(
+        "0.35.0", appended={CPU_MANAGER: "\n\ndef _probe(m):\n    m._policy.pin(1)\n"}
+    )
+    accepted(guard.routes(), "0.35.0", INSTALLED)
     assert not hasattr(arc_cy.ARCCachePolicy, "pin")
 
 
@@ -539,15 +545,12 @@ def _loaded_from(monkeypatch: pytest.MonkeyPatch, module: str, path: Path) -> No
 
 
 def test_a_deep_ast_is_refused_without_raising(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.write(appended={ARC_MODULE: "\nLIMIT = " + "- " * 1500 + "1\n"})
-    _loaded_from(monkeypatch, ARC_MODULE, fake.files[ARC_MODULE])
-    reset_guard(monkeypatch)
-    [record] = register(caplog)
+    guard.fake.write(appended={ARC_MODULE: "\nLIMIT = " + "- " * 1500 + "1\n"})
+    _loaded_from(guard.monkeypatch, ARC_MODULE, guard.fake.files[ARC_MODULE])
+    reset_guard(guard.monkeypatch)
+    [record] = register(guard.caplog)
     assert record.levelno == logging.ERROR and "NOT registered" in record.getMessage()
     result = vllm_guard.result()
     assert result is not None and not result.ok
@@ -559,13 +562,10 @@ def test_a_deep_ast_is_refused_without_raising(
 @pytest.mark.parametrize("damage", ["truncated", "binary", "fifo", "directory", "missing"])
 def test_a_damaged_source_neither_crashes_nor_hangs(
     damage: str,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.write()
-    arc = fake.files[ARC_MODULE]
+    guard.fake.write()
+    arc = guard.fake.files[ARC_MODULE]
     if damage == "truncated":
         source = arc.read_text()
         arc.write_text(source[: source.index("def evict") + len("def ev")])
@@ -577,9 +577,9 @@ def test_a_damaged_source_neither_crashes_nor_hangs(
             os.mkfifo(arc)
         elif damage == "directory":
             arc.mkdir()
-    _loaded_from(monkeypatch, ARC_MODULE, arc)
-    reset_guard(monkeypatch)
-    [record] = register(caplog)  # a FIFO's open would block: the guard never opens it
+    _loaded_from(guard.monkeypatch, ARC_MODULE, arc)
+    reset_guard(guard.monkeypatch)
+    [record] = register(guard.caplog)  # a FIFO's open would block: the guard never opens it
     assert record.levelno == logging.ERROR
     result = vllm_guard.result()
     assert result is not None and result.unjudged and not result.ok
@@ -639,15 +639,12 @@ def _find(code: CodeType, qualname: str) -> CodeType:
 def test_bytecode_that_does_not_run_its_source_is_refused(
     craft: str,
     imported: bool,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
     # arc.py is the verified source; its .pyc, whose header matches it, runs
     # otherwise. Code equality (==) would pass all but the first.
-    fake.write()
-    arc = fake.files[ARC_MODULE]
+    guard.fake.write()
+    arc = guard.fake.files[ARC_MODULE]
     source = arc.read_text()
     good = compile(source, str(arc), "exec", dont_inherit=True)
     if craft == "changed-decision":
@@ -664,11 +661,11 @@ def test_bytecode_that_does_not_run_its_source_is_refused(
     if craft != "changed-decision":
         assert runs == good  # what the old check compared
     if imported:
-        fake.load("0.35.0")  # imports arc.py: from that .pyc
+        guard.fake.load("0.35.0")  # imports arc.py: from that .pyc
         assert sys.modules[ARC_MODULE].__spec__.cached == str(pyc)
     else:
-        _loaded_from(monkeypatch, ARC_MODULE, arc)
-    message = refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
+        _loaded_from(guard.monkeypatch, ARC_MODULE, arc)
+    message = refused(guard.routes())
     assert (
         f"the code that runs for {arc} is not its source's: the code its loader gives is "
         "not compiled from it" in message
@@ -676,17 +673,14 @@ def test_bytecode_that_does_not_run_its_source_is_refused(
 
 
 def test_a_monkeypatched_method_is_refused(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.install("0.35.0")
+    guard.fake.install("0.35.0")
     arc = sys.modules[ARC_MODULE]
-    monkeypatch.setattr(arc.ARCCachePolicy, "evict", lambda self, n, protected: None)
-    message = refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
+    guard.monkeypatch.setattr(arc.ARCCachePolicy, "evict", lambda self, n, protected: None)
+    message = refused(guard.routes())
     assert message.endswith(
-        f"the code that runs for {fake.files[ARC_MODULE]} is not its source's: "
+        f"the code that runs for {guard.fake.files[ARC_MODULE]} is not its source's: "
         "ARCCachePolicy.evict runs code that is not its source's."
     )
 
@@ -694,19 +688,18 @@ def test_a_monkeypatched_method_is_refused(
 @pytest.mark.parametrize("swap", ["no-spec", "no-file", "real-spec"])
 def test_a_caller_module_swapped_into_sys_modules_is_judged_by_what_runs(
     swap: str,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.install("0.35.0", appended={CPU_MANAGER: "\n\ndef _probe(m):\n    return m._policy.t1\n"})
+    guard.fake.install(
+        "0.35.0", appended={CPU_MANAGER: "\n\ndef _probe(m):\n    return m._policy.t1\n"}
+    )
     module = sys.modules[CPU_MANAGER]
     if swap == "no-spec":
-        monkeypatch.setattr(module, "__spec__", None)  # __file__ remains: judged by it
+        guard.monkeypatch.setattr(module, "__spec__", None)  # __file__ remains: judged by it
         expected = "uses 't1', which an ARC policy has beyond base.py's CachePolicy"
     elif swap == "no-file":
-        monkeypatch.setattr(module, "__spec__", None)
-        monkeypatch.delattr(module, "__file__")
+        guard.monkeypatch.setattr(module, "__spec__", None)
+        guard.monkeypatch.delattr(module, "__file__")
         expected = f"cannot judge it: {CPU_MANAGER} is a module object with no Python source file"
     else:
         # The module that runs carries the real manager's spec and file.
@@ -714,10 +707,10 @@ def test_a_caller_module_swapped_into_sys_modules_is_judged_by_what_runs(
         swapped.__dict__.update(module.__dict__)
         swapped.__spec__ = importlib.util.spec_from_file_location(CPU_MANAGER, REAL[CPU_MANAGER])
         swapped.__file__ = str(REAL[CPU_MANAGER])
-        monkeypatch.setitem(sys.modules, CPU_MANAGER, swapped)
+        guard.monkeypatch.setitem(sys.modules, CPU_MANAGER, swapped)
         expected = "CPUOffloadingManager.__init__ runs code that is not its source's"
-    reset_guard(monkeypatch)
-    [record] = register(caplog)
+    reset_guard(guard.monkeypatch)
+    [record] = register(guard.caplog)
     assert record.levelno == logging.ERROR
     assert expected in record.getMessage()
 
@@ -752,40 +745,34 @@ sys.addaudithook(_audit)  # audit hooks cannot be removed; it records only when 
 
 
 def test_no_cache_file_is_read_or_written(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
     home = tmp_path / "home"
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "xdg"))
-    fake.install("0.35.0")
+    guard.monkeypatch.setenv("HOME", str(home))
+    guard.monkeypatch.setenv("XDG_CACHE_HOME", str(home / "xdg"))
+    guard.fake.install("0.35.0")
     opened: list[str] = []
     _OPENS.append(opened)
     try:
-        register(caplog)
+        register(guard.caplog)
         policy = arc_cy.ARCCachePolicy(4)
     finally:
         _OPENS.pop()
     assert "arc_cy" in CachePolicyFactory._registry and policy.cache_capacity == 4
     assert not home.exists()
-    assert set(map(str, fake.files.values())) <= set(opened)
+    assert set(map(str, guard.fake.files.values())) <= set(opened)
 
 
 # --- the override, once per process, and no vLLM -----------------------------------
 
 
 def test_override_registers_with_a_warning(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
-    monkeypatch.setenv(OVERRIDE_ENV, "1")
-    records = register(caplog)
+    guard.fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
+    guard.monkeypatch.setenv(OVERRIDE_ENV, "1")
+    records = register(guard.caplog)
     assert CachePolicyFactory.get_cache_policy_cls("arc_cy") is arc_cy.ARCCachePolicy
     assert [r.levelno for r in records] == [logging.WARNING, logging.INFO]
     assert (
@@ -793,7 +780,7 @@ def test_override_registers_with_a_warning(
         .getMessage()
         .startswith(
             f"arc_cy: using arc_cy on vLLM 0.35.0's unverified code because {OVERRIDE_ENV} is set "
-            f"(`ARCCachePolicy.evict` ({fake.files[ARC_MODULE]}) differs"
+            f"(`ARCCachePolicy.evict` ({guard.fake.files[ARC_MODULE]}) differs"
         )
     )
     assert records[1].getMessage().endswith("on vLLM 0.35.0: UNVERIFIED code")
@@ -802,25 +789,19 @@ def test_override_registers_with_a_warning(
 @pytest.mark.parametrize("value", ["0", "false", "no", "off", ""])
 def test_override_false_is_off(
     value: str,
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
-    monkeypatch.setenv(OVERRIDE_ENV, value)
-    refused(routes(monkeypatch, caplog, MODULES[CHOSEN]))
+    guard.fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
+    guard.monkeypatch.setenv(OVERRIDE_ENV, value)
+    refused(guard.routes())
 
 
 def test_a_bad_override_value_does_not_raise_from_the_plugin(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
-    monkeypatch.setenv(OVERRIDE_ENV, "maybe")
-    [record] = register(caplog)
+    guard.fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
+    guard.monkeypatch.setenv(OVERRIDE_ENV, "maybe")
+    [record] = register(guard.caplog)
     assert record.levelno == logging.ERROR
     assert f"{OVERRIDE_ENV}='maybe' is not a boolean" in record.getMessage()
     with pytest.raises(ValueError, match="is not a boolean"):
@@ -828,15 +809,12 @@ def test_a_bad_override_value_does_not_raise_from_the_plugin(
 
 
 def test_the_old_override_name_works_and_warns(
-    registry: dict,
-    fake: FakeVllm,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    guard: Guard,
 ) -> None:
-    fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
-    monkeypatch.setenv(DEPRECATED_OVERRIDE_ENV, "1")
+    guard.fake.install("0.35.0", edits={ARC_MODULE: EVICT_COMPARISON})
+    guard.monkeypatch.setenv(DEPRECATED_OVERRIDE_ENV, "1")
     with pytest.warns(FutureWarning, match=f"{DEPRECATED_OVERRIDE_ENV} is deprecated"):
-        register(caplog)
+        register(guard.caplog)
     assert "arc_cy" in CachePolicyFactory._registry
 
 
@@ -910,8 +888,10 @@ def test_policy_names_are_what_both_implementations_define() -> None:
     assert _guard.POLICY_NAMES <= both, sorted(_guard.POLICY_NAMES - both)
 
 
-def test_the_check_reads_each_judged_source_once() -> None:
-    # What it costs is measured in bench/guard.py, not here.
+def test_the_check_reads_each_source_of_the_tree_once() -> None:
+    # What it costs is measured in bench/guard.py, not here. It reads the
+    # module files of vllm/v1/kv_offload (to find the callers), the judged
+    # ones among them, and each once.
     opened: list[str] = []
     _OPENS.append(opened)
     try:
@@ -919,7 +899,10 @@ def test_the_check_reads_each_judged_source_once() -> None:
     finally:
         _OPENS.pop()
     sources = [p for p in opened if p.endswith(".py")]
-    assert sorted(sources) == sorted(map(str, REAL.values())), sources
+    tree = REAL[BASE_MODULE].parents[2]  # vllm/v1/kv_offload
+    assert len(sources) == len(set(sources)), sources
+    assert set(map(str, REAL.values())) <= set(sources)
+    assert all(Path(p).is_relative_to(tree) for p in sources), sources
 
 
 def test_fingerprint_script_prints_the_table_as_it_is(tmp_path: Path) -> None:
@@ -961,3 +944,252 @@ def test_an_indented_docstring_is_not_a_use_on_every_python():
     assert names_used(ast.parse(source), code, {"touch", "get"}) == {"get": 7}
     used = source.replace("return self.policy.get", "return 'touch'")
     assert names_used(ast.parse(used), compile(used, "tier.py", "exec"), {"touch"}) == {"touch": 7}
+
+
+# --- what runs is judged as it is bound (issue 46) ----------------------------------
+
+
+def _arc_copy() -> tuple[ModuleType, object, CodeType]:
+    """A fresh copy of the installed arc.py's module (not in sys.modules),
+    its tree and its code: what the live check is given."""
+    import ast
+
+    spec = importlib.util.spec_from_file_location(ARC_MODULE, REAL[ARC_MODULE])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tree = ast.parse(REAL[ARC_MODULE].read_bytes())
+    code = compile(tree, str(REAL[ARC_MODULE]), "exec", dont_inherit=True)
+    assert _fingerprint._live_problems(ARC_MODULE, module, tree, code) == []
+    return module, tree, code
+
+
+def _cell(value: object) -> object:
+    return (lambda: value).__closure__[0]  # type: ignore[index]
+
+
+def _patches(f: object) -> dict[str, object]:
+    """Every way to bind, in a method's place, something that is not the
+    function its source compiles to (with the same code where it can)."""
+    import functools
+    from types import FunctionType
+
+    assert isinstance(f, FunctionType)
+
+    def copy(**changes: object) -> FunctionType:
+        g = FunctionType(
+            f.__code__,
+            changes.get("globals", f.__globals__),  # type: ignore[arg-type]
+            f.__name__,
+            f.__defaults__,
+            changes.get("closure", f.__closure__),  # type: ignore[arg-type]
+        )
+        g.__kwdefaults__ = f.__kwdefaults__
+        return g
+
+    out: dict[str, object] = {
+        "wraps": functools.wraps(f)(lambda *a, **k: f(*a, **k)),
+        "other-globals": copy(globals=dict(f.__globals__)),
+        "staticmethod": staticmethod(f),
+        "classmethod": classmethod(f),
+        "property": property(f),
+        "partialmethod": functools.partialmethod(f),
+    }
+    defaults = copy()
+    defaults.__defaults__ = (*(f.__defaults__ or ()), None)
+    out["defaults"] = defaults
+    kwdefaults = copy()
+    kwdefaults.__kwdefaults__ = {**(f.__kwdefaults__ or {}), "extra": None}
+    out["kwdefaults"] = kwdefaults
+    if f.__code__.co_freevars == ("__class__",):
+        out["closure"] = copy(closure=(_cell(object),))
+    return out
+
+
+def test_every_method_patched_in_any_way_is_refused() -> None:
+    # Each method of vLLM's ARCCachePolicy, each patch: refused, by name,
+    # whatever the patch wraps (a __wrapped__ chain is never followed).
+    from types import FunctionType
+
+    module, tree, code = _arc_copy()
+    cls = module.ARCCachePolicy
+    methods = {k: v for k, v in vars(cls).items() if type(v) is FunctionType}
+    assert {"evict", "insert", "__init__"} <= set(methods)
+    kinds = set()
+    for name, f in methods.items():
+        for kind, patch in _patches(f).items():
+            kinds.add(kind)
+            setattr(cls, name, patch)
+            try:
+                problems = _fingerprint._live_problems(ARC_MODULE, module, tree, code)
+            finally:
+                setattr(cls, name, f)
+            assert any(p.startswith(f"ARCCachePolicy.{name} ") for p in problems), (name, kind)
+    assert "closure" in kinds  # (a method with super() has one)
+
+
+def test_a_global_its_source_does_not_bind_is_refused() -> None:
+    # Every builtin name (each shadows the builtin for every method), and
+    # any other name.
+    import builtins
+
+    module, tree, code = _arc_copy()
+    for name in [*dir(builtins), "anything"]:
+        if name in vars(module):
+            continue  # (__name__, __doc__, ...: the module's own)
+        setattr(module, name, object())
+        try:
+            problems = _fingerprint._live_problems(ARC_MODULE, module, tree, code)
+        finally:
+            delattr(module, name)
+        assert f"{name} is a global that its source does not bind" in problems, name
+
+
+def test_a_class_attribute_its_source_does_not_define_is_refused() -> None:
+    # A data descriptor, a plain value or a function: whatever the name.
+    module, tree, code = _arc_copy()
+    cls = module.ARCCachePolicy
+    names = sorted(_guard.POLICY_NAMES | {"__getattribute__", "__setattr__", "__getattr__"})
+    for name in names:
+        for value in (property(lambda self: 0), 0, lambda self: None):
+            before = vars(cls).get(name, _MISSING)
+            setattr(cls, name, value)
+            try:
+                problems = _fingerprint._live_problems(ARC_MODULE, module, tree, code)
+            finally:
+                if before is _MISSING:
+                    delattr(cls, name)
+                else:
+                    setattr(cls, name, before)
+            assert any(p.startswith(f"ARCCachePolicy.{name} ") for p in problems), (name, value)
+
+
+_MISSING = object()
+HELD = [
+    h for h in _guard.HOLDERS if "order_request_keys" in vars(sys.modules.get(h) or ModuleType("x"))
+]
+
+
+@pytest.mark.parametrize("holder", HELD)
+def test_an_order_request_keys_replaced_before_arc_cy_imported_is_refused(
+    holder: str, registry: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import functools
+
+    real = sys.modules[BASE_MODULE].order_request_keys
+    wrapper = functools.wraps(real)(lambda *a, **k: list(reversed(real(*a, **k))))
+    monkeypatch.setattr(sys.modules[holder], "order_request_keys", wrapper)
+    result = _guard.check_vllm_code()
+    assert result is not None and not result.ok
+    assert any(holder in what and "replaced before arc_cy" in what for _, what in result.not_source)
+
+
+@pytest.mark.parametrize(
+    "replacement", ["arc_cy._arc_c", "arc_cy._arc_py", "vllm.v1.kv_offload.cpu.policies.lru"]
+)
+def test_arc_replaced_by_another_class_is_said_once(
+    replacement: str,
+    guard: Guard,
+) -> None:
+    if replacement == "arc_cy._arc_c" and "cython" not in IMPLEMENTATIONS:
+        replacement = "arc_cy._arc_py"
+    guard.fake.install("0.35.0")
+    module = importlib.import_module(replacement)
+    cls = next(
+        v for k, v in vars(module).items() if k.endswith("CachePolicy") and k != "CachePolicy"
+    )
+    guard.monkeypatch.setattr(sys.modules[ARC_MODULE], "ARCCachePolicy", cls)
+    message = refused(guard.routes())
+    said = (
+        f"ARCCachePolicy is {cls.__module__}.{cls.__qualname__}, not the class its source defines"
+    )
+    assert message.count(said) == 1 and "is missing" not in message, message
+    advice = '"eviction_policy": "arc_cy"'
+    assert (advice in message) == replacement.startswith("arc_cy"), message
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "symlink-to-fifo"])
+@pytest.mark.parametrize("imported", [False, True], ids=["not-imported", "imported"])
+def test_a_bytecode_cache_that_is_not_a_regular_file_is_never_opened(
+    kind: str, imported: bool, registry: dict, fake: FakeVllm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    fake.write()
+    arc = fake.files[ARC_MODULE]
+    if imported:
+        fake.load("0.35.0")
+    else:
+        _loaded_from(monkeypatch, ARC_MODULE, arc)
+    cache = Path(importlib.util.cache_from_source(str(arc)))
+    cache.parent.mkdir(exist_ok=True)
+    if cache.exists():
+        cache.unlink()
+    if kind == "directory":
+        cache.mkdir()
+    else:
+        fifo = cache if kind == "fifo" else cache.with_name("elsewhere")
+        os.mkfifo(fifo)
+        if kind == "symlink-to-fifo":
+            cache.symlink_to(fifo)
+    results: list[object] = []
+    worker = threading.Thread(target=lambda: results.append(_guard.check_vllm_code()), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert results, "the check hangs on the bytecode cache"
+    result = results[0]
+    assert result is not None and not result.ok  # type: ignore[attr-defined]
+    assert result.unjudged == (f"its bytecode cache {cache} is not a regular file",)  # type: ignore[attr-defined]
+
+
+def test_a_tiering_package_that_fails_to_import_does_not_refuse(
+    registry: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A tier backend's optional dependency missing: the tiering package's
+    # __init__ raises. The guard imports nothing: it finds the tiering
+    # manager's file in its package's directory and judges it.
+    package = TIERING_MANAGER.rpartition(".")[0]
+
+    class Broken(importlib.abc.Loader):
+        def create_module(self, spec):  # type: ignore[no-untyped-def]
+            return None
+
+        def exec_module(self, module):  # type: ignore[no-untyped-def]
+            raise ImportError("No module named 'an_optional_backend'")
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, target_path=None, target=None):  # type: ignore[no-untyped-def]
+            if name == package:
+                return importlib.util.spec_from_loader(name, Broken(), is_package=True)
+            return None
+
+    for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [Finder(), *sys.meta_path])
+    with pytest.raises(ImportError):
+        importlib.import_module(TIERING_MANAGER)
+    result = _guard.check_vllm_code()
+    assert result is not None and result.ok, _guard.reasons(result)  # type: ignore[arg-type]
+    assert package not in sys.modules
+
+
+def test_a_caller_moved_in_the_tree_is_judged(
+    registry: dict, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A release that moves the CPU manager (cpu/offloading_manager.py, in
+    # another directory of the kv_offload package) is judged there.
+    import vllm.v1.kv_offload as kv_offload
+
+    extra = tmp_path / "kv_offload"
+    (extra / "cpu").mkdir(parents=True)
+    (extra / "cpu" / "__init__.py").touch()
+    moved = extra / "cpu" / "offloading_manager.py"
+    moved.write_text(
+        REAL[CPU_MANAGER].read_text()
+        + "\n\ndef _probe(self, key):\n    self._policy.t1.move_to_end(key)\n"
+    )
+    monkeypatch.setattr(kv_offload, "__path__", [*kv_offload.__path__, str(extra)])
+    result = _guard.check_vllm_code()
+    assert result is not None and not result.ok
+    line = len(moved.read_text().splitlines())
+    assert [(u.name, u.path, u.line) for u in result.uses] == [("t1", str(moved), line)]

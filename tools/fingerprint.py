@@ -49,21 +49,49 @@ def _version_of(text: str) -> str:
     return str(ns.get("__version__", "unknown"))
 
 
-def _reader(target: str | None) -> tuple[str, Callable[[str], bytes | None], str]:
-    """(version, read(module) -> source or None, where) for one vLLM."""
+Reader = Callable[[str], bytes | None]
+
+
+def _callers(names: set[str], read: Reader) -> list[str]:
+    """The modules of an archive's vllm/v1/kv_offload tree that the guard
+    judges as callers (arc_cy._fingerprint.find_callers, for a folder)."""
+    prefix = fp.KV_OFFLOAD.replace(".", "/") + "/"
+    policies = fp.POLICIES_PACKAGE.replace(".", "/") + "/"
+    out = []
+    for name in sorted(names):
+        if not (name.startswith(prefix) and name.endswith(".py")) or name.startswith(policies):
+            continue
+        folders = name.split("/")[:-1]
+        packages = ("/".join(folders[:i]) + "/__init__.py" for i in range(4, len(folders) + 1))
+        if not all(p in names for p in packages):
+            continue  # a folder that is not a package: no module of the tree
+        module = name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        source = read(module) if not name.endswith("/__init__.py") else None
+        if source is not None and fp.is_caller_source(source):
+            out.append(module)
+    return out
+
+
+def _reader(target: str | None) -> tuple[str, Reader, str, list[str]]:
+    """(version, read(module) -> source or None, where, the callers found
+    in its tree) for one vLLM."""
     if target is None:
         import vllm
 
         root = os.path.dirname(os.path.dirname(os.path.abspath(vllm.__file__)))
-        return str(vllm.__version__), _reader(root)[1], os.path.dirname(vllm.__file__)
+        _, read, _, found = _reader(root)
+        return str(vllm.__version__), read, os.path.dirname(vllm.__file__), found
     if os.path.isdir(target):
 
         def read(module: str) -> bytes | None:
             path = os.path.join(target, _file_name(module))
-            if not os.path.exists(path):
+            if not os.path.isfile(path):
                 return None
             with open(path, "rb") as f:
                 return f.read()
+
+        tree = os.path.join(target, *fp.KV_OFFLOAD.split("."))
+        found = list(fp.find_callers(tree)) if os.path.isdir(tree) else []
 
         version_file = os.path.join(target, "vllm", "_version.py")
         version = "unknown"
@@ -74,6 +102,7 @@ def _reader(target: str | None) -> tuple[str, Callable[[str], bytes | None], str
             os.path.basename(os.path.normpath(target)) if version == "unknown" else version,
             read,
             target,
+            found,
         )
     name = os.path.basename(target)
     version = name.split("-")[1].removesuffix(".tar.gz")
@@ -81,11 +110,11 @@ def _reader(target: str | None) -> tuple[str, Callable[[str], bytes | None], str
         tar = tarfile.open(target)
         members = {m.name.split("/", 1)[-1]: m for m in tar.getmembers() if m.isfile()}
 
-        def read(module: str) -> bytes | None:
+        def read_tar(module: str) -> bytes | None:
             member = members.get(_file_name(module))
             return None if member is None else tar.extractfile(member).read()  # type: ignore[union-attr]
 
-        return version, read, target
+        return version, read_tar, target, _callers(set(members), read_tar)
     wheel = zipfile.ZipFile(target)
     names = set(wheel.namelist())
 
@@ -93,14 +122,15 @@ def _reader(target: str | None) -> tuple[str, Callable[[str], bytes | None], str
         name = _file_name(module)
         return wheel.read(name) if name in names else None
 
-    return version, read_wheel, target
+    return version, read_wheel, target, _callers(names, read_wheel)
 
 
 def judge(target: str | None, table: list[dict]) -> bool:
     """Report on one vLLM and join it to table; False if it cannot be read."""
-    version, read, where = _reader(target)
+    version, read, where, found = _reader(target)
     print(f"vLLM {version} ({where}):")
-    sources = {m: s for m in MODULES if (s := read(m)) is not None}
+    modules = [*MODULES, *(m for m in found if m not in MODULES)]
+    sources = {m: s for m in modules if (s := read(m)) is not None}
     paths = {m: f"{where}/{_file_name(m)}" for m in sources}
     missing = [m for m in (fp.ARC_MODULE, fp.BASE_MODULE) if m not in sources]
     if missing:
@@ -117,16 +147,20 @@ def judge(target: str | None, table: list[dict]) -> bool:
         for change in found.changes:
             print(f"        {change.name} {change.how}")
     forbidden = fp.forbidden_names(code, POLICY_NAMES)
+    writable = fp.policy_attributes(code, POLICY_NAMES)
     callers = {}
-    for module in fp.CALLER_MODULES:
-        name = fp.FILES[module]
+    for module in [*fp.CALLER_MODULES, *(m for m in sources if m not in MODULES)]:
+        name = fp.short_name(module)
         if module not in sources:
             print(f"    {name}: not in this release")
             continue
         tree = ast.parse(sources[module])
-        callers[name] = fp.fingerprint(tree)
         compiled = compile(sources[module], paths[module], "exec", dont_inherit=True)
         uses = fp.names_used(tree, compiled, forbidden)
+        uses |= fp.attribute_writes(tree, compiled, writable)
+        if uses or module in fp.CALLER_MODULES:
+            # (another caller joins the table only when the scan needs it)
+            callers[name] = fp.fingerprint(tree)
         if uses:
             print(
                 f"    {name} uses what the guard forbids callers outside the table: "
