@@ -114,7 +114,13 @@ if not PURE:
         Extension(
             "arc_cy._arc_c",
             ["arc_cy/_arc_c.pyx"],
-            depends=["arc_cy/_arc_layout.h", "arc_cy/_capi.pxd", "arc_cy/_table.pxi"],
+            depends=[
+                "arc_cy/_arc_layout.h",
+                "arc_cy/_capi.pxd",
+                "arc_cy/_nodes.pxd",
+                "arc_cy/_table.pxd",
+                "arc_cy/_work.pxd",
+            ],
             extra_compile_args=compile_args,
             extra_link_args=link_args,
         )

@@ -2,11 +2,14 @@
 # cython: auto_pickle=False, binding=False
 """Compiled ARC core: the decisions of _arc_py, on C-level lists.
 
-Layout: every key the policy knows (t1, t2, b1, b2) has one node in a
-growable array; the four lists are doubly linked through node indices, and
-an open-addressing table (_table.pxi) maps a key's hash to its node.
-Moving an entry between lists relinks two nodes and never touches the
-table.
+Layout: the core holds three parts, each a C struct with the functions
+that own it, in a .pxd of its own: the node store (_nodes.pxd: every key
+the policy knows, in t1, t2, b1 or b2, has one node in a growable array;
+the four lists are doubly linked through node indices), the key table
+(_table.pxd: open addressing, a key's hash to its node) and the working
+storage (_work.pxd). Moving an entry between lists relinks two nodes and
+never touches the table. ARCCore holds the parts, the policy's values and
+busy; what reaches two parts (a walk that forgets, a lookup) is its own.
 
 The rules of docs/hardening.md, as they apply here:
 
@@ -33,9 +36,9 @@ off). Neither class is cleared to None by the garbage collector
 
 Working storage: what a call holds while Python code may run is never a
 Python object that such code could reach and resize. Node indices live in
-`scratch`; references (the caller's keys, copied on entry; the key objects
+`work.scratch`; references (the caller's keys, copied on entry; the key objects
 a call replaces or forgets; the chunks it drops; the pairs evict() returns)
-live in `work`, a C array that owns them and that tp_traverse visits. They
+live in `work.refs`, a C array that owns them and that tp_traverse visits. They
 are released when the call returns, after busy is cleared, so a __del__
 that calls back finds a consistent policy (and an empty `work`). A list is
 handed to Python only when nothing can run between its allocation and its
@@ -45,7 +48,8 @@ Release order: clear() and __init__ called again let go of each list's
 entries in the order vLLM's OrderedDicts do, since a key's or a chunk's
 __del__ can see it. A dict keeps its entries in insertion order, not list
 order (move_to_end moves an entry in the list, not in the dict), so every
-entry is stamped when it is put in a list (Node.stamp_*, from `stamps`).
+entry is stamped when it is put in a list (Node.stamp_*, from the store's
+`stamps`).
 _detach sorts the list's nodes by stamp (Order, by_stamp) where vLLM's
 release follows insertion order: clear() drops the chunks in insertion
 order, then the keys in list order (OrderedDict.clear); __init__ drops key
@@ -53,30 +57,23 @@ and chunk entry by entry in insertion order (a replaced OrderedDict).
 """
 
 cimport cython
-from cpython.object cimport PyObject, PyTypeObject, Py_EQ
-from cpython.ref cimport Py_INCREF, Py_XINCREF, Py_XDECREF
-from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.pythread cimport PyThread_get_thread_ident
-from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, uint8_t, uint64_t
 from libc.stdlib cimport qsort
-from libc.string cimport memset
 
 from arc_cy._capi cimport (
     PY_SSIZE_T_MAX,
     ARC_CY_CYTHON_VERSION,
     PyAnySet_CheckExact,
-    PyList_CheckExact,
     PyObject_GenericSetAttr,
     PyObject_Hash,
-    PyObject_RichCompareBool,
     PySequence_Contains,
-    PySequence_Fast_GET_SIZE,
-    PySequence_Fast_ITEMS,
     PySet_Contains,
-    PyTuple_CheckExact,
     arc_cdata_size,
     arc_check_layout,
-    arc_copy_refs,
     arc_list_from,
     arc_pair,
     arc_prefetch,
@@ -89,6 +86,58 @@ from arc_cy._capi cimport (
     gc_inquiry,
     gc_traverseproc,
     gc_visitproc,
+)
+from arc_cy._nodes cimport (
+    B1,
+    B2,
+    EMPTY,
+    FREE,
+    T1,
+    T2,
+    Node,
+    NodeStore,
+    Order,
+    Walk,
+    by_stamp,
+    list_clear,
+    list_link,
+    list_move,
+    list_to_end,
+    list_unlink,
+    node_free,
+    node_new,
+    node_set_key,
+    nodes_release,
+    nodes_reset,
+    nodes_traverse,
+    stamp_of,
+    walk_ahead,
+    walk_next,
+    walk_start,
+)
+from arc_cy._table cimport (
+    Table,
+    table_add,
+    table_ask,
+    table_check,
+    table_del,
+    table_empty,
+    table_find,
+    table_free,
+    table_init,
+    table_reserve,
+)
+from arc_cy._work cimport (
+    Work,
+    work_extend,
+    work_free,
+    work_grow,
+    work_hold,
+    work_hold_keys,
+    work_release,
+    work_reserve,
+    work_scratch,
+    work_traverse,
 )
 
 from arc_cy._base import CachePolicy, order_request_keys
@@ -117,21 +166,13 @@ from arc_cy._views import LIST_NAMES, ListView
 
 # A required argument's default: its absence raises Python's own TypeError.
 cdef object NO_ARG = MISSING
+# The node store grows up to this many nodes.
+cdef Py_ssize_t MAX_NODES = MAX_ENTRIES
 
 
 cdef enum:
-    T1 = 0
-    T2 = 1
-    B1 = 2
-    B2 = 3
-    FREE = 4
-    EMPTY = -1
-    MIN_TABLE_BITS = 3
     # How far ahead of a list walk the memory it will touch is requested.
     PREFETCH_AHEAD = 8
-    # work keeps its buffer between calls up to this many references
-    # (an evict(1024) with as many ghosts forgotten needs 2048).
-    WORK_KEPT = 4096
 
 # The methods that can be running when user code calls back in: busy holds
 # the running one's index here, 0 when none runs, and minus it while a
@@ -159,36 +200,12 @@ cdef enum:
     INSERTED_ONLY = 1
     REUSED = 2
 
-# Sets of lists, as bit masks of (1 << where), for _find.
+# Sets of lists, as bit masks of (1 << where), for table_find.
 cdef enum:
     IN_T = (1 << T1) | (1 << T2)
     IN_B = (1 << B1) | (1 << B2)
     IN_ANY = IN_T | IN_B
 
-
-ctypedef struct Node:
-    PyObject *key       # owned
-    PyObject *chunk     # owned; NULL for ghosts and free nodes
-    Py_hash_t hash      # the key's hash: the table never rehashes keys
-    int32_t prev        # list links, or the free-list link in next
-    int32_t next
-    uint8_t where       # T1, T2, B1, B2 or FREE
-    # When the entry was put in its list (a 56-bit count of such insertions,
-    # not of move_to_end): the order a dict holds its entries in, and so the
-    # order vLLM's lists release them in (see _detach). In the padding.
-    uint8_t stamp_hi
-    uint16_t stamp_mid
-    uint32_t stamp_lo
-
-ctypedef struct Order:
-    uint64_t stamp
-    int32_t idx
-
-ctypedef struct Walk:
-    # A forward-only walk over one list, C state on its caller's stack:
-    # evict()'s scan (one per list), _trim and _detach.
-    int32_t pos         # the next node, or EMPTY
-    int32_t ahead       # PREFETCH_AHEAD nodes past pos, or EMPTY
 
 # What a walk asks for ahead of it: what the scan reads of an entry, or what
 # forgetting one touches. Always a constant where a walk starts or steps: the
@@ -198,34 +215,14 @@ cdef enum:
     FORGET = 1
 
 
-cdef inline uint64_t stamp_of(const Node *node) noexcept nogil:
-    return ((<uint64_t>node.stamp_hi << 48) | (<uint64_t>node.stamp_mid << 32)
-            | node.stamp_lo)
-
-
-cdef inline void set_stamp(Node *node, uint64_t stamp) noexcept nogil:
-    node.stamp_hi = <uint8_t>(stamp >> 48)
-    node.stamp_mid = <uint16_t>(stamp >> 32)
-    node.stamp_lo = <uint32_t>stamp
-
-
-cdef int by_stamp(const void *a, const void *b) noexcept nogil:
-    cdef uint64_t x = (<const Order *>a).stamp, y = (<const Order *>b).stamp
-    return (x > y) - (x < y)
-
-
 cdef inline int _check_which(int which) except -1:
     if not 0 <= which < 4:
         raise IndexError(which)
     return 0
 
 
-# Declared here, defined below: the table's functions take one, and
-# _ListIter, which ARCCore returns, holds one.
+# Declared here, defined below: _ListIter, which ARCCore returns, holds one.
 cdef class ARCCore
-
-
-include "_table.pxi"
 
 
 @cython.final
@@ -247,8 +244,8 @@ cdef class _ListIter:
         _check_which(which)
         self.core = core
         self.which = which
-        self.pos = core.head[which]
-        self.version = core.version[which]
+        self.pos = core.store.head[which]
+        self.version = core.store.version[which]
 
     def __iter__(self):
         return self
@@ -259,9 +256,9 @@ cdef class _ListIter:
         if self.done or self.pos == EMPTY:
             self.done = True
             raise StopIteration
-        if self.core.version[self.which] != self.version:
+        if self.core.store.version[self.which] != self.version:
             raise RuntimeError(MSG_MUTATED)
-        node = &self.core.nodes[self.pos]
+        node = &self.core.store.nodes[self.pos]
         self.pos = node.next
         # Owned references before the pair is made: making it may start a
         # collection whose callbacks change the policy (no busy is held).
@@ -273,39 +270,20 @@ cdef class _ListIter:
 @cython.no_gc_clear
 cdef class ARCCore:
     cdef:
-        # The nodes: one per key the policy knows, and a free list.
-        Node *nodes
-        int32_t nodes_cap
-        int32_t nodes_used      # high-water mark; below it, live or free
-        int32_t free_head
-        uint64_t stamps         # entries put in a list so far (Node.stamp_*)
-        uint64_t epoch          # bumped on every change to nodes or table
-
-        # The table: a key's hash to its node.
-        Slot *table
-        uint32_t table_bits
-        Py_ssize_t table_used
-
-        # The lists t1, t2, b1, b2, linked through the nodes.
-        int32_t head[4]
-        int32_t tail[4]
-        Py_ssize_t size[4]
-        uint64_t version[4]     # bumped on every change to a list
+        # The parts, each with the functions that own it.
+        NodeStore store         # the nodes and the lists t1, t2, b1, b2
+        Table table             # a key's hash to its node
+        Work work               # what the running call holds
 
         # The policy's values.
         Py_ssize_t capacity     # cache_capacity (check_capacity bounds it)
         object target           # int() of it is taken in evict(), as vLLM does
         Py_ssize_t max_entries  # t1 + t2 + b1 + b2 never exceed this
 
-        # The running call: busy, and its working storage.
+        # The running call.
         int busy                # OP_* of the running method (minus it: releasing), or 0
         int release_busy        # busy of a clear() or __init__ releasing, or 0
         unsigned long releaser  # and its thread, whose calls nest in it
-        int32_t *scratch        # node indices of the running call
-        Py_ssize_t scratch_cap
-        PyObject **work         # references the running call holds (owned)
-        Py_ssize_t work_used
-        Py_ssize_t work_cap
 
         # Caches and counters.
         object last_type_ref    # a weak reference to the chunk type last
@@ -313,135 +291,28 @@ cdef class ARCCore:
         Py_ssize_t last_off     # 0 while cached), and its ref_cnt offset
         Py_ssize_t visits       # entries examined by evict() scans
 
-    # --- storage ---------------------------------------------------------
-
-    @staticmethod
-    cdef void _release(Node *nodes, int32_t used) noexcept:
-        cdef int32_t i
-        if nodes is NULL:
-            return
-        for i in range(used):
-            if nodes[i].where != FREE:
-                Py_XDECREF(nodes[i].key)
-                Py_XDECREF(nodes[i].chunk)
-        PyMem_Free(nodes)
-
-    cdef int32_t _new_node(self) except -1:
-        cdef int32_t i = self.free_head
-        cdef Py_ssize_t cap
-        cdef Node *grown
-        if i != EMPTY:
-            self.free_head = self.nodes[i].next
-            return i
-        if self.nodes_used == self.nodes_cap:
-            cap = min(max(64, 2 * <Py_ssize_t>self.nodes_cap), MAX_ENTRIES)
-            grown = <Node *>PyMem_Realloc(self.nodes, cap * sizeof(Node))
-            if grown is NULL:
-                raise MemoryError()
-            self.nodes = grown
-            self.nodes_cap = <int32_t>cap
-            self.epoch += 1
-        i = self.nodes_used
-        self.nodes_used += 1
-        return i
-
-    cdef inline void _free_node(self, int32_t i) noexcept:
-        cdef Node *node = &self.nodes[i]
-        node.key = NULL
-        node.chunk = NULL
-        node.where = FREE
-        node.next = self.free_head
-        self.free_head = i
-        self.epoch += 1
+    # --- storage: the node store and the table together -------------------
 
     cdef void _empty(self) noexcept:
         """Forget every entry at once, and give grown memory back: for
         __cinit__, the garbage collector's tp_clear, and _empty_lists. It
         needs no allocation, so it cannot fail halfway."""
-        cdef Node *nodes = self.nodes
-        cdef int32_t used = self.nodes_used
-        cdef Slot *small
-        cdef int w
-        if self.table_bits > MIN_TABLE_BITS:
-            # Give a grown table's memory back; if that fails, keep it.
-            small = <Slot *>PyMem_Realloc(self.table, sizeof(Slot) << MIN_TABLE_BITS)
-            if small is not NULL:
-                self.table = small
-                self.table_bits = MIN_TABLE_BITS
-        memset(self.table, 0xFF, sizeof(Slot) << self.table_bits)  # all EMPTY
-        self.table_used = 0
-        self.epoch += 1
-        self.nodes = NULL
-        self.nodes_cap = 0
-        self.nodes_used = 0
-        self.free_head = EMPTY
-        for w in range(4):
-            self.head[w] = EMPTY
-            self.tail[w] = EMPTY
-            self.size[w] = 0
-            self.version[w] += 1
+        cdef Node *nodes = self.store.nodes
+        cdef int32_t used = self.store.used
+        table_empty(&self.table)
+        nodes_reset(&self.store)
         # Released last: a __del__ that calls back finds an empty policy.
-        ARCCore._release(nodes, used)
-
-    # --- table: _table.pxi, included above (table_find, table_reserve,
-    # table_add and table_del take the core)
-
-    # --- lists -----------------------------------------------------------
-
-    cdef inline void _link(self, int32_t i, uint8_t w) noexcept:
-        """Append node i at the MRU end of list w."""
-        cdef Node *node = &self.nodes[i]
-        cdef int32_t t = self.tail[w]
-        node.where = w
-        set_stamp(node, self.stamps)
-        self.stamps += 1
-        node.prev = t
-        node.next = EMPTY
-        if t == EMPTY:
-            self.head[w] = i
-        else:
-            self.nodes[t].next = i
-        self.tail[w] = i
-        self.size[w] += 1
-        self.version[w] += 1
-        self.epoch += 1
-
-    cdef inline void _unlink(self, int32_t i) noexcept:
-        cdef Node *node = &self.nodes[i]
-        cdef uint8_t w = node.where
-        if node.prev == EMPTY:
-            self.head[w] = node.next
-        else:
-            self.nodes[node.prev].next = node.next
-        if node.next == EMPTY:
-            self.tail[w] = node.prev
-        else:
-            self.nodes[node.next].prev = node.prev
-        self.size[w] -= 1
-        self.version[w] += 1
-        self.epoch += 1
-
-    cdef inline void _move(self, int32_t i, uint8_t w) noexcept:
-        self._unlink(i)
-        self._link(i, w)
-
-    cdef inline void _to_end(self, int32_t i, uint8_t w) noexcept:
-        """OrderedDict.move_to_end: node i, in list w, goes to its MRU end;
-        already there, nothing changes (iterators go on). Not an insertion:
-        the stamp stays."""
-        cdef uint64_t stamp
-        if self.tail[w] != i:
-            stamp = stamp_of(&self.nodes[i])
-            self._move(i, w)
-            set_stamp(&self.nodes[i], stamp)
+        nodes_release(nodes, used)
 
     # --- walks: evict()'s scan, _trim and _detach ------------------------
+    # The node store walks a list (_nodes.pxd); what a walk asks for ahead
+    # of it is the core's, since a walk that forgets touches the table too.
 
-    cdef inline void _prefetch_ahead(self, Walk *walk, int what) noexcept:
+    cdef inline void _ask_ahead(self, Walk *walk, int what) noexcept:
         """Ask for what the walk will read of node walk.ahead, and move
         ahead to the next node: at 10^6 entries these are random accesses
         into memory far larger than the cache."""
-        cdef Node *node = &self.nodes[walk.ahead]
+        cdef const Node *node = walk_ahead(walk, &self.store)  # and its key
         if what == SCAN:
             # The ChunkStatus object: its header holds b_ptr; a small
             # struct's buffer sits inside the object, past the header.
@@ -449,97 +320,22 @@ cdef class ARCCore:
             arc_prefetch(<char *>node.chunk + 64)
         else:
             # The table slot that table_del empties.
-            arc_prefetch(&self.table[probe_start(fold(node.hash), self.table_bits)])
-        arc_prefetch(node.key)  # protected's lookup, or its release
-        walk.ahead = node.next
+            table_ask(&self.table, node.hash)
 
     cdef inline void _walk_start(self, Walk *walk, uint8_t w, int what) noexcept:
         """A walk of list w from its LRU end, PREFETCH_AHEAD nodes asked for."""
         cdef int count = PREFETCH_AHEAD
-        walk.pos = self.head[w]
-        walk.ahead = walk.pos
+        walk_start(walk, &self.store, w)
         while count > 0 and walk.ahead != EMPTY:
-            self._prefetch_ahead(walk, what)
+            self._ask_ahead(walk, what)
             count -= 1
 
     cdef inline int32_t _walk_step(self, Walk *walk, int what) noexcept:
         """The walk's next node (walk.pos, which is not EMPTY), one more
-        node's memory asked for. The walk moves on before its caller can
-        unlink or free the node."""
-        cdef int32_t i = walk.pos
+        node's memory asked for."""
         if walk.ahead != EMPTY:
-            self._prefetch_ahead(walk, what)
-        walk.pos = self.nodes[i].next
-        return i
-
-    # --- working storage (see the top of this file) ----------------------
-
-    cdef int _work_grow(self, Py_ssize_t n) noexcept:
-        """Room for n more references in work; -1 (no exception set) if
-        there is no memory for it."""
-        cdef Py_ssize_t need = self.work_used + n
-        cdef Py_ssize_t cap = max(need, 2 * self.work_cap, 64)
-        cdef PyObject **grown
-        if need <= self.work_cap:
-            return 0
-        grown = <PyObject **>PyMem_Realloc(self.work, cap * sizeof(PyObject *))
-        if grown is NULL:
-            return -1
-        self.work = grown
-        self.work_cap = cap
-        return 0
-
-    cdef inline int _work_reserve(self, Py_ssize_t n) except -1:
-        if self.work_used + n > self.work_cap and self._work_grow(n) < 0:
-            raise MemoryError()
-        return 0
-
-    cdef inline void _hold(self, PyObject *ref) noexcept:
-        """Move an owned reference into work (room was reserved)."""
-        self.work[self.work_used] = ref
-        self.work_used += 1
-
-    cdef Py_ssize_t _hold_keys(self, keys) except -1:
-        """Copy the caller's keys into work (at 0..n, work being empty
-        between calls) and return n. A list or tuple is read as given:
-        nothing runs between reading its items and copying them."""
-        cdef Py_ssize_t n
-        if not (PyList_CheckExact(keys) or PyTuple_CheckExact(keys)):
-            keys = list(keys)  # as vLLM: always complete, unlike a tuple
-        n = PySequence_Fast_GET_SIZE(keys)
-        self._work_reserve(n)
-        arc_copy_refs(self.work + self.work_used, PySequence_Fast_ITEMS(keys), n)
-        self.work_used += n
-        return n
-
-    cdef void _release_work(self) noexcept:
-        """Release the references in work. A __del__ run meanwhile may call
-        the policy again: it finds work empty (and gets a buffer of its own)."""
-        cdef PyObject **items = self.work
-        cdef Py_ssize_t k, n = self.work_used, cap = self.work_cap
-        if n == 0:
-            return
-        self.work = NULL
-        self.work_used = 0
-        self.work_cap = 0
-        for k in range(n):
-            Py_XDECREF(items[k])
-        if self.work is NULL and cap <= WORK_KEPT:
-            self.work = items
-            self.work_cap = cap
-        else:
-            PyMem_Free(items)
-
-    cdef int32_t *_scratch(self, Py_ssize_t n) except NULL:
-        cdef int32_t *grown
-        if n > self.scratch_cap or self.scratch is NULL:
-            n = max(n, 64)
-            grown = <int32_t *>PyMem_Realloc(self.scratch, n * sizeof(int32_t))
-            if grown is NULL:
-                raise MemoryError()
-            self.scratch = grown
-            self.scratch_cap = n
-        return self.scratch
+            self._ask_ahead(walk, what)
+        return walk_next(walk, &self.store)
 
     # What a call forgets goes to work, to be released when it returns.
 
@@ -551,10 +347,10 @@ cdef class ARCCore:
         self._walk_start(&walk, w, FORGET)
         while drop > 0:
             i = self._walk_step(&walk, FORGET)
-            self._unlink(i)
-            table_del(self, i)
-            self._hold(self.nodes[i].key)
-            self._free_node(i)
+            list_unlink(&self.store, i)
+            table_del(&self.table, i, self.store.nodes[i].hash)
+            work_hold(&self.work, self.store.nodes[i].key)
+            node_free(&self.store, i)
             drop -= 1
 
     cdef bint _detach(self, uint8_t w, bint replaced) noexcept:
@@ -564,7 +360,7 @@ cdef class ARCCore:
         replaced (deallocated) OrderedDict drops key and value entry by
         entry, in insertion order. False, with nothing done, if there is no
         memory for it."""
-        cdef Py_ssize_t n = self.size[w], k
+        cdef Py_ssize_t n = self.store.size[w], k
         cdef Walk walk
         cdef int32_t i
         cdef Order *order
@@ -574,23 +370,23 @@ cdef class ARCCore:
         if n == 0:
             return True
         order = <Order *>PyMem_Malloc(n * sizeof(Order))
-        if order is NULL or self._work_grow((2 if values else 1) * n) < 0:
+        if order is NULL or work_grow(&self.work, (2 if values else 1) * n) < 0:
             PyMem_Free(order)
             return False
         self._walk_start(&walk, w, FORGET)
         for k in range(n):  # list order
             i = self._walk_step(&walk, FORGET)
             order[k].idx = i
-            order[k].stamp = stamp_of(&self.nodes[i])
-            table_del(self, i)
-        out = self.work + self.work_used
+            order[k].stamp = stamp_of(&self.store.nodes[i])
+            table_del(&self.table, i, self.store.nodes[i].hash)
+        out = work_extend(&self.work, (2 if values else 1) * n)
         if not replaced:
             for k in range(n):  # the keys, after the values, in list order
-                out[n * values + k] = self.nodes[order[k].idx].key
+                out[n * values + k] = self.store.nodes[order[k].idx].key
         if replaced or values:
             qsort(order, n, sizeof(Order), by_stamp)
         for k in range(n):
-            node = &self.nodes[order[k].idx]
+            node = &self.store.nodes[order[k].idx]
             if not replaced:
                 if values:
                     out[k] = node.chunk
@@ -599,13 +395,9 @@ cdef class ARCCore:
                 out[2 * k + 1] = node.chunk
             else:
                 out[k] = node.key
-            self._free_node(order[k].idx)
-        self.work_used += (2 if values else 1) * n
+            node_free(&self.store, order[k].idx)
         PyMem_Free(order)
-        self.head[w] = EMPTY
-        self.tail[w] = EMPTY
-        self.size[w] = 0
-        self.version[w] += 1
+        list_clear(&self.store, w)
         return True
 
     cdef void _empty_lists(self, bint replaced) noexcept:
@@ -618,8 +410,8 @@ cdef class ARCCore:
         for w in range(4):
             if not self._detach(w, replaced):
                 self._empty()  # no memory to hold them: all at once
-            self._release_work()
-        if self.table_used == 0:
+            work_release(&self.work)
+        if self.table.used == 0:
             self._empty()
 
     # --- busy ------------------------------------------------------------
@@ -645,8 +437,8 @@ cdef class ARCCore:
         """End of a call: not busy (or back to the releasing call it nested
         in), then what it held is released."""
         self.busy = self.release_busy
-        if self.work_used:
-            self._release_work()
+        if self.work.used:
+            work_release(&self.work)
 
     cdef inline void _releasing(self, int op) noexcept:
         """From here the running clear() or __init__ only releases what it
@@ -724,13 +516,13 @@ cdef class ARCCore:
         """A ghost hit: shift target_t1_size toward the list that was hit."""
         # Python arithmetic on purpose: target_t1_size keeps the exact value
         # and type (int or float) that vLLM's expressions would give it.
-        cdef uint8_t w = self.nodes[i].where
+        cdef uint8_t w = self.store.nodes[i].where
         cdef double ratio
         cdef object delta, value, capacity
         if w == B1:
-            ratio = self.size[B2] / <double>self.size[B1]
+            ratio = self.store.size[B2] / <double>self.store.size[B1]
         else:
-            ratio = self.size[B1] / <double>self.size[B2]
+            ratio = self.store.size[B1] / <double>self.store.size[B2]
         # max(1, ratio): the int 1 unless ratio is larger
         if ratio > 1.0:
             delta = ratio
@@ -746,7 +538,7 @@ cdef class ARCCore:
             if 0 > value:  # max(value, 0)
                 value = 0
         self.target = value
-        self._to_end(i, w)
+        list_to_end(&self.store, i, w)
         return 0
 
     cdef int _resolve(self, Py_ssize_t n, int lists, int32_t *found) except -1:
@@ -755,19 +547,15 @@ cdef class ARCCore:
         in lists, or EMPTY."""
         cdef Py_ssize_t j
         for j in range(n):
-            key = <object>self.work[j]
-            found[j] = table_find(self, key, PyObject_Hash(key), lists)
+            key = <object>self.work.refs[j]
+            found[j] = table_find(&self.table, &self.store, key, PyObject_Hash(key), lists)
         return 0
 
     cdef inline void _set_key(self, int32_t i, PyObject *key) noexcept:
         """Store the caller's key object in node i, as vLLM's dict
         assignments do; the old one goes to work (room was reserved)."""
-        cdef Node *node = &self.nodes[i]
-        if node.key is not key:
-            Py_XINCREF(key)
-            self._hold(node.key)
-            node.key = key
-            self.epoch += 1
+        if self.store.nodes[i].key is not key:
+            work_hold(&self.work, node_set_key(&self.store, i, key))
 
     cdef int32_t _next_victim(self, Walk *c, object protected, bint fast) except -2:
         """Next node of c's list with ref_cnt == 0 whose key is not
@@ -779,7 +567,7 @@ cdef class ARCCore:
         cdef int32_t ref_cnt
         while c.pos != EMPTY:
             i = self._walk_step(c, SCAN)
-            node = &self.nodes[i]
+            node = &self.store.nodes[i]
             self.visits += 1
             self._ref_cnt(node.chunk, &ref_cnt)
             if ref_cnt == 0:
@@ -794,13 +582,7 @@ cdef class ARCCore:
     # --- the API: making the policy --------------------------------------
 
     def __cinit__(self, *args, **kwargs):
-        self.nodes = NULL
-        self.scratch = NULL
-        self.work = NULL
-        self.table = <Slot *>PyMem_Malloc(sizeof(Slot) << MIN_TABLE_BITS)
-        if self.table is NULL:
-            raise MemoryError()
-        self.table_bits = MIN_TABLE_BITS
+        table_init(&self.table)
         self._empty()
         self.target = 0.0
         self.last_type_ref = dead_ref()  # no chunk type seen yet
@@ -808,11 +590,9 @@ cdef class ARCCore:
         self.max_entries = MAX_ENTRIES
 
     def __dealloc__(self):
-        self._release_work()
-        PyMem_Free(self.work)
-        ARCCore._release(self.nodes, self.nodes_used)
-        PyMem_Free(self.table)
-        PyMem_Free(self.scratch)
+        work_free(&self.work)
+        nodes_release(self.store.nodes, self.store.used)
+        table_free(&self.table)
 
     def __init__(self, cache_capacity=NO_ARG):
         if vllm_guard.pending:
@@ -917,14 +697,14 @@ cdef class ARCCore:
             raise missing_arguments("get", key=key)
         took = self._read_begin()
         try:
-            i = table_find(self, key, PyObject_Hash(key), IN_T)
+            i = table_find(&self.table, &self.store, key, PyObject_Hash(key), IN_T)
             if i == EMPTY:
                 return None
-            chunk = <object>self.nodes[i].chunk
+            chunk = <object>self.store.nodes[i].chunk
             # vLLM returns `t1.get(key) or t2.get(key)`: a falsy t1 chunk
             # gives None, a t2 chunk is returned untested. The truth test
             # is user code: under busy.
-            if self.nodes[i].where == T1 and not chunk:
+            if self.store.nodes[i].where == T1 and not chunk:
                 return None
             return chunk
         finally:
@@ -941,30 +721,30 @@ cdef class ARCCore:
         try:
             self._ref_off(type(chunk))
             h = PyObject_Hash(key)
-            i = table_find(self, key, h, IN_ANY)
+            i = table_find(&self.table, &self.store, key, h, IN_ANY)
             if i == EMPTY:
-                if self.table_used >= self.max_entries:
+                if self.table.used >= self.max_entries:
                     raise MemoryError(MSG_FULL.format(self.max_entries))
-                table_reserve(self)
-                i = self._new_node()
-                node = &self.nodes[i]
-                table_add(self, i, h)
+                table_reserve(&self.table)
+                i = node_new(&self.store, MAX_NODES)
+                node = &self.store.nodes[i]
+                table_add(&self.table, i, h)
                 node.hash = h
             else:
-                node = &self.nodes[i]
+                node = &self.store.nodes[i]
                 if node.where <= T2:
                     raise ValueError(
                         MSG_DUPLICATE.format(key, LIST_NAMES[node.where]))
                 # A ghost comes back: reuse its node, keep the new key object
                 # (the old one is released when this call returns).
-                self._work_reserve(1)
-                self._unlink(i)
-                self._hold(node.key)
+                work_reserve(&self.work, 1)
+                list_unlink(&self.store, i)
+                work_hold(&self.work, node.key)
             Py_INCREF(key)
             Py_INCREF(chunk)
             node.key = <PyObject *>key
             node.chunk = <PyObject *>chunk
-            self._link(i, T1)
+            list_link(&self.store, i, T1)
         finally:
             self._leave()
 
@@ -975,15 +755,15 @@ cdef class ARCCore:
             raise missing_arguments("remove", key=key)
         self._enter(OP_REMOVE)
         try:
-            i = table_find(self, key, PyObject_Hash(key), IN_T)
+            i = table_find(&self.table, &self.store, key, PyObject_Hash(key), IN_T)
             if i != EMPTY:
-                self._work_reserve(2)
-                node = &self.nodes[i]
-                self._unlink(i)
-                table_del(self, i)
-                self._hold(node.key)
-                self._hold(node.chunk)
-                self._free_node(i)
+                work_reserve(&self.work, 2)
+                node = &self.store.nodes[i]
+                list_unlink(&self.store, i)
+                table_del(&self.table, i, node.hash)
+                work_hold(&self.work, node.key)
+                work_hold(&self.work, node.chunk)
+                node_free(&self.store, i)
         finally:
             self._leave()
 
@@ -995,8 +775,8 @@ cdef class ARCCore:
             raise missing_arguments("on_store_miss", keys=keys, req_context=req_context)
         self._enter(OP_STORE_MISS)
         try:
-            n = self._hold_keys(keys)
-            found = self._scratch(n)
+            n = work_hold_keys(&self.work, keys)
+            found = work_scratch(&self.work, n)
             self._resolve(n, IN_B, found)
             for j in range(n - 1, -1, -1):
                 i = found[j]
@@ -1015,9 +795,9 @@ cdef class ARCCore:
             raise missing_arguments("touch", keys=keys, req_context=req_context)
         self._enter(OP_TOUCH)
         try:
-            n = self._hold_keys(keys)
-            self._work_reserve(n)  # for the key objects replaced
-            found = self._scratch(2 * n)
+            n = work_hold_keys(&self.work, keys)
+            work_reserve(&self.work, n)  # for the key objects replaced
+            found = work_scratch(&self.work, 2 * n)
             ref_cnts = found + n
             self._resolve(n, IN_ANY, found)
             # Every t1 chunk's ref_cnt is read before anything changes: a
@@ -1026,24 +806,24 @@ cdef class ARCCore:
             # by what was read.
             for j in range(n):
                 i = found[j]
-                if i != EMPTY and self.nodes[i].where == T1:
-                    self._ref_cnt(self.nodes[i].chunk, &ref_cnts[j])
+                if i != EMPTY and self.store.nodes[i].where == T1:
+                    self._ref_cnt(self.store.nodes[i].chunk, &ref_cnts[j])
             for j in range(n - 1, -1, -1):
                 i = found[j]
                 if i == EMPTY:
                     continue
-                node = &self.nodes[i]
+                node = &self.store.nodes[i]
                 if node.where == T1:
                     # vLLM pops the entry and stores it again under the
                     # caller's key object (a change, wherever it was).
-                    self._set_key(i, self.work[j])
+                    self._set_key(i, self.work.refs[j])
                     if ref_cnts[j] < 0:
                         # still being stored: not a second access
-                        self._move(i, T1)
+                        list_move(&self.store, i, T1)
                     else:
-                        self._move(i, T2)
+                        list_move(&self.store, i, T2)
                 elif node.where == T2:
-                    self._to_end(i, T2)
+                    list_to_end(&self.store, i, T2)
                 else:
                     self._adapt(i)
         finally:
@@ -1069,14 +849,14 @@ cdef class ARCCore:
                 req_context=req_context)
         self._enter(OP_FINISHED)
         try:
-            n = self._hold_keys(order_request_keys(key_groups, req_context))
-            self._work_reserve(n)  # for the key objects replaced
-            found = self._scratch(2 * n)
+            n = work_hold_keys(&self.work, order_request_keys(key_groups, req_context))
+            work_reserve(&self.work, n)  # for the key objects replaced
+            found = work_scratch(&self.work, 2 * n)
             kinds = found + n
             # Classify (tail first, as vLLM asks), then look up only the
             # keys vLLM would look up; a failure in either changes nothing.
             for j in range(n - 1, -1, -1):
-                key = <object>self.work[j]
+                key = <object>self.work.refs[j]
                 if key in insertion_only_keys:
                     kinds[j] = INSERTED_ONLY
                 elif key in reused_keys:
@@ -1085,29 +865,29 @@ cdef class ARCCore:
                     kinds[j] = 0
             for j in range(n - 1, -1, -1):
                 if kinds[j]:
-                    key = <object>self.work[j]
-                    found[j] = table_find(self, key, PyObject_Hash(key), IN_T)
+                    key = <object>self.work.refs[j]
+                    found[j] = table_find(&self.table, &self.store, key, PyObject_Hash(key), IN_T)
                 else:
                     found[j] = EMPTY
             for j in range(n - 1, -1, -1):
                 i = found[j]
                 if i == EMPTY:
                     continue
-                w = self.nodes[i].where
+                w = self.store.nodes[i].where
                 if kinds[j] == INSERTED_ONLY:
                     # A store is not a frequency hit: refresh recency only.
-                    self._to_end(i, w)
+                    list_to_end(&self.store, i, w)
                 elif w == T1:  # REUSED: popped from t1, stored in t2
-                    self._set_key(i, self.work[j])
-                    self._move(i, T2)
+                    self._set_key(i, self.work.refs[j])
+                    list_move(&self.store, i, T2)
                 else:
-                    self._to_end(i, T2)
+                    list_to_end(&self.store, i, T2)
         finally:
             self._leave()
 
     def evict(self, n=NO_ARG, protected=NO_ARG):
         cdef Py_ssize_t want, k, vt1, n_t1 = 0, drop1, drop2
-        cdef Py_ssize_t resident = self.size[T1] + self.size[T2]
+        cdef Py_ssize_t resident = self.store.size[T1] + self.store.size[T2]
         cdef int32_t *picked
         cdef int32_t i
         cdef Node *node
@@ -1125,7 +905,7 @@ cdef class ARCCore:
             # protected, taking int(target)) and ends at the step that
             # finds no victim, at the latest the one after every resident.
             want = n if n <= resident else resident + 1
-            picked = self._scratch(want)
+            picked = work_scratch(&self.work, want)
             fast = PyAnySet_CheckExact(protected)
             self._walk_start(&c1, T1, SCAN)
             self._walk_start(&c2, T2, SCAN)
@@ -1136,7 +916,7 @@ cdef class ARCCore:
             exact = type(self.target) is float or type(self.target) is int
             if exact:
                 threshold = self._threshold()
-            vt1 = self.size[T1]
+            vt1 = self.store.size[T1]
             for k in range(want):
                 if not exact:
                     threshold = self._threshold()
@@ -1156,24 +936,24 @@ cdef class ARCCore:
                     return None
                 picked[k] = i
                 vt1 -= 1
-            n_t1 = self.size[T1] - vt1
-            drop1 = max(0, self.size[B1] + n_t1 - self.capacity)
-            drop2 = max(0, self.size[B2] + (want - n_t1) - self.capacity)
+            n_t1 = self.store.size[T1] - vt1
+            drop1 = max(0, self.store.size[B1] + n_t1 - self.capacity)
+            drop2 = max(0, self.store.size[B2] + (want - n_t1) - self.capacity)
 
             # Everything is allocated before the first change, so that the
             # changes cannot fail halfway: room for the forgotten ghosts'
             # keys, the pairs (each may start a collection, which sees those
             # made so far in work), then the list, filled at once.
-            self._work_reserve(want + drop1 + drop2)
+            work_reserve(&self.work, want + drop1 + drop2)
             for k in range(want):
-                node = &self.nodes[picked[k]]
-                self._hold(arc_pair(node.key, node.chunk))
-            result = arc_list_from(self.work, want)
+                node = &self.store.nodes[picked[k]]
+                work_hold(&self.work, arc_pair(node.key, node.chunk))
+            result = arc_list_from(self.work.refs, want)
 
             for k in range(want):
                 i = picked[k]
-                node = &self.nodes[i]
-                self._move(i, B1 if node.where == T1 else B2)
+                node = &self.store.nodes[i]
+                list_move(&self.store, i, B1 if node.where == T1 else B2)
                 Py_XDECREF(node.chunk)  # the result holds it now
                 node.chunk = NULL
             self._trim(B1, drop1)
@@ -1208,7 +988,7 @@ cdef class ARCCore:
 
     def _list_len(self, int which):
         _check_which(which)
-        return self.size[which]
+        return self.store.size[which]
 
     cdef int32_t _in_list(self, int which, key) except -2:
         cdef int32_t i
@@ -1216,7 +996,7 @@ cdef class ARCCore:
         _check_which(which)
         took = self._read_begin()
         try:
-            i = table_find(self, key, PyObject_Hash(key), 1 << which)
+            i = table_find(&self.table, &self.store, key, PyObject_Hash(key), 1 << which)
         finally:
             if took:
                 self.busy = self.release_busy
@@ -1230,7 +1010,7 @@ cdef class ARCCore:
         if i == EMPTY:
             raise KeyError(key)
         if which <= T2:
-            return <object>self.nodes[i].chunk
+            return <object>self.store.nodes[i].chunk
         return None
 
     def _list_iter(self, int which):
@@ -1239,16 +1019,16 @@ cdef class ARCCore:
     cdef int _check(self) except -1:
         cdef int w
         cdef int32_t i, prev, count_free = 0
-        cdef Py_ssize_t count, live = 0, slots = 0
-        cdef size_t s, size = <size_t>1 << self.table_bits
+        cdef Py_ssize_t count, live = 0
+        cdef const NodeStore *store = &self.store
         cdef Node *node
         for w in range(4):
             count = 0
             prev = EMPTY
-            i = self.head[w]
+            i = store.head[w]
             while i != EMPTY:
-                assert 0 <= i < self.nodes_used, f"bad link {i} in {LIST_NAMES[w]}"
-                node = &self.nodes[i]
+                assert 0 <= i < store.used, f"bad link {i} in {LIST_NAMES[w]}"
+                node = &store.nodes[i]
                 assert node.where == w, f"node {i} in {LIST_NAMES[w]} says {node.where}"
                 assert node.prev == prev, f"node {i} has prev {node.prev}, not {prev}"
                 assert node.key is not NULL
@@ -1256,49 +1036,31 @@ cdef class ARCCore:
                 if w <= T2:
                     chunk_ref_offset(type(<object>node.chunk))
                 assert PyObject_Hash(<object>node.key) == node.hash
-                assert stamp_of(node) < self.stamps, f"node {i} has a stamp from the future"
+                assert stamp_of(node) < store.stamps, f"node {i} has a stamp from the future"
                 count += 1
-                assert count <= self.nodes_used, f"cycle in {LIST_NAMES[w]}"
+                assert count <= store.used, f"cycle in {LIST_NAMES[w]}"
                 prev = i
                 i = node.next
-            assert self.tail[w] == prev, f"{LIST_NAMES[w]} tail is wrong"
-            assert count == self.size[w], f"{LIST_NAMES[w]} has {count}, size says {self.size[w]}"
+            assert store.tail[w] == prev, f"{LIST_NAMES[w]} tail is wrong"
+            assert count == store.size[w], f"{LIST_NAMES[w]} has {count}, size says {store.size[w]}"
             live += count
         for w in (B1, B2):
-            assert self.size[w] <= self.capacity, (
-                f"{LIST_NAMES[w]} holds {self.size[w]} > cache_capacity {self.capacity}")
-        i = self.free_head
+            assert store.size[w] <= self.capacity, (
+                f"{LIST_NAMES[w]} holds {store.size[w]} > cache_capacity {self.capacity}")
+        i = store.free_head
         while i != EMPTY:
-            assert self.nodes[i].where == FREE
+            assert store.nodes[i].where == FREE
             count_free += 1
-            assert count_free <= self.nodes_used, "cycle in the free list"
-            i = self.nodes[i].next
-        assert live + count_free == self.nodes_used, "nodes leaked"
-        for s in range(size):
-            i = self.table[s].idx
-            if i != EMPTY:
-                slots += 1
-                assert self.nodes[i].where != FREE, f"slot {s} points at a free node"
-                assert fold(self.nodes[i].hash) == self.table[s].h32
-        assert slots == live == self.table_used, "table and lists disagree"
-        assert self.table_used * 10 <= <Py_ssize_t>size * 7, "table overfull"
-        # Every node is found from its hash's home slot without crossing an
-        # empty slot (by index: no __eq__, so keys that break the contract
-        # are checked too).
-        for w in range(4):
-            i = self.head[w]
-            while i != EMPTY:
-                s = probe_start(fold(self.nodes[i].hash), self.table_bits)
-                while self.table[s].idx != i:
-                    assert self.table[s].idx != EMPTY, f"node {i} is not in its probe run"
-                    s = probe_next(s, size - 1)
-                i = self.nodes[i].next
+            assert count_free <= store.used, "cycle in the free list"
+            i = store.nodes[i].next
+        assert live + count_free == store.used, "nodes leaked"
+        table_check(&self.table, store, live)
         return 0
 
     def _check_invariants(self):
         """Raise AssertionError if the lists or the table are inconsistent."""
         assert self.busy == 0, f"{OP_NAMES[abs(self.busy)]}() did not finish"
-        assert self.work_used == 0, "a finished call still holds references"
+        assert self.work.used == 0, "a finished call still holds references"
         # The check hashes and compares keys: user code, locked out of changes.
         self.busy = OP_CHECK
         try:
@@ -1318,27 +1080,13 @@ cdef gc_inquiry _base_clear  # NULL: ARCCore is no_gc_clear
 
 cdef int _core_traverse(PyObject *o, gc_visitproc visit, void *arg) noexcept:
     cdef ARCCore core = <ARCCore>o
-    cdef Node *nodes = core.nodes
-    cdef int32_t i
-    cdef Py_ssize_t k
     cdef int r = _base_traverse(o, visit, arg)
     if r:
         return r
-    for k in range(core.work_used):
-        if core.work[k] is not NULL:
-            r = visit(core.work[k], arg)
-            if r:
-                return r
-    for i in range(core.nodes_used):
-        if nodes[i].where != FREE:
-            r = visit(nodes[i].key, arg)
-            if r:
-                return r
-            if nodes[i].chunk is not NULL:
-                r = visit(nodes[i].chunk, arg)
-                if r:
-                    return r
-    return 0
+    r = work_traverse(&core.work, visit, arg)
+    if r:
+        return r
+    return nodes_traverse(&core.store, visit, arg)
 
 
 cdef int _core_clear(PyObject *o) noexcept:
@@ -1346,7 +1094,7 @@ cdef int _core_clear(PyObject *o) noexcept:
     # nothing else (no_gc_clear, docs/hardening.md rule 13): a finalizer
     # later in the same collection finds an empty, valid policy, and its
     # iterators refuse (the lists' versions moved).
-    (<ARCCore>o)._release_work()
+    work_release(&(<ARCCore>o).work)
     (<ARCCore>o)._empty()
     return 0
 
