@@ -34,10 +34,10 @@ else
     echo "sanitize: keeping $work" >&2
 fi
 # Only what the build and the tests need (collecting every test module
-# reads .ci): sources, not build outputs.
+# reads .ci, tools, bench and docs): sources, not build outputs.
 tar -C "$root" --exclude='*.so' --exclude='*.c' --exclude=build \
-    --exclude='*.egg-info' --exclude=__pycache__ --exclude=.hypothesis \
-    -cf - setup.py pyproject.toml README.md LICENSE arc_cy tests harness .ci \
+    --exclude='*.egg-info' --exclude=__pycache__ --exclude=.hypothesis --exclude=bench/results \
+    -cf - setup.py pyproject.toml README.md LICENSE arc_cy tests harness .ci tools bench docs \
     | tar -C "$work" -xf -
 
 echo "sanitize: building with -fsanitize=$sanitizers in $work" >&2
