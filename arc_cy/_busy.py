@@ -223,6 +223,7 @@ def protocol(**methods: Method) -> Callable[[_T], _T]:
             fn.__annotations__ = dict(method.__annotations__)
             if isinstance(attr, property):
                 fn = property(attr.fget, fn, attr.fdel, attr.__doc__)
+                fn.__set_name__(cls, name)  # its name, in Python's own messages
             setattr(cls, name, fn)
         return cls
 
