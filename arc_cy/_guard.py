@@ -31,9 +31,7 @@ POLICY_NAMES = frozenset(
     {
         "_adapt_to_ghost_hit",
         "_busy",
-        "_check",
         "_check_invariants",
-        "_get",
         "_list_contains",
         "_list_getitem",
         "_list_iter",

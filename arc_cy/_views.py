@@ -52,6 +52,12 @@ class ListView(Mapping[Any, _V], Generic[_V]):
         return f"{LIST_NAMES[self._which]}({list(self.keys())!r})"
 
 
+def list_views(policy: _ListSource) -> tuple[ListView[Any], ...]:
+    """The four lists' views of a policy (the twin's), t1 first: one tuple,
+    made whole."""
+    return (ListView(policy, 0), ListView(policy, 1), ListView(policy, 2), ListView(policy, 3))
+
+
 class _Items(ItemsView[Any, _V]):
     __slots__ = ()
 

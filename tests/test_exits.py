@@ -15,7 +15,7 @@ import types
 import pytest
 
 import arc_cy
-from arc_cy import _arc_py, _messages
+from arc_cy import _arc_py, _busy, _messages
 from helpers import CTX, K, VllmARC, keysnap, ready
 from hostile import Boom, populated, set_target
 
@@ -317,26 +317,90 @@ def _hole_sample(xs, key, done):
         done.append(True)
 
 
+def _wrappers():
+    """The twin's generated wrappers (arc_cy._busy): name -> code object,
+    the live ones its class holds, a property's setter included."""
+    out = {}
+    for klass in _arc_py.ARCCachePolicy.__mro__:
+        for name, attr in vars(klass).items():
+            fn = attr.fset if isinstance(attr, property) else attr
+            code = getattr(fn, "__code__", None)
+            if code is not None and code.co_filename in _busy.GENERATED:
+                out.setdefault(name, code)
+    return out
+
+
 def test_the_twins_way_out_has_no_hole():
     """Every instruction of a twin call that gives busy back lies under the
     handler that does, on this Python. CPython 3.12 and 3.13 leave out of
     the exception table the backward jump of a loop whose body ends in a
     test (cpython#130279); 3.13 runs signal handlers there, so an exception
-    one raised skipped both finally clauses and left remove() busy for ever."""
-    with open(_arc_py.__file__, encoding="utf-8") as f:
-        source = f.read()
-    module = compile(source, _arc_py.__file__, "exec")
-    calls = [c for c in _code_objects(module) if "_busy" in c.co_consts]
-    names = {c.co_name for c in calls}
+    one raised skipped both finally clauses and left remove() busy for ever.
+    Read: the generated wrappers, which take and give back busy, and any
+    code of the twin's or the protocol's module that names busy."""
+    calls = dict(_wrappers())
+    for mod in (_arc_py, _busy):
+        with open(mod.__file__, encoding="utf-8") as f:
+            module = compile(f.read(), mod.__file__, "exec")
+        calls.update((c.co_name, c) for c in _code_objects(module) if "_busy" in c.co_consts)
     assert {
         "__init__",
+        "get",
         "insert",
         "remove",
         "touch",
+        "on_store_miss",
         "on_request_finished",
         "evict",
         "clear",
-    } <= names
-    assert {c.co_name: _holes(c) for c in calls if _holes(c)} == {}
+        "target_t1_size",
+        "_max_entries",
+        "_read",
+        "_check_invariants",
+    } <= set(_wrappers())
+    assert {name: _holes(c) for name, c in calls.items() if _holes(c)} == {}
     if sys.version_info >= (3, 12):  # the finder finds the shape it names
         assert _holes(_hole_sample.__code__), dis.Bytecode(_hole_sample).dis()
+
+
+def test_the_twins_give_back_makes_no_call():
+    """Rule 2: between the check that the call holds busy and the `del`
+    that gives it back, no call (a profile hook or a signal handler runs at
+    calls): each generated wrapper's give-back lines, as compiled, hold no
+    call instruction, and every wrapper has both (the finally and the outer
+    finally's)."""
+    for name, code in _wrappers().items():
+        lines = _busy.GENERATED[code.co_filename].splitlines()
+        give_back = set()
+        for ins in dis.get_instructions(code):
+            line = ins.positions.lineno
+            if line is not None and (
+                lines[line - 1].strip() == 'if "_busy" in call[1] and call[1]["_busy"] is call:'
+                or lines[line - 1].strip() == 'del call[1]["_busy"]'
+            ):
+                give_back.add(line)
+                assert "CALL" not in ins.opname, f"{name}: {ins.opname} at line {line}"
+        assert len(give_back) == 4, (name, sorted(give_back))
+        deletes = [i for i in dis.get_instructions(code) if i.opname == "DELETE_SUBSCR"]
+        assert len(deletes) >= 2, name
+
+
+def test_the_twins_wrappers_read_as_methods():
+    """A wrapper carries its method's name, qualified name, docstring and
+    signature, no __wrapped__, and its text is where tracebacks and
+    inspect.getsource find it (a file name in arc_cy, in linecache)."""
+    import inspect
+
+    cls = _arc_py.ARCCachePolicy
+    for name, code in _wrappers().items():
+        attr = inspect.getattr_static(cls, name)
+        fn = attr.fset if isinstance(attr, property) else attr
+        assert fn.__name__ == name and fn.__qualname__ == f"ARCCachePolicy.{name}"
+        assert code.co_qualname == fn.__qualname__
+        assert fn.__module__ == "arc_cy._arc_py" and not hasattr(fn, "__wrapped__")
+        assert code.co_filename.startswith(ARC_CY_DIR)
+        assert inspect.getsource(fn).startswith(f"def {name}(")
+    assert str(inspect.signature(cls.insert)) == (
+        "(self, key: 'Any', chunk: 'ChunkStatus', req_context: 'Any' = None) -> 'None'"
+    )
+    assert cls._check_invariants.__doc__ == "Raise AssertionError if the lists are inconsistent."

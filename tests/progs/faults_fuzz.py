@@ -84,13 +84,13 @@ sys.modules["vllm"] = None  # type: ignore[assignment]  # arc_cy's stand-ins: no
 import _testcapi  # noqa: E402 -- after hiding vLLM
 
 from arc_cy._arc_c import ARCCachePolicy as CPolicy  # noqa: E402 -- after hiding vLLM
-from arc_cy._arc_py import _BUSY_SLOT  # noqa: E402 -- after hiding vLLM
 from arc_cy._arc_py import ARCCachePolicy as PyPolicy  # noqa: E402 -- after hiding vLLM
 from arc_cy._base import ChunkStatus  # noqa: E402 -- after hiding vLLM
+from arc_cy._busy import Busy  # noqa: E402 -- after hiding vLLM
 from arc_cy._env import env_flag  # noqa: E402 -- after hiding vLLM
 from arc_cy._views import ListView  # noqa: E402 -- after hiding vLLM
 
-_TWIN_BUSY = _BUSY_SLOT  # the twin's busy slot (a member descriptor)
+_TWIN_BUSY = Busy.__dict__["_busy"]  # the twin's busy slot (a member descriptor)
 
 IMPLS = {"cython": CPolicy, "python": PyPolicy}
 PROFILES = {

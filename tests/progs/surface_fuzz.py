@@ -115,13 +115,13 @@ from collections import Counter
 
 import arc_cy._arc_c as core_mod
 import arc_cy._arc_py as twin_mod
-from arc_cy import _checks, _chunks, _messages, _views
+from arc_cy import _busy, _checks, _chunks, _messages, _views
 from arc_cy._messages import MSG_DUPLICATE, MSG_MUTATED
 from helpers import HAVE_VLLM, ChunkStatus, ReqContext
 
 CPolicy = core_mod.ARCCachePolicy
 PyPolicy = twin_mod.ARCCachePolicy
-_TWIN_BUSY = twin_mod._BUSY_SLOT  # the twin's busy slot (a member descriptor)
+_TWIN_BUSY = _busy.Busy.__dict__["_busy"]  # the twin's busy slot (a member descriptor)
 IMPLS = {"cython": CPolicy, "python": PyPolicy}
 # --exclude (triage only): reflect-mode features switched off, so that a run
 # can get past a known crash: wrong-self, halfbuilt, restate.
@@ -1537,9 +1537,13 @@ def run_threads(args, rng: random.Random) -> None:
 
 
 def _finally_lines(path: str) -> set[int]:
-    """Lines of path's finally clauses."""
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read())
+    """Lines of path's finally clauses (a file, or the twin's wrappers that
+    arc_cy._busy generated)."""
+    if path in _busy.GENERATED:
+        tree = ast.parse(_busy.GENERATED[path])
+    else:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
     lines: set[int] = set()
     for node in ast.walk(tree):
         for stmt in getattr(node, "finalbody", []):
@@ -1548,8 +1552,10 @@ def _finally_lines(path: str) -> set[int]:
 
 
 # arc_cy's Python code that runs in a call, by the file names its code
-# objects carry
-IMPL_PATHS = frozenset(m.__file__ for m in (twin_mod, _checks, _chunks, _views))
+# objects carry: the twin's wrappers (which take and give back busy) too
+IMPL_PATHS = frozenset(
+    [*(m.__file__ for m in (twin_mod, _busy, _checks, _chunks, _views)), *_busy.GENERATED]
+)
 FINALLY = {path: _finally_lines(path) for path in IMPL_PATHS}
 
 

@@ -25,14 +25,16 @@ module = importlib.import_module(MODULES[impl])
 other = policy_class("python" if impl == "cython" else "cython")(4)
 policy = module.ARCCachePolicy(4)
 policy.insert(K(1), ready(1))
+# The twin's own code: its module and its busy protocol's (arc_cy._busy).
+own = [module] + [importlib.import_module("arc_cy._busy")] * (impl == "python")
 types = {
-    v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__
+    v for m in own for v in vars(m).values() if isinstance(v, type) and v.__module__ == m.__name__
 }
 types |= {type(iter(policy.t1)), type(iter(policy.t1.items())), type(policy.t1)}
 receivers = [object(), [], other]
 outcomes: collections.Counter[str] = collections.Counter()
 for cls in sorted(types, key=lambda t: t.__qualname__):
-    where = "own" if cls.__module__ == module.__name__ else "shared"
+    where = "own" if cls.__module__ in {m.__name__ for m in own} else "shared"
     for name, attr in vars(cls).items():
         if name in ("__new__", "__init_subclass__", "__subclasshook__", "__class_getitem__"):
             continue  # class-level: they take the class, not an instance
