@@ -586,15 +586,14 @@ def _doc_key(text: str) -> str:
     return "\n".join(line.strip() for line in text.strip().splitlines())
 
 
-def _docstring_texts(tree: ast.Module) -> set[str]:
-    """The texts of a module's string statements (its docstrings), found
+def _string_statements(tree: ast.Module) -> Iterator[ast.Expr]:
+    """A module's string statements (its docstrings among them), found
     through its statements alone (no expression is walked)."""
-    texts: set[str] = set()
     todo: list[list[ast.stmt]] = [tree.body]
     while todo:
         for stmt in todo.pop():
             if _is_string_statement(stmt):
-                texts.add(_doc_key(stmt.value.value))  # type: ignore[attr-defined]
+                yield stmt  # type: ignore[misc]
                 continue
             for field in ("body", "orelse", "finalbody"):
                 value = getattr(stmt, field, None)
@@ -602,7 +601,11 @@ def _docstring_texts(tree: ast.Module) -> set[str]:
                     todo.append(value)
             for part in getattr(stmt, "handlers", None) or getattr(stmt, "cases", None) or ():
                 todo.append(part.body)
-    return texts
+
+
+def _docstring_texts(tree: ast.Module) -> set[str]:
+    """The texts of a module's string statements (its docstrings)."""
+    return {_doc_key(stmt.value.value) for stmt in _string_statements(tree)}  # type: ignore[attr-defined]
 
 
 def _words(const: object, skip: set[str], out: set[str], doubtful: set[str]) -> None:
@@ -624,38 +627,15 @@ def _words(const: object, skip: set[str], out: set[str], doubtful: set[str]) -> 
 
 def _statement_strings(tree: ast.Module) -> set[int]:
     # The ids of the string statements' constants (docstrings among them).
-    ids: set[int] = set()
-    todo: list[list[ast.stmt]] = [tree.body]
-    while todo:
-        for stmt in todo.pop():
-            if _is_string_statement(stmt):
-                ids.add(id(stmt.value))  # type: ignore[attr-defined]
-                continue
-            for field in ("body", "orelse", "finalbody"):
-                value = getattr(stmt, field, None)
-                if isinstance(value, list):
-                    todo.append(value)
-            for part in getattr(stmt, "handlers", None) or getattr(stmt, "cases", None) or ():
-                todo.append(part.body)
-    return ids
+    return {id(stmt.value) for stmt in _string_statements(tree)}
 
 
 def _docstring_counts(tree: ast.Module) -> dict[str, int]:
     # Each string statement's text (as written), with how many there are.
     counts: dict[str, int] = {}
-    todo: list[list[ast.stmt]] = [tree.body]
-    while todo:
-        for stmt in todo.pop():
-            if _is_string_statement(stmt):
-                text = stmt.value.value  # type: ignore[attr-defined]
-                counts[text] = counts.get(text, 0) + 1
-                continue
-            for field in ("body", "orelse", "finalbody"):
-                value = getattr(stmt, field, None)
-                if isinstance(value, list):
-                    todo.append(value)
-            for part in getattr(stmt, "handlers", None) or getattr(stmt, "cases", None) or ():
-                todo.append(part.body)
+    for stmt in _string_statements(tree):
+        text = stmt.value.value  # type: ignore[attr-defined]
+        counts[text] = counts.get(text, 0) + 1
     return counts
 
 
