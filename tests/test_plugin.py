@@ -15,6 +15,7 @@ import pytest
 
 import arc_cy
 from arc_cy import _env, _guard, plugin
+from helpers import PURE
 
 pytestmark = pytest.mark.needs_vllm
 
@@ -41,6 +42,8 @@ def fresh(monkeypatch):
     monkeypatch.setattr(_guard, "vllm_guard", _guard.VllmGuard())
     for flag in _env.RUNTIME_FLAGS:
         monkeypatch.delenv(flag, raising=False)
+    if PURE:  # a pure build has no core: the run's own choice stays
+        monkeypatch.setenv("ARC_CY_NO_EXTENSIONS", "1")
 
 
 def refused(caplog, registry) -> str:
@@ -113,7 +116,7 @@ def test_an_error_in_any_call_is_logged_not_raised(call, fresh, registry, monkey
 
 def test_a_good_flag_still_registers(fresh, registry, monkeypatch, caplog):
     """The cases above fail for the reason they inject, not always."""
-    monkeypatch.setenv("ARC_CY_NO_EXTENSIONS", "no")
+    monkeypatch.setenv("ARC_CY_NO_EXTENSIONS", "yes" if PURE else "no")
     with caplog.at_level(logging.INFO, logger=plugin.logger.name):
         plugin.register()
     assert plugin.POLICY_NAME in registry
