@@ -283,21 +283,29 @@ def _store_names(node: ast.AST) -> Iterator[str]:
         stack.extend(ast.iter_child_nodes(item))
 
 
-def _global_names(scope: ast.AST) -> Iterator[str]:
-    # The names that the functions in a def or class declare global (a
-    # statement, so only statements are walked, nested defs included).
-    body = getattr(scope, "body", None)
-    todo: list[list[ast.stmt]] = [body] if isinstance(body, list) else []
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement in body and in the statement lists nested in it
+    (blocks, handlers, match cases, nested defs); no expression is walked."""
+    todo: list[list[ast.stmt]] = [body]
     while todo:
         for stmt in todo.pop():
-            if isinstance(stmt, ast.Global):
-                yield from stmt.names
+            yield stmt
             for field in ("body", "orelse", "finalbody"):
                 value = getattr(stmt, field, None)
                 if isinstance(value, list):
                     todo.append(value)
             for part in getattr(stmt, "handlers", None) or getattr(stmt, "cases", None) or ():
                 todo.append(part.body)
+
+
+def _global_names(scope: ast.AST) -> Iterator[str]:
+    # The names that the functions in a def or class declare global (a
+    # statement, so only statements are walked, nested defs included).
+    body = getattr(scope, "body", None)
+    if isinstance(body, list):
+        for stmt in _statements(body):
+            if isinstance(stmt, ast.Global):
+                yield from stmt.names
 
 
 def _outer_parts(scope: ast.AST) -> list[ast.AST]:
@@ -587,20 +595,10 @@ def _doc_key(text: str) -> str:
 
 
 def _string_statements(tree: ast.Module) -> Iterator[ast.Expr]:
-    """A module's string statements (its docstrings among them), found
-    through its statements alone (no expression is walked)."""
-    todo: list[list[ast.stmt]] = [tree.body]
-    while todo:
-        for stmt in todo.pop():
-            if _is_string_statement(stmt):
-                yield stmt  # type: ignore[misc]
-                continue
-            for field in ("body", "orelse", "finalbody"):
-                value = getattr(stmt, field, None)
-                if isinstance(value, list):
-                    todo.append(value)
-            for part in getattr(stmt, "handlers", None) or getattr(stmt, "cases", None) or ():
-                todo.append(part.body)
+    """A module's string statements (its docstrings among them)."""
+    for stmt in _statements(tree.body):
+        if _is_string_statement(stmt):
+            yield stmt  # type: ignore[misc]
 
 
 def _docstring_texts(tree: ast.Module) -> set[str]:
