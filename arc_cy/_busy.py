@@ -134,8 +134,13 @@ def idle(policy: Any) -> dict[str, _Call]:
 def _innermost(running: _Call) -> _Call:
     """The call running in running's release, if one nests there, and so
     on: the call whose name a refusal gives, as the core's busy does."""
-    while len(running) > 2 and "_busy" in running[3]:
-        running = running[3]["_busy"]
+    while len(running) > 2:
+        # one step: another thread's call may give back between a test
+        # and a read (rule 10)
+        inner = running[3].get("_busy")
+        if inner is None:
+            break
+        running = inner
     return running
 
 

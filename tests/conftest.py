@@ -9,12 +9,20 @@ import functools
 import gc
 import importlib.util
 import os
+import sys
 
 import pytest
 
 from arc_cy._env import env_flag
 from arc_cy._guard import vllm_guard
-from helpers import ALL_IMPLEMENTATIONS, PURE, PURE_ENV, REQUIRE_ALL_ENV, load_policy_class
+from helpers import (
+    ALL_IMPLEMENTATIONS,
+    PURE,
+    PURE_ENV,
+    REQUIRE_ALL_ENV,
+    has_null_item,
+    load_policy_class,
+)
 
 
 @pytest.fixture(scope="session")
@@ -174,14 +182,30 @@ def policy_cls(impl: str) -> type:
 # anything a running method just made sits) and, every 500th collection,
 # every object gc.get_objects() returns. A list with NULL items, or a core
 # whose tp_traverse sees a half-made entry, crashes the run.
+# A list with a NULL item is read no further: it fails the test if the
+# collection started in arc_cy's code or a test's, and is counted if not
+# (CPython's own code fills some lists after tracking them).
 
 GC_STRESS = env_flag("ARC_CY_GC_STRESS")
-GC_STRESS_RUNS = {"collections": 0, "objects": 0, "policies": 0}
+GC_STRESS_RUNS = {"collections": 0, "objects": 0, "policies": 0, "half_built_cpython": 0}
+GC_STRESS_HALF_BUILT: list[str] = []  # where arc_cy's or a test's code left one
+
+_OURS = tuple(
+    os.path.dirname(os.path.abspath(path)) + os.sep
+    for path in (__file__, importlib.util.find_spec("arc_cy").origin)
+)
 
 
-def _read(obj: object) -> None:
+def _read(obj: object, frame) -> None:
     # Tuples are left out: CPython fills some after tracking them, which
     # is CPython's business, not ours.
+    if isinstance(obj, list) and has_null_item(obj):
+        where = frame.f_code.co_filename if frame is not None else "?"
+        if where.startswith(_OURS):
+            GC_STRESS_HALF_BUILT.append(f"{where}:{frame.f_lineno} ({frame.f_code.co_name})")
+        else:
+            GC_STRESS_RUNS["half_built_cpython"] += 1
+        return
     if type(obj) in (list, dict, set, frozenset):
         list(obj)
     elif isinstance(obj, (list, dict, set, frozenset)):
@@ -199,12 +223,13 @@ def _gc_stress_hook(phase: str, info: dict) -> None:
         objects = gc.get_objects()
     else:
         objects = gc.get_objects(generation=0) + gc.get_objects(generation=1)
+    frame = sys._getframe(1)  # what was running when the collection started
     for obj in objects:
         runs["objects"] += 1
         if type(obj).__name__ == "ARCCachePolicy":
             runs["policies"] += 1
         try:
-            _read(obj)
+            _read(obj, frame)
         except Exception:  # a read may fail (an iterator in use); crashes may not
             pass
 
@@ -228,6 +253,9 @@ def _gc_stress(request: pytest.FixtureRequest):
     finally:
         gc.set_threshold(*threshold)
         gc.callbacks.remove(_gc_stress_hook)
+    half_built = GC_STRESS_HALF_BUILT[:]
+    GC_STRESS_HALF_BUILT.clear()
+    assert not half_built, f"a list with NULL items, made under {half_built[:3]}"
     # The hook did run, and saw objects.
     assert GC_STRESS_RUNS["collections"] > before["collections"]
     assert GC_STRESS_RUNS["objects"] > before["objects"]

@@ -10,6 +10,7 @@ made, and ORACLE_HOOKS is not there: a test that uses them is marked
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import inspect
 import tomllib
@@ -109,6 +110,26 @@ def ready(chunk_id: int, ref_cnt: int = 0) -> ChunkStatus:
     chunk = ChunkStatus(chunk_id)
     chunk.ref_cnt = ref_cnt
     return chunk
+
+
+_POINTER = ctypes.sizeof(ctypes.c_void_p)
+
+
+def has_null_item(obj: list | tuple) -> bool:
+    """Whether a list or tuple holds a NULL item: CPython's own code tracks
+    some before filling them, and reading one crashes CPython, whoever
+    reads it (docs/hardening.md, "Checks"). Looks at the item pointers,
+    never at an item."""
+    n = len(obj)
+    if n == 0:
+        return False
+    if isinstance(obj, tuple):  # the items follow the header
+        items = id(obj) + tuple.__basicsize__
+    else:  # PyListObject: PyObject_VAR_HEAD, then ob_item
+        items = ctypes.c_void_p.from_address(id(obj) + 3 * _POINTER).value
+        if items is None:
+            return True
+    return None in list((ctypes.c_void_p * n).from_address(items))
 
 
 def K(i: int) -> bytes:

@@ -6,6 +6,7 @@ a failure. And with vLLM, the tests use vLLM's own types."""
 from __future__ import annotations
 
 import ast
+import ctypes
 import os
 import re
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 
 import conftest
 from conftest import skips_without_vllm
-from helpers import REPO, REQUIRE_ALL_ENV
+from helpers import REPO, REQUIRE_ALL_ENV, has_null_item
 
 # --- the stand-ins -----------------------------------------------------------------
 
@@ -193,3 +194,42 @@ def test_this_session_s_tests_are_marked(request):
         path = getattr(getattr(item, "module", None), "__file__", None)
         if path and os.path.basename(path) in SKIPPING:
             assert item.get_closest_marker("needs_vllm") is not None, item.nodeid
+
+
+# --- what GC stress reads (docs/hardening.md, "Checks") ------------------------------
+
+
+def _half_built(kind: type):
+    """A list or tuple of 3 NULL items, as CPython's C code makes one before
+    it fills it."""
+    new = getattr(ctypes.pythonapi, "PyList_New" if kind is list else "PyTuple_New")
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_ssize_t]
+    return new(3)
+
+
+@pytest.mark.parametrize("kind", [list, tuple])
+def test_a_null_item_is_seen_without_reading_it(kind):
+    assert has_null_item(_half_built(kind))
+    assert not has_null_item(kind([1, 2, 3]))
+    assert not has_null_item(kind())
+
+
+def test_gc_stress_counts_cpythons_half_built_lists_and_fails_ours():
+    """The hook reads no list with a NULL item (reading one would crash).
+    Seen while CPython's code runs, it is counted; while a test's or
+    arc_cy's runs, the test fails."""
+    half = _half_built(list)
+    space: dict = {}
+    exec(compile("import sys\nframe = sys._getframe()", "<cpython>", "exec"), space)
+    before = dict(conftest.GC_STRESS_RUNS)
+    conftest._read(half, space["frame"])
+    assert conftest.GC_STRESS_RUNS["half_built_cpython"] == before["half_built_cpython"] + 1
+    assert not conftest.GC_STRESS_HALF_BUILT
+    try:
+        conftest._read(half, sys._getframe())
+        assert conftest.GC_STRESS_HALF_BUILT == [
+            f"{__file__}:{sys._getframe().f_lineno - 2} "
+            "(test_gc_stress_counts_cpythons_half_built_lists_and_fails_ours)"
+        ]
+    finally:
+        conftest.GC_STRESS_HALF_BUILT.clear()

@@ -580,6 +580,7 @@ class Surface:
         self.instances: dict = {}  # type -> recent live objects
         self.halfbuilt: dict = {}  # type -> objects made by T.__new__(T)
         self.called: Counter = Counter()
+        self.handed_out: set = set()  # types of the iterators and views calls returned
         self.queue: list = []
         for mod in MODULES:
             names = []
@@ -611,18 +612,25 @@ class Surface:
         return True
 
     def belongs(self, obj) -> bool:
-        """Whether obj is part of the surface: of a type arc_cy defines, or an
-        iterator or view (over a policy's lists: the only ones calls return).
-        Not a weak proxy: it forwards isinstance() to its object (the object
-        itself is found as well) and raises ReferenceError once that dies."""
+        """Whether obj is part of the surface: of a type arc_cy defines, or of
+        a type whose objects a call on the surface handed out (the iterators
+        and views over a policy's lists). Any other object found through gc
+        is CPython's, made in passing, and may be half-built: 3.11's
+        enumerate, seen before its iterator is set, crashes on next()
+        (docs/hardening.md, "Checks"). Not a weak proxy: it forwards
+        isinstance() to its object (the object itself is found as well) and
+        raises ReferenceError once that dies."""
         tp = type(obj)
         if tp in weakref.ProxyTypes:
             return False
-        return (
-            tp in self.owners
-            or tp.__module__.startswith("arc_cy")
-            or isinstance(obj, (collections.abc.Iterator, collections.abc.MappingView))
-        )
+        return tp in self.owners or tp.__module__.startswith("arc_cy") or tp in self.handed_out
+
+    def hand_out(self, result) -> None:
+        """A call on the surface returned result: an iterator or view is the
+        surface from now on, and so is its type."""
+        if isinstance(result, (collections.abc.Iterator, collections.abc.MappingView)):
+            if type(result) not in weakref.ProxyTypes:
+                self.handed_out.add(type(result))
 
     def note(self, obj) -> None:
         if not self.belongs(obj):
@@ -906,6 +914,7 @@ class Reflector:
         if type(target) is PyPolicy and name == "__init__":
             # (a user subclass's __init__ may not call the twin's)
             self.tainted.discard(id(target))
+        s.hand_out(result)
         s.note(result)
         if s.belongs(result) and isinstance(result, collections.abc.Iterator):
             # an iterator is half its surface until next() runs on it
