@@ -3,8 +3,9 @@
 It keeps vLLM's own layout (four OrderedDicts) and its methods' names,
 order and steps, so that a decision can be followed side by side with
 vLLM's ``arc.py``: ``__init__``, ``get``, ``insert``, ``remove``,
-``_adapt_to_ghost_hit``, ``on_store_miss``, ``on_request_finished``,
-``clear`` and ``evict``, then arc_cy's own.
+``_adapt_to_ghost_hit``, ``on_store_miss``, ``touch`` (0.30 to 0.33),
+``on_request_finished``, ``clear`` and ``evict``, then arc_cy's own
+(``tests/test_twin_reads_like_arc.py`` holds it to that).
 
 Busy and the argument checks (docs/hardening.md, rule 2) are stated once,
 in arc_cy._busy: ``@protocol`` below names the methods that run under busy,
@@ -180,6 +181,34 @@ class ARCCachePolicy(Busy):
         for key in reversed(keys):
             self._adapt_to_ghost_hit(key)
 
+    def touch(self, keys: Iterable[Any], req_context: Any) -> None:
+        t1, t2, b1, b2 = self._lists
+        # vLLM: looks each key up as it applies it, and asks is_ready. Here
+        # every lookup first, and every t1 chunk's ref_cnt read (kept, as
+        # the core keeps it): a failure changes nothing, and a chunk whose
+        # class changes while the call runs is moved by what was read.
+        pending = bytearray(len(keys))  # 1: a t1 chunk still being stored
+        for j, key in enumerate(keys):
+            if key in t1:
+                pending[j] = read_ref_cnt(t1[key]) < 0
+            else:
+                key in t2 or key in b1 or key in b2  # noqa: B018 -- as in on_store_miss
+        released: _Chain = ()  # the replaced key objects
+        for j in range(len(keys) - 1, -1, -1):
+            key = keys[j]
+            if key in t1:
+                old_key, chunk = _pop_entry(t1, key)
+                released = (old_key, released)
+                if pending[j]:  # still being stored: not a second access
+                    t1[key] = chunk
+                else:
+                    t2[key] = chunk
+            elif key in t2:
+                t2.move_to_end(key)
+            else:
+                self._adapt_to_ghost_hit(key)
+        return None, released
+
     def on_request_finished(
         self,
         key_groups: Sequence[Sequence[Any]],
@@ -279,34 +308,6 @@ class ARCCachePolicy(Busy):
         return _entries(victims), released
 
     # --- arc_cy's own ----------------------------------------------------------
-
-    def touch(self, keys: Iterable[Any], req_context: Any) -> None:
-        t1, t2, b1, b2 = self._lists
-        # vLLM: looks each key up as it applies it, and asks is_ready. Here
-        # every lookup first, and every t1 chunk's ref_cnt read (kept, as
-        # the core keeps it): a failure changes nothing, and a chunk whose
-        # class changes while the call runs is moved by what was read.
-        pending = bytearray(len(keys))  # 1: a t1 chunk still being stored
-        for j, key in enumerate(keys):
-            if key in t1:
-                pending[j] = read_ref_cnt(t1[key]) < 0
-            else:
-                key in t2 or key in b1 or key in b2  # noqa: B018 -- as in on_store_miss
-        released: _Chain = ()  # the replaced key objects
-        for j in range(len(keys) - 1, -1, -1):
-            key = keys[j]
-            if key in t1:
-                old_key, chunk = _pop_entry(t1, key)
-                released = (old_key, released)
-                if pending[j]:  # still being stored: not a second access
-                    t1[key] = chunk
-                else:
-                    t2[key] = chunk
-            elif key in t2:
-                t2.move_to_end(key)
-            else:
-                self._adapt_to_ghost_hit(key)
-        return None, released
 
     def on_request_access(self, keys: Iterable[Any], req_context: Any) -> None:
         return
