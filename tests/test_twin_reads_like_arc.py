@@ -14,7 +14,9 @@ import pytest
 from arc_cy import _arc_py
 from helpers import REPO
 
-VENDORED = sorted((REPO / "tests" / "data" / "vllm").glob("*/vllm/v1/kv_offload/cpu/policies/arc.py"))
+VENDORED = sorted(
+    (REPO / "tests" / "data" / "vllm").glob("*/vllm/v1/kv_offload/cpu/policies/arc.py")
+)
 
 
 def _methods(path: Path) -> dict[str, int]:

@@ -83,6 +83,8 @@ sys.modules["vllm"] = None  # type: ignore[assignment]  # arc_cy's stand-ins: no
 
 import _testcapi  # noqa: E402 -- after hiding vLLM
 
+from fuzz_start import seed_run  # noqa: E402 -- after hiding vLLM
+
 from arc_cy._arc_c import ARCCachePolicy as CPolicy  # noqa: E402 -- after hiding vLLM
 from arc_cy._arc_py import ARCCachePolicy as PyPolicy  # noqa: E402 -- after hiding vLLM
 from arc_cy._base import ChunkStatus  # noqa: E402 -- after hiding vLLM
@@ -970,19 +972,7 @@ def main(argv=None) -> int:
     TRACE = args.trace
     if args.strict:
         KNOWN.clear()
-    faulthandler.enable()
-    if args.seed is not None:
-        seed = args.seed
-    elif args.profile == "ci":
-        seed = 7
-    else:
-        seed = random.SystemRandom().randrange(2**32)
-    print(
-        f"faults_fuzz: mode={args.mode} impl={args.impl} profile={args.profile} "
-        f"seed={seed} (rerun with --seed {seed})",
-        file=sys.stderr,
-        flush=True,
-    )
+    seed = seed_run("faults_fuzz", args, 7)
     modes = list(MODES) if args.mode == "all" else [args.mode]
     impls = ["cython", "python"] if args.impl == "both" else [args.impl]
     gc.collect()

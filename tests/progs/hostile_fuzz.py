@@ -62,17 +62,16 @@ from __future__ import annotations
 import argparse
 import copy
 import ctypes
-import faulthandler
 import gc
 import json
 import os
-import random
 import re
 import sys
 import time
 from collections import Counter, OrderedDict
 from fractions import Fraction
 
+from fuzz_start import seed_run
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -1749,15 +1748,6 @@ def main(argv=None) -> int:
     ap.add_argument("--exclude", default="")
     args = ap.parse_args(argv)
 
-    faulthandler.enable()
-    # The ci profile runs one fixed seed (CI reaches the same counts every
-    # time); the long profile a new one each run.
-    if args.seed is not None:
-        seed = args.seed
-    elif args.profile == "ci":
-        seed = 19
-    else:
-        seed = random.SystemRandom().randrange(2**32)
     exclude = {x for x in args.exclude.split(",") if x}
     G.mode = args.mode
     G.exclude = exclude
@@ -1765,12 +1755,7 @@ def main(argv=None) -> int:
     examples, steps = PROFILES[args.profile][args.mode]
     if args.max_examples is not None:
         examples = args.max_examples
-    print(
-        f"hostile_fuzz: mode={args.mode} impl={args.impl} profile={args.profile} "
-        f"seed={seed} exclude={sorted(exclude)} (rerun with --seed {seed})",
-        file=sys.stderr,
-        flush=True,
-    )
+    seed = seed_run("hostile_fuzz", args, 19, f"exclude={sorted(exclude)}")
     import hypothesis.core
 
     hypothesis.core.global_force_seed = seed

@@ -97,7 +97,6 @@ import argparse
 import ast
 import collections.abc
 import contextlib
-import faulthandler
 import gc
 import inspect
 import itertools
@@ -112,6 +111,8 @@ import time
 import traceback
 import weakref
 from collections import Counter
+
+from fuzz_start import seed_run
 
 import arc_cy._arc_c as core_mod
 import arc_cy._arc_py as twin_mod
@@ -2099,16 +2100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--exclude", default="")
     args = ap.parse_args(argv)
     EXCLUDE.update(x for x in args.exclude.split(",") if x)
-    faulthandler.enable()
-    seed = args.seed
-    if seed is None:
-        seed = 25 if args.profile == "ci" else random.SystemRandom().randrange(2**32)
-    print(
-        f"surface_fuzz: mode={args.mode} impl={args.impl} profile={args.profile} "
-        f"seed={seed} (rerun with --seed {seed})",
-        file=sys.stderr,
-        flush=True,
-    )
+    seed = seed_run("surface_fuzz", args, 25)
     LastCall.open(args.last_call)
     gc.collect()
     gc.freeze()  # what the imports made: collections stay cheap
