@@ -5,6 +5,7 @@ build's run (ARC_CY_NO_EXTENSIONS: the twin alone)."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import gc
 import importlib.util
@@ -17,6 +18,7 @@ from arc_cy._env import env_flag
 from arc_cy._guard import vllm_guard
 from helpers import (
     ALL_IMPLEMENTATIONS,
+    ARC_CY_DIR,
     PURE,
     PURE_ENV,
     REQUIRE_ALL_ENV,
@@ -67,7 +69,10 @@ def pytest_make_collect_report(collector: pytest.Collector):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    report = yield
+    # A failure's report parses the test's source (pytest walks its ast):
+    # under GC stress's hook that takes many minutes, and stresses pytest.
+    with _gc_stress_paused():
+        report = yield
     _no_skip(report)
     return report
 
@@ -190,10 +195,7 @@ GC_STRESS = env_flag("ARC_CY_GC_STRESS")
 GC_STRESS_RUNS = {"collections": 0, "objects": 0, "policies": 0, "half_built_cpython": 0}
 GC_STRESS_HALF_BUILT: list[str] = []  # where arc_cy's or a test's code left one
 
-_OURS = tuple(
-    os.path.dirname(os.path.abspath(path)) + os.sep
-    for path in (__file__, importlib.util.find_spec("arc_cy").origin)
-)
+_OURS = (ARC_CY_DIR, os.path.dirname(os.path.abspath(__file__)) + os.sep)
 
 
 def _read(obj: object, frame) -> None:
@@ -234,6 +236,26 @@ def _gc_stress_hook(phase: str, info: dict) -> None:
             pass
 
 
+GC_STRESS_UNHOOKED: list[int] = []  # the collector's thresholds outside a stressed test
+
+
+@contextlib.contextmanager
+def _gc_stress_paused():
+    """Unhooked, at the usual thresholds, while pytest itself runs inside a
+    stressed test (its reports)."""
+    if _gc_stress_hook not in gc.callbacks:
+        yield
+        return
+    gc.callbacks.remove(_gc_stress_hook)
+    stressed = gc.get_threshold()
+    gc.set_threshold(*GC_STRESS_UNHOOKED)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*stressed)
+        gc.callbacks.append(_gc_stress_hook)
+
+
 @pytest.fixture(autouse=True)
 def _gc_stress(request: pytest.FixtureRequest):
     if not GC_STRESS or request.node.get_closest_marker("gc_stress") is None:
@@ -244,14 +266,14 @@ def _gc_stress(request: pytest.FixtureRequest):
         # parses vLLM's source: ast's C code fills lists after making them,
         # CPython's business as the tuples above are. Run it unhooked.
         vllm_guard.check()
-    threshold = gc.get_threshold()
+    GC_STRESS_UNHOOKED[:] = gc.get_threshold()
     before = dict(GC_STRESS_RUNS)
     gc.callbacks.append(_gc_stress_hook)
     gc.set_threshold(1)
     try:
         yield
     finally:
-        gc.set_threshold(*threshold)
+        gc.set_threshold(*GC_STRESS_UNHOOKED)
         gc.callbacks.remove(_gc_stress_hook)
     half_built = GC_STRESS_HALF_BUILT[:]
     GC_STRESS_HALF_BUILT.clear()

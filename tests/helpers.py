@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import inspect
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,6 +201,10 @@ def load_policy_class(name: str) -> type:
 
 
 REPO = Path(__file__).resolve().parents[1]
+# The installed package's directory, ending in a separator: a frame runs
+# arc_cy's code when its filename starts with it (a test for "arc_cy" in a
+# filename also matches a checkout or a temporary copy named after it).
+ARC_CY_DIR = os.path.dirname(os.path.abspath(_base.__file__)) + os.sep
 """The source tree (a checkout or an unpacked sdist) the tests came from."""
 
 

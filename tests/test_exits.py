@@ -8,23 +8,19 @@ code, a chunk's truth test included, runs while the call is busy.
 from __future__ import annotations
 
 import dis
-import os
 import sys
 import types
 
 import pytest
 
-import arc_cy
 from arc_cy import _arc_py, _busy, _messages
-from helpers import CTX, K, VllmARC, keysnap, ready
+from helpers import ARC_CY_DIR, CTX, K, VllmARC, keysnap, ready
 from hostile import Boom, populated, set_target
 
 # The hook tests run every call once per event: hundreds of runs, which
 # GC stress (a collection at every allocation) would stretch to hours and
 # which test hooks, not collections. The others are hostile-input tests.
 gc_stress = pytest.mark.gc_stress
-
-ARC_CY_DIR = os.path.dirname(os.path.abspath(arc_cy.__file__)) + os.sep
 
 CALLS = {
     "insert": lambda p: p.insert(K(70), ready(70), CTX),

@@ -20,6 +20,7 @@ import pytest
 from arc_cy import _messages
 from childproc import run_json, run_prog
 from helpers import (
+    ARC_CY_DIR,
     CTX,
     IMPLEMENTATIONS,
     K,
@@ -637,7 +638,12 @@ def test_a_trace_hook_raising_once_busy_is_set(policy_cls, call):
         return False
 
     def trace(frame, event, arg):
-        if event == "line" and not raised and "arc_cy" in frame.f_code.co_filename and busy():
+        if (
+            event == "line"
+            and not raised
+            and frame.f_code.co_filename.startswith(ARC_CY_DIR)
+            and busy()
+        ):
             raised.append(frame.f_code.co_name)
             raise Boom("traced")
         return trace
