@@ -5,6 +5,8 @@
 ``arc_cy._env.env_flag``), which selects the pure-Python twin
 (``arc_cy._arc_py``). Both make the decisions of vLLM's ``ARCCachePolicy``
 on the vLLM code arc_cy verified (``arc_cy._verified``, ``arc_cy._guard``).
+``arc_cy.ARCPlusCachePolicy`` (ARC+, which hits more: its docstring) is
+chosen the same way, between the core's and its twin ``arc_cy._plus_py``.
 
 The implementation (and vLLM's base classes) load on first use of one of
 the names below, so ``import arc_cy`` alone, and ``python -m arc_cy
@@ -23,6 +25,7 @@ from ._verified import SUPPORTED_VLLM
 
 __all__ = [
     "ARCCachePolicy",
+    "ARCPlusCachePolicy",
     "CachePolicy",
     "ChunkStatus",
     "HAVE_VLLM",
@@ -69,6 +72,7 @@ def _missing_core_message(error: ImportError) -> str:
 if TYPE_CHECKING:
     from ._arc_py import ARCCachePolicy
     from ._base import HAVE_VLLM, CachePolicy, ChunkStatus
+    from ._plus_py import ARCPlusCachePolicy
 else:
 
     def __getattr__(name: str) -> Any:
@@ -84,18 +88,25 @@ else:
         )
         if env_flag("ARC_CY_NO_EXTENSIONS"):
             from ._arc_py import ARCCachePolicy
+            from ._plus_py import ARCPlusCachePolicy
 
-            names.update(ARCCachePolicy=ARCCachePolicy, IMPLEMENTATION="python")
+            implementation = "python"
         else:
             try:
-                from ._arc_c import ARCCachePolicy
+                from ._arc_c import ARCCachePolicy, ARCPlusCachePolicy
 
-                names.update(ARCCachePolicy=ARCCachePolicy, IMPLEMENTATION="cython")
+                implementation = "cython"
             except ImportError as exc:
                 if platform.python_implementation() == "CPython":
                     # Never silent: a CPython install is meant to have the core.
                     warnings.warn(_missing_core_message(exc), RuntimeWarning, stacklevel=2)
                 from ._arc_py import ARCCachePolicy
+                from ._plus_py import ARCPlusCachePolicy
 
-                names.update(ARCCachePolicy=ARCCachePolicy, IMPLEMENTATION="python")
+                implementation = "python"
+        names.update(
+            ARCCachePolicy=ARCCachePolicy,
+            ARCPlusCachePolicy=ARCPlusCachePolicy,
+            IMPLEMENTATION=implementation,
+        )
         return names[name]

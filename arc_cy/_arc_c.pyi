@@ -59,3 +59,6 @@ class ARCCore:
 
 class ARCCachePolicy(ARCCore, CachePolicy):
     pass
+
+class ARCPlusCachePolicy(ARCCore, CachePolicy):
+    pass

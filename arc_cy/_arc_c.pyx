@@ -57,7 +57,8 @@ and chunk entry by entry in insertion order (a replaced OrderedDict).
 """
 
 cimport cython
-from cpython.object cimport PyObject, PyTypeObject
+from cpython.object cimport Py_EQ, PyObject, PyTypeObject
+from cpython.type cimport PyType_IsSubtype
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.pythread cimport PyThread_get_thread_ident
@@ -70,6 +71,7 @@ from arc_cy._capi cimport (
     PyAnySet_CheckExact,
     PyObject_GenericSetAttr,
     PyObject_Hash,
+    PyObject_RichCompareBool,
     PySequence_Contains,
     PySet_Contains,
     arc_cdata_size,
@@ -106,6 +108,7 @@ from arc_cy._nodes cimport (
     list_unlink,
     node_free,
     node_new,
+    nodes_reserve,
     node_set_key,
     nodes_release,
     nodes_reset,
@@ -126,6 +129,7 @@ from arc_cy._table cimport (
     table_free,
     table_init,
     table_reserve,
+    table_reserve_n,
 )
 from arc_cy._work cimport (
     Work,
@@ -151,7 +155,7 @@ from arc_cy._checks import (
     missing_arguments,
 )
 from arc_cy._chunks import TAG_OFFSET, TAGS_READABLE, chunk_entry, chunk_ref_offset, dead_ref
-from arc_cy._doc import POLICY_DOC
+from arc_cy._doc import PLUS_DOC, POLICY_DOC
 from arc_cy._guard import vllm_guard
 from arc_cy._messages import (
     MSG_CHUNK_SIZE,
@@ -168,6 +172,8 @@ from arc_cy._views import LIST_NAMES, ListView
 cdef object NO_ARG = MISSING
 # The node store grows up to this many nodes.
 cdef Py_ssize_t MAX_NODES = MAX_ENTRIES
+# ARCPlusCachePolicy, once defined: a core of it (or of a subclass) is ARC+.
+cdef object _PLUS_TYPE = None
 
 
 cdef enum:
@@ -199,6 +205,9 @@ cdef int OP_LIMIT = OP_NAMES.index("_max_entries")
 cdef enum:
     INSERTED_ONLY = 1
     REUSED = 2
+    # ARC+'s on_request_finished: a key the call already remembers (a
+    # duplicate in the request's keys), in its `found`.
+    SEEN = -3
 
 # Sets of lists, as bit masks of (1 << where), for table_find.
 cdef enum:
@@ -279,6 +288,7 @@ cdef class ARCCore:
         Py_ssize_t capacity     # cache_capacity (check_capacity bounds it)
         object target           # int() of it is taken in evict(), as vLLM does
         Py_ssize_t max_entries  # t1 + t2 + b1 + b2 never exceed this
+        bint plus               # ARC+ (arc_cy._doc.PLUS_DOC's rules 1 to 3)
 
         # The running call.
         int busy                # OP_* of the running method (minus it: releasing), or 0
@@ -557,6 +567,64 @@ cdef class ARCCore:
         if self.store.nodes[i].key is not key:
             work_hold(&self.work, node_set_key(&self.store, i, key))
 
+    cdef Py_ssize_t _resolve_unknown(self, Py_ssize_t n, int32_t *found, Py_hash_t *hashes,
+                                     int32_t *slots, Py_ssize_t size) except -1:
+        """ARC+'s lookups in on_request_finished, before anything changes:
+        found[j] becomes the node of key j in any list, else EMPTY, its
+        hash kept in hashes[j], or SEEN for a key equal to one already
+        EMPTY (tail first: the request's keys may repeat). slots, a power
+        of two of them, is the call's own set of those keys (C memory: no
+        code the keys run can reach it). Returns the number of EMPTYs."""
+        cdef Py_ssize_t j, m = 0
+        cdef size_t s, mask = <size_t>size - 1
+        cdef int32_t k
+        cdef int same
+        cdef Py_hash_t h
+        for s in range(<size_t>size):
+            slots[s] = EMPTY
+        for j in range(n - 1, -1, -1):
+            key = <object>self.work.refs[j]
+            h = PyObject_Hash(key)
+            found[j] = table_find(&self.table, &self.store, key, h, IN_ANY)
+            if found[j] != EMPTY:
+                continue
+            s = <size_t>h & mask
+            while slots[s] != EMPTY:
+                k = slots[s]
+                if hashes[k] == h:
+                    same = PyObject_RichCompareBool(self.work.refs[k], self.work.refs[j], Py_EQ)
+                    if same < 0:
+                        return -1
+                    if same:
+                        found[j] = SEEN
+                        break
+                s = (s + 1) & mask
+            if found[j] == EMPTY:
+                slots[s] = <int32_t>j
+                hashes[j] = h
+                m += 1
+        return m
+
+    cdef void _remember(self, PyObject *key, Py_hash_t h) noexcept:
+        """ARC+: key, in no list, goes to b1's MRU end (room was reserved
+        in the table and the node store)."""
+        cdef int32_t i = node_new(&self.store, MAX_NODES)
+        cdef Node *node = &self.store.nodes[i]
+        Py_INCREF(<object>key)
+        node.key = key
+        node.chunk = NULL
+        node.hash = h
+        table_add(&self.table, i, h)
+        list_link(&self.store, i, B1)
+
+    cdef int _first_seen(self, object protected) except -1:
+        """ARC+: whether no key of protected (the offer being stored) is in
+        b1 or b2."""
+        for key in protected:
+            if table_find(&self.table, &self.store, key, PyObject_Hash(key), IN_B) != EMPTY:
+                return 0
+        return 1
+
     cdef int32_t _next_victim(self, Walk *c, object protected, bint fast) except -2:
         """Next node of c's list with ref_cnt == 0 whose key is not
         protected, or EMPTY. evict() is busy: the nodes cannot move, nor
@@ -588,6 +656,8 @@ cdef class ARCCore:
         self.last_type_ref = dead_ref()  # no chunk type seen yet
         self.last_tag = 0
         self.max_entries = MAX_ENTRIES
+        # By its type, in C: no user code (an ABC's __instancecheck__) runs.
+        self.plus = _PLUS_TYPE is not None and PyType_IsSubtype(type(self), <type>_PLUS_TYPE)
 
     def __dealloc__(self):
         work_free(&self.work)
@@ -715,6 +785,7 @@ cdef class ARCCore:
         cdef Py_hash_t h
         cdef int32_t i
         cdef Node *node
+        cdef uint8_t to = T1
         if key is NO_ARG or chunk is NO_ARG:
             raise missing_arguments("insert", key=key, chunk=chunk)
         self._enter(OP_INSERT)
@@ -740,11 +811,13 @@ cdef class ARCCore:
                 work_reserve(&self.work, 1)
                 list_unlink(&self.store, i)
                 work_hold(&self.work, node.key)
+                if self.plus:  # its second request: frequent (ARC+ rule 1)
+                    to = T2
             Py_INCREF(key)
             Py_INCREF(chunk)
             node.key = <PyObject *>key
             node.chunk = <PyObject *>chunk
-            list_link(&self.store, i, T1)
+            list_link(&self.store, i, to)
         finally:
             self._leave()
 
@@ -836,9 +909,10 @@ cdef class ARCCore:
 
     def on_request_finished(self, key_groups=NO_ARG, insertion_only_keys=NO_ARG,
                             reused_keys=NO_ARG, req_context=NO_ARG):
-        cdef Py_ssize_t j, n
+        cdef Py_ssize_t j, n, m = 0, size = 1, drop = 0
         cdef int32_t *found
         cdef int32_t *kinds
+        cdef Py_hash_t *hashes = NULL
         cdef int32_t i
         cdef uint8_t w
         if (key_groups is NO_ARG or insertion_only_keys is NO_ARG
@@ -851,10 +925,19 @@ cdef class ARCCore:
         try:
             n = work_hold_keys(&self.work, order_request_keys(key_groups, req_context))
             work_reserve(&self.work, n)  # for the key objects replaced
-            found = work_scratch(&self.work, 2 * n)
+            if self.plus:
+                # found, kinds, then (8-byte aligned: 2 * n int32s) hashes
+                # and _resolve_unknown's slots.
+                while size < 2 * n:
+                    size <<= 1
+                found = work_scratch(&self.work, 4 * n + size)
+                hashes = <Py_hash_t *>(found + 2 * n)
+            else:
+                found = work_scratch(&self.work, 2 * n)
             kinds = found + n
             # Classify (tail first, as vLLM asks), then look up only the
-            # keys vLLM would look up; a failure in either changes nothing.
+            # keys vLLM would look up (ARC+: every key); a failure in
+            # either changes nothing.
             for j in range(n - 1, -1, -1):
                 key = <object>self.work.refs[j]
                 if key in insertion_only_keys:
@@ -863,17 +946,36 @@ cdef class ARCCore:
                     kinds[j] = REUSED
                 else:
                     kinds[j] = 0
-            for j in range(n - 1, -1, -1):
-                if kinds[j]:
-                    key = <object>self.work.refs[j]
-                    found[j] = table_find(&self.table, &self.store, key, PyObject_Hash(key), IN_T)
-                else:
-                    found[j] = EMPTY
+            if self.plus:
+                m = self._resolve_unknown(n, found, hashes, found + 4 * n, size)
+                # Room for the keys remembered, and for the ghosts b1 then
+                # forgets (ARC+ rule 2), before the first change.
+                if m:
+                    if self.table.used + m > self.max_entries:
+                        raise MemoryError(MSG_FULL.format(self.max_entries))
+                    table_reserve_n(&self.table, m)
+                    nodes_reserve(&self.store, m, MAX_NODES)
+                drop = max(0, self.store.size[B1] + m - self.capacity)
+                work_reserve(&self.work, drop)
+            else:
+                for j in range(n - 1, -1, -1):
+                    if kinds[j]:
+                        key = <object>self.work.refs[j]
+                        found[j] = table_find(&self.table, &self.store, key,
+                                              PyObject_Hash(key), IN_T)
+                    else:
+                        found[j] = EMPTY
             for j in range(n - 1, -1, -1):
                 i = found[j]
                 if i == EMPTY:
+                    if self.plus:  # asked for, and in no list
+                        self._remember(self.work.refs[j], hashes[j])
+                    continue
+                if i == SEEN or kinds[j] == 0:
                     continue
                 w = self.store.nodes[i].where
+                if w > T2:
+                    continue
                 if kinds[j] == INSERTED_ONLY:
                     # A store is not a frequency hit: refresh recency only.
                     list_to_end(&self.store, i, w)
@@ -882,6 +984,8 @@ cdef class ARCCore:
                     list_move(&self.store, i, T2)
                 else:
                     list_to_end(&self.store, i, T2)
+            if drop:
+                self._trim(B1, drop)
         finally:
             self._leave()
 
@@ -892,7 +996,7 @@ cdef class ARCCore:
         cdef int32_t i
         cdef Node *node
         cdef Walk c1, c2
-        cdef bint fast, exact
+        cdef bint fast, exact, first_seen
         cdef Py_ssize_t threshold = 0
         if n is NO_ARG or protected is NO_ARG:
             raise missing_arguments("evict", n=n, protected=protected)
@@ -901,6 +1005,11 @@ cdef class ARCCore:
             n = check_evict_n(n)
             if n == 0:
                 return []
+            # ARC+ rule 3: an offer of first-seen keys is refused while t1
+            # has shown no value.
+            first_seen = self.plus and self._first_seen(protected)
+            if first_seen and self._threshold() == 0:
+                return None
             # More than is resident: the scan runs as vLLM's does (asking
             # protected, taking int(target)) and ends at the step that
             # finds no victim, at the latest the one after every resident.
@@ -926,6 +1035,8 @@ cdef class ARCCore:
                         picked[k] = i
                         vt1 -= 1
                         continue
+                    if first_seen:
+                        return None  # t1's victims are pinned: ARC+ rule 3
                 i = self._next_victim(&c2, protected, fast)
                 if i != EMPTY:
                     picked[k] = i
@@ -1133,3 +1244,10 @@ _NODE_SIZE = sizeof(Node)
 
 class ARCCachePolicy(ARCCore, CachePolicy):
     __doc__ = POLICY_DOC  # one text, both implementations' (arc_cy._doc)
+
+
+class ARCPlusCachePolicy(ARCCore, CachePolicy):
+    __doc__ = PLUS_DOC
+
+
+_PLUS_TYPE = ARCPlusCachePolicy

@@ -46,3 +46,30 @@ POLICY_DOC = f"""ARC (Adaptive Replacement Cache) policy for vLLM's CPU KV offlo
            pairs, and both ghost lists are trimmed to cache_capacity; or it
            returns None and nothing changes.
     """
+
+
+PLUS_DOC = """ARC+ : vLLM's ARC with three rules that make it hit more on KV-cache
+    traffic, for vLLM's CPU KV offloading (0.31 and later: its manager's
+    on_request_finished). Not vLLM's decisions: ``ARCCachePolicy`` is.
+
+    Lists and steps are ARCCachePolicy's (t1, t2, b1, b2, target_t1_size),
+    but for:
+        1. insert() puts a key found in b1 or b2 in t2, not t1: a ghost is
+           a key an earlier request asked for, and this second request
+           makes it frequent (the ARC paper's rule, Megiddo and Modha,
+           FAST'03).
+        2. on_request_finished() remembers, at b1's MRU end (tail first),
+           each key of the request that is in no list: asked for and not
+           kept (its store refused or failed). b1 is then trimmed to
+           cache_capacity.
+        3. evict(n, protected) refuses (returns None, nothing changes) an
+           offer of first-seen keys, one where no key of ``protected`` is
+           in b1 or b2: when int(target_t1_size) is 0 (t1 has shown no
+           value), and when a victim is due from t1 but t1 has none left
+           (t2 would give up a frequent chunk for keys asked once). vLLM's
+           manager then stores nothing of that offer (its connector counts
+           an allocation failure); the keys' next request finds them in b1.
+    What adapts is ARC's own target_t1_size: b1 hits raise it (recency
+    pays, and first-seen keys are admitted), b2 hits lower it. No constant
+    is tuned to a pool size or a trace.
+    """

@@ -139,6 +139,25 @@ cdef inline int32_t node_new(NodeStore *s, Py_ssize_t limit) except -1:
     return i
 
 
+cdef inline int nodes_reserve(NodeStore *s, Py_ssize_t n, Py_ssize_t limit) except -1:
+    """Room for n node_new() calls that cannot fail: the array grows, up to
+    limit nodes (else MemoryError), so that n nodes past `used` exist."""
+    cdef Py_ssize_t cap
+    cdef Node *grown
+    if s.used + n <= s.cap:
+        return 0
+    if s.used + n > limit:
+        raise MemoryError()
+    cap = min(max(64, 2 * <Py_ssize_t>s.cap, s.used + n), limit)
+    grown = <Node *>PyMem_Realloc(s.nodes, cap * sizeof(Node))
+    if grown is NULL:
+        raise MemoryError()
+    s.nodes = grown
+    s.cap = <int32_t>cap
+    s.epoch += 1
+    return 0
+
+
 cdef inline PyObject *node_set_key(NodeStore *s, int32_t i, PyObject *key) noexcept:
     """Node i's key becomes key (a new reference to it is taken); the old
     key is returned, owned: the caller's to release."""

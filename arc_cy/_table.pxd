@@ -145,14 +145,20 @@ cdef inline int32_t table_find(const Table *t, const NodeStore *s, object key,
 
 cdef inline int table_reserve(Table *t) except -1:
     """Grow the table so that one more entry keeps the load <= 0.7."""
+    return table_reserve_n(t, 1)
+
+
+cdef inline int table_reserve_n(Table *t, Py_ssize_t n) except -1:
+    """Grow the table so that n more entries keep the load <= 0.7."""
     cdef uint32_t bits = t.bits
     cdef size_t old_size = <size_t>1 << bits
     cdef size_t size, j, k
     cdef Slot *old = t.slots
     cdef Slot *slots
-    if (t.used + 1) * 10 <= <Py_ssize_t>old_size * 7:
+    if (t.used + n) * 10 <= <Py_ssize_t>old_size * 7:
         return 0
-    bits += 1
+    while (t.used + n) * 10 > <Py_ssize_t>(<size_t>1 << bits) * 7:
+        bits += 1
     size = <size_t>1 << bits
     slots = <Slot *>PyMem_Malloc(size * sizeof(Slot))
     if slots is NULL:

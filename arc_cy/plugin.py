@@ -1,4 +1,6 @@
-"""vLLM plugin: makes ``"eviction_policy": "arc_cy"`` name arc_cy's policy.
+"""vLLM plugin: makes ``"eviction_policy": "arc_cy"`` name arc_cy's policy,
+and ``"arc_cy_plus"`` its ARC+ (on vLLM 0.31 and later, whose manager calls
+on_request_finished, which ARC+ remembers refused keys in).
 
 Declared as a ``vllm.general_plugins`` entry point, so vLLM runs
 ``register()`` in every process it starts, possibly more than once, and
@@ -11,23 +13,25 @@ from __future__ import annotations
 from arc_cy._guard import logger
 
 POLICY_NAME: str = "arc_cy"
-__all__ = ["POLICY_NAME", "logger", "register"]
+PLUS_NAME: str = "arc_cy_plus"
+__all__ = ["PLUS_NAME", "POLICY_NAME", "logger", "register"]
 
 
 class _NameTaken(Exception):
-    """Another policy holds the name ``arc_cy``: the one error register()
+    """Another policy holds a name of arc_cy's: the one error register()
     lets out, since shadowing it silently would run the wrong policy."""
 
 
 def register() -> None:
-    """Register ``arc_cy`` with vLLM's CachePolicyFactory (idempotent).
+    """Register ``arc_cy`` and ``arc_cy_plus`` with vLLM's
+    CachePolicyFactory (idempotent).
 
     Only when the guard accepts this vLLM's code (``arc_cy._guard``, the
     check both constructors run, once per process): else it logs why and
     registers nothing, unless ``ARC_CY_ALLOW_UNVERIFIED_VLLM=1``. Never
     raises (docs/usage.md, "The guard"): any error, a mistyped flag's
     included, is logged at ERROR and registers nothing; the one exception is
-    the name ``arc_cy`` taken by another policy (RuntimeError).
+    a name of arc_cy's taken by another policy (RuntimeError).
     """
     try:
         _register()
@@ -48,9 +52,13 @@ def _register() -> None:
     # Everything that can fail runs before the registration, so that a
     # failure leaves the name unregistered: the implementation (its flag,
     # ARC_CY_NO_EXTENSIONS), vLLM's factory, the guard (its override flag).
-    policy_cls = arc_cy.ARCCachePolicy
+    policies = {POLICY_NAME: arc_cy.ARCCachePolicy}
     implementation = arc_cy.IMPLEMENTATION
+    from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
     from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+
+    if hasattr(CachePolicy, "on_request_finished"):
+        policies[PLUS_NAME] = arc_cy.ARCPlusCachePolicy
 
     allowed = vllm_guard.allowed()
     code = vllm_guard.result()
@@ -61,22 +69,23 @@ def _register() -> None:
         logger.error("%s The 'arc_cy' cache policy is NOT registered.", refused_message(code))
         return
     accepted = verified_message(code) if code.ok else "UNVERIFIED code"
-    try:
-        CachePolicyFactory.register_cache_policy(POLICY_NAME, "arc_cy", "ARCCachePolicy")
-    except ValueError:
-        # Registered already: by an earlier call in this process, or by
-        # someone else under our name, which we refuse to shadow silently.
-        existing = CachePolicyFactory.get_cache_policy_cls(POLICY_NAME)
-        if existing is not policy_cls:
-            raise _NameTaken(
-                f"cache policy {POLICY_NAME!r} is already registered as "
-                f"{existing.__module__}.{existing.__qualname__}"
-            ) from None
-        return
-    logger.info(
-        "arc_cy: registered CPU offloading cache policy %r (%s implementation) on vLLM %s: %s",
-        POLICY_NAME,
-        implementation,
-        code.version,
-        accepted,
-    )
+    for name, policy_cls in policies.items():
+        try:
+            CachePolicyFactory.register_cache_policy(name, "arc_cy", policy_cls.__name__)
+        except ValueError:
+            # Registered already: by an earlier call in this process, or by
+            # someone else under our name, which we refuse to shadow silently.
+            existing = CachePolicyFactory.get_cache_policy_cls(name)
+            if existing is not policy_cls:
+                raise _NameTaken(
+                    f"cache policy {name!r} is already registered as "
+                    f"{existing.__module__}.{existing.__qualname__}"
+                ) from None
+            continue
+        logger.info(
+            "arc_cy: registered CPU offloading cache policy %r (%s implementation) on vLLM %s: %s",
+            name,
+            implementation,
+            code.version,
+            accepted,
+        )
