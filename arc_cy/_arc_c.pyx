@@ -618,12 +618,18 @@ cdef class ARCCore:
         list_link(&self.store, i, B1)
 
     cdef int _first_seen(self, object protected) except -1:
-        """ARC+: whether no key of protected (the offer being stored) is in
-        b1 or b2."""
+        """ARC+: whether protected (vLLM's manager protects the offer's
+        keys) holds keys in no list, the keys being stored, and none in b1
+        or b2: an offer of keys asked for the first time."""
+        cdef int32_t i
+        cdef bint new = False
         for key in protected:
-            if table_find(&self.table, &self.store, key, PyObject_Hash(key), IN_B) != EMPTY:
+            i = table_find(&self.table, &self.store, key, PyObject_Hash(key), IN_ANY)
+            if i == EMPTY:
+                new = True
+            elif self.store.nodes[i].where >= B1:
                 return 0
-        return 1
+        return new
 
     cdef int32_t _next_victim(self, Walk *c, object protected, bint fast) except -2:
         """Next node of c's list with ref_cnt == 0 whose key is not

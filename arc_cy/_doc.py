@@ -48,7 +48,7 @@ POLICY_DOC = f"""ARC (Adaptive Replacement Cache) policy for vLLM's CPU KV offlo
     """
 
 
-PLUS_DOC = """ARC+ : vLLM's ARC with three rules that make it hit more on KV-cache
+PLUS_DOC = """ARC+: vLLM's ARC with three rules that make it hit more on KV-cache
     traffic, for vLLM's CPU KV offloading (0.31 and later: its manager's
     on_request_finished). Not vLLM's decisions: ``ARCCachePolicy`` is.
 
@@ -63,12 +63,14 @@ PLUS_DOC = """ARC+ : vLLM's ARC with three rules that make it hit more on KV-cac
            kept (its store refused or failed). b1 is then trimmed to
            cache_capacity.
         3. evict(n, protected) refuses (returns None, nothing changes) an
-           offer of first-seen keys, one where no key of ``protected`` is
-           in b1 or b2: when int(target_t1_size) is 0 (t1 has shown no
-           value), and when a victim is due from t1 but t1 has none left
-           (t2 would give up a frequent chunk for keys asked once). vLLM's
-           manager then stores nothing of that offer (its connector counts
-           an allocation failure); the keys' next request finds them in b1.
+           offer of first-seen keys: ``protected`` (vLLM's manager protects
+           the offer's keys) holds keys in no list, the keys being stored,
+           and none in b1 or b2. It refuses such an offer when
+           int(target_t1_size) is 0 (t1 has shown no value), and when a
+           victim is due from t1 but t1 has none left (t2 would give up a
+           frequent chunk for keys asked once). vLLM's manager then stores
+           nothing of the offer (its connector counts an allocation
+           failure); the keys' next request finds them in b1 (rule 2).
     What adapts is ARC's own target_t1_size: b1 hits raise it (recency
     pays, and first-seen keys are admitted), b2 hits lower it. No constant
     is tuned to a pool size or a trace.

@@ -117,9 +117,10 @@ class ARCPlusCachePolicy(CachePolicy):
     def evict(self, n: int, protected: set[Any]) -> list[tuple[Any, ChunkStatus]] | None:
         if n == 0:
             return []
-        # The offer (vLLM protects the keys it stores) holds no ghost: every
-        # key it stores is asked for the first time.
-        first_seen = not any(key in self.b1 or key in self.b2 for key in protected)
+        # vLLM's manager protects the offer's keys: those in no list are
+        # being stored, and if none is a ghost, all are asked for the first time.
+        offer = [key for key in protected if key not in self.t1 and key not in self.t2]
+        first_seen = bool(offer) and not any(key in self.b1 or key in self.b2 for key in offer)
         if first_seen and int(self.target_t1_size) == 0:
             return None  # t1 has shown no value: not admitted
 
@@ -180,3 +181,11 @@ class ARCPlusCachePolicy(CachePolicy):
 
     def mark_non_evictable(self, key: Any) -> None:
         return
+
+    def _check_invariants(self) -> None:
+        """Raise AssertionError if a key is in two lists or a ghost list
+        outgrew cache_capacity."""
+        lists = (self.t1, self.t2, self.b1, self.b2)
+        assert sum(map(len, lists)) == len(set().union(*lists)), "a key in two lists"
+        assert len(self.b1) <= self.cache_capacity, "b1 outgrew cache_capacity"
+        assert len(self.b2) <= self.cache_capacity, "b2 outgrew cache_capacity"

@@ -70,6 +70,8 @@ __all__ = [
     "filled",
     "insert",
     "load_policy_class",
+    "load_plus_class",
+    "PLUS_MODULES",
     "ORACLE_HOOKS",
     "ORACLE_TOUCHES",
     "MANAGER_TOUCHES",
@@ -198,6 +200,16 @@ def load_policy_class(name: str) -> type:
     imported directly: a missing build fails here instead of quietly
     testing the pure twin twice."""
     return importlib.import_module(MODULES[name]).ARCCachePolicy  # type: ignore[no-any-return]
+
+
+# ARC+ (arc_cy_plus): the compiled class and its plain twin.
+PLUS_MODULES = {"cython": "arc_cy._arc_c", "python": "arc_cy._plus_py"}
+
+
+def load_plus_class(name: str) -> type:
+    """The ARCPlusCachePolicy of implementation name, imported as
+    load_policy_class imports ARCCachePolicy."""
+    return importlib.import_module(PLUS_MODULES[name]).ARCPlusCachePolicy  # type: ignore[no-any-return]
 
 
 REPO = Path(__file__).resolve().parents[1]
