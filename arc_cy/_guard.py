@@ -117,7 +117,7 @@ def check_vllm_code() -> CodeCheck | None:
     return code
 
 
-HOLDERS = ("arc_cy._base", "arc_cy._arc_py", "arc_cy._arc_c")
+HOLDERS = ("arc_cy._base", "arc_cy._arc_py", "arc_cy._plus_py", "arc_cy._arc_c")
 """arc_cy's modules that bind vLLM's ``order_request_keys`` (and run it)."""
 
 

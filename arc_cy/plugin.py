@@ -69,6 +69,7 @@ def _register() -> None:
         logger.error("%s The 'arc_cy' cache policy is NOT registered.", refused_message(code))
         return
     accepted = verified_message(code) if code.ok else "UNVERIFIED code"
+    registered = []
     for name, policy_cls in policies.items():
         try:
             CachePolicyFactory.register_cache_policy(name, "arc_cy", policy_cls.__name__)
@@ -82,9 +83,13 @@ def _register() -> None:
                     f"{existing.__module__}.{existing.__qualname__}"
                 ) from None
             continue
+        registered.append(repr(name))
+    if registered:
         logger.info(
-            "arc_cy: registered CPU offloading cache policy %r (%s implementation) on vLLM %s: %s",
-            name,
+            "arc_cy: registered CPU offloading cache %s (%s implementation) on vLLM %s: %s",
+            f"policy {registered[0]}"
+            if len(registered) == 1
+            else f"policies {', '.join(registered[:-1])} and {registered[-1]}",
             implementation,
             code.version,
             accepted,

@@ -76,6 +76,7 @@ __all__ = [
     "ORACLE_TOUCHES",
     "MANAGER_TOUCHES",
     "reuse",
+    "REGISTERED",
     "ghost_hits",
     "KEY_POSITIONS",
     "build_requirement",
@@ -307,6 +308,15 @@ if HAVE_VLLM:  # what vLLM's ARC has: a module that imports it needs vLLM
 
     MANAGER_TOUCHES = hasattr(_Manager, "touch")
     """Whether vLLM's manager has touch() (0.30 to 0.33)."""
+
+
+# What the plugin's log line names: ARC+ ("arc_cy_plus") too where the
+# installed vLLM's manager calls on_request_finished (0.31 and later).
+REGISTERED = (
+    "policies 'arc_cy' and 'arc_cy_plus'"
+    if HAVE_VLLM and hasattr(VllmARC, "on_request_finished")
+    else "policy 'arc_cy'"
+)
 
 
 def reuse(manager: Any, keys: list[Any], req_id: str = "reuse") -> None:

@@ -18,7 +18,7 @@ import arc_cy
 from arc_cy._fingerprint import release_key
 from arc_cy._verified import SUPPORTED_VLLM, VERIFIED
 from arc_cy_harness import vllm_overlay
-from helpers import IMPLEMENTATIONS, PURE, PURE_ENV, REPO, build_requirement
+from helpers import IMPLEMENTATIONS, PURE, PURE_ENV, REGISTERED, REPO, build_requirement
 
 NEWEST = max((r for e in VERIFIED for r in e["releases"]), key=release_key)
 
@@ -157,7 +157,7 @@ def test_report_and_self_check(
     assert f["Python"].startswith(platform.python_version() + " (")
     assert f["plugin"] == f'"arc_cy" registered -> {module}.ARCCachePolicy'
     assert f["plugin log"] == (
-        "arc_cy: registered CPU offloading cache policy 'arc_cy' "
+        f"arc_cy: registered CPU offloading cache {REGISTERED} "
         f"({impl} implementation) on vLLM {version}: {matched}"
     )
     assert f["self-check"].startswith("ok: ")

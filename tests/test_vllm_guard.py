@@ -49,7 +49,7 @@ from arc_cy._fingerprint import (
 )
 from arc_cy._guard import DEPRECATED_OVERRIDE_ENV, OVERRIDE_ENV, vllm_guard
 from arc_cy._verified import VERIFIED
-from helpers import CHOSEN, IMPLEMENTATIONS, MODULES, REPO
+from helpers import CHOSEN, IMPLEMENTATIONS, MODULES, REGISTERED, REPO
 
 JUDGED = (BASE_MODULE, ARC_MODULE, CPU_MANAGER, TIERING_MANAGER)  # in import order
 REAL = {m: Path(str(importlib.util.find_spec(m).origin)) for m in JUDGED}  # type: ignore[union-attr]
@@ -258,7 +258,7 @@ def routes(
 def accepted(r: Routes, version: str, verified_as: str) -> None:
     assert r.registered and r.built is None, r
     assert r.log == (
-        "arc_cy: registered CPU offloading cache policy 'arc_cy' "
+        f"arc_cy: registered CPU offloading cache {REGISTERED} "
         f"({arc_cy.IMPLEMENTATION} implementation) on vLLM {version}: its ARC code "
         f"is verified vLLM {verified_as}'s"
     )
