@@ -129,7 +129,9 @@ class ARCPlusCachePolicy(CachePolicy):
         t1_iter = iter(self.t1.items())
         t2_iter = iter(self.t2.items())
 
-        def next_candidate(entries: Iterator[tuple[Any, ChunkStatus]]) -> tuple[Any, ChunkStatus] | None:
+        def next_candidate(
+            entries: Iterator[tuple[Any, ChunkStatus]],
+        ) -> tuple[Any, ChunkStatus] | None:
             for key, chunk in entries:
                 if chunk.ref_cnt == 0 and key not in protected:
                     return key, chunk

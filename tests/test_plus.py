@@ -196,10 +196,10 @@ def test_hand_worked_hit_ratios(trace: str, impl: str) -> None:
 
 @pytest.mark.needs_vllm
 def test_both_routes_into_vllms_manager(impl: str) -> None:
-    import arc_cy
     from vllm.plugins import load_general_plugins
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
+    import arc_cy
     from helpers import CHOSEN
 
     load_general_plugins()
