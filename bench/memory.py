@@ -1,6 +1,9 @@
 """Bytes per entry of each policy's own bookkeeping, T1, T2, B1 and B2
 populated, for vLLM arc, vLLM lru, arc_cy compiled and arc_cy pure.
 
+ARC+ (arc_cy_plus, compiled) is measured beside them, populated the same
+way (its evictions with an empty protected are not offers it judges).
+
 Each measurement runs in a fresh subprocess. The keys, the ChunkStatus
 objects and a ReqContext are created (and the policy class imported) before
 the baseline reading, so they are not charged to the policy; then the policy
@@ -33,6 +36,19 @@ import benchlib as bl
 
 NAME = TAG = "memory"
 PLOTS: tuple[tuple[str, str], ...] = ()
+# ARC+ (the compiled ARCPlusCachePolicy) beside the contenders: its memory
+# per entry is a target of its own (at most vLLM arc's).
+PLUS = "arc_cy_plus"
+NAMES = (*bl.NAMES, PLUS)
+LABELS = {**bl.LABELS, PLUS: "arc_cy ARC+ compiled"}
+
+
+def policy_class(name: str) -> type:
+    if name != PLUS:
+        return bl.policy_class(name)
+    from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+
+    return CachePolicyFactory.get_cache_policy_cls("ARCPlusCachePolicy", "arc_cy._arc_c")
 
 
 def _trim() -> None:
@@ -75,7 +91,7 @@ def child(name: str, capacity: int) -> dict[str, Any]:
     refill = stream.take(capacity // 2)
     chunks = bl.ready_chunks(capacity)
     ctx = ReqContext("memory")
-    cls = bl.policy_class(name)
+    cls = policy_class(name)
     warm = cls(16)  # any lazy class-level set-up happens before the baseline
     populate(warm, keys[:16], refill[:8], chunks[:16], ctx)
     del warm
@@ -128,7 +144,7 @@ def run(args: Any) -> dict[str, Any] | None:
     results = []
     for cap in caps:
         per: dict[str, Any] = {}
-        for name in bl.NAMES:
+        for name in NAMES:
             t = time.perf_counter()
             per[name] = bl.run_child(__file__, "--child", name, str(cap))
             bl.progress(
@@ -162,7 +178,16 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             lambda v: v <= 0.5,
             "memory.py",
             "an entry's node or the key index grew",
-        )
+        ),
+        bl.target(
+            f"ARC+ policy memory per entry (RSS, {mr['capacity']:,} chunks, T1/T2/B1/B2 "
+            "populated): arc_cy_plus / vLLM arc",
+            bl.ratio(mem[PLUS]["rss_bytes_per_entry"], mem["vllm_arc"]["rss_bytes_per_entry"]),
+            "<= 1.0",
+            lambda v: v <= 1.0,
+            "memory.py",
+            "ARC+ holds more per entry than vLLM's arc: its nodes or its key index grew",
+        ),
     ]
 
 
@@ -181,10 +206,10 @@ def markdown(result: dict[str, Any]) -> str:
             "| tracemalloc bytes/entry | vs vLLM arc |"
         )
         out.append("|---|---:|---:|---:|---:|---:|")
-        for n in bl.NAMES:
+        for n in NAMES:
             d = mr["contenders"][n]
             out.append(
-                f"| {bl.LABELS[n]} | {d['n_entries']:,} | {d['rss_bytes_per_entry']:.1f} | "
+                f"| {LABELS[n]} | {d['n_entries']:,} | {d['rss_bytes_per_entry']:.1f} | "
                 f"{d['rss_vs_vllm_arc']:.2f} | {d['tracemalloc_bytes_per_entry']:.1f} | "
                 f"{d['tracemalloc_vs_vllm_arc']:.2f} |"
             )
