@@ -11,8 +11,14 @@ the run reached what it is for (the COVERAGE line's counts).
     agree           the core, the twin and vLLM (behind an adapter for
                     arc_cy's documented divergences) side by side
     chaos-cython,   one implementation, with contract-breaking keys,
-    chaos-python    mutating __del__ and gc hooks and non-chunk objects:
-                    no crash, allowed exceptions only, _check_invariants()
+    chaos-python,   mutating __del__ and gc hooks, non-chunk objects and
+    chaos-plus      containers that are not iterable: no crash, allowed
+                    exceptions only, _check_invariants(), and on a
+                    compiled policy a failed call changed nothing;
+                    chaos-plus runs the compiled ARC+
+                    (arc_cy._arc_c.ARCPlusCachePolicy, no pure
+                    counterpart in this mode) and checks its three rules
+                    where the step's keys keep the contract
 
 tests/progs/surface_fuzz.py attacks what Python code can reach besides the
 arguments, in a child too (each test asserts what its COVERAGE line reached):
@@ -105,8 +111,36 @@ MIN = {
         "mdel_write_in_clear": 45,
         "mdel_mutate_in_init": 65,
     },
-    "chaos-cython": {**COMMON_MIN, **MDEL_MIN, "copy_refused": 50, "mutate_accepted": 10},
+    "chaos-cython": {
+        **COMMON_MIN,
+        **MDEL_MIN,
+        "copy_refused": 50,
+        "mutate_accepted": 10,
+        "unchanged_checked": 1100,  # failed calls found to have changed nothing
+    },
     "chaos-python": {**COMMON_MIN, **MDEL_MIN, "copy_taken": 50, "mutate_accepted": 10},
+    "chaos-plus": {
+        **COMMON_MIN,
+        **MDEL_MIN,
+        "copy_refused": 50,
+        "mutate_accepted": 10,
+        "unchanged_checked": 1100,
+        # first-seen offers are refused while the target is 0: fewer
+        # evictions pass over a protected key (13 to 82 a run)
+        "evict_protected_skip": 3,
+        # ARC+'s rules (arc_cy._doc.PLUS_DOC) at work: evictions refused for
+        # first-seen offers (where ARC would have evicted), keys remembered
+        # in b1 by on_request_finished, ghosts that insert() took back into
+        # t2, a protected that is not iterable refused (TypeError); each
+        # rule checked (PlusRules)
+        "plus_refused": 25,
+        "plus_remembered": 350,
+        "plus_ghost_t2": 65,
+        "plus_not_iterable": 25,
+        "plus_rule1_checked": 25,
+        "plus_rule2_checked": 80,
+        "plus_rule3_checked": 50,
+    },
 }
 
 
@@ -134,8 +168,10 @@ def run_fuzzer(mode: str, impl: str) -> dict:
         pytest.param("agree", "both", marks=[pytest.mark.needs_vllm, pytest.mark.compiled]),
         ("chaos", "cython"),
         ("chaos", "python"),
+        # the compiled ARC+ alone: its twin is plain Python (no busy)
+        pytest.param("chaos", "plus", marks=pytest.mark.compiled),
     ],
-    ids=["agree", "chaos-cython", "chaos-python"],
+    ids=["agree", "chaos-cython", "chaos-python", "chaos-plus"],
 )
 def test_hostile_fuzz(mode: str, impl: str, fuzz_coverage: dict) -> None:
     counts = run_fuzzer(mode, impl)

@@ -2,8 +2,8 @@
 tests/childproc.py sets it).
 
     PYTHONPATH=tests python -P tests/progs/hostile_fuzz.py --mode agree|chaos \
-        --impl cython|python|both --profile ci|long [--seed N] [--exclude F,..] \
-        [--strict]
+        --impl cython|python|plus|both --profile ci|long [--seed N] \
+        [--exclude F,..] [--strict]
 
 A hypothesis RuleBasedStateMachine drives tiny policies (capacity 0-8, a
 small key universe) with objects whose callbacks act:
@@ -45,8 +45,22 @@ what its action returned or raised are compared per step (G.mlog).
 
 --mode chaos (per implementation, no oracle) adds contract-breaking keys,
 mutating __del__ and gc-hook actions, non-chunk objects, bad n and targets,
-and asserts only: no crash, every exception one of ALLOWED, and
-_check_invariants() after every step.
+containers that are not iterable (HCont: `in` only), and asserts only: no
+crash, every exception one of ALLOWED, _check_invariants() after every
+step, and, on a compiled policy (cython, plus), that a call that raised (or
+an evict() that returned None) changed nothing, wherever nothing else could
+change the policy in that step (CHANGERS).
+
+--impl plus (chaos mode only) runs the compiled ARC+
+(arc_cy._arc_c.ARCPlusCachePolicy: arc_cy._doc.PLUS_DOC) instead of ARC.
+There is no oracle for it: the rules draw against the policy itself, as in
+every chaos run, and where a step's keys keep the hash/eq contract and
+nothing else changed the policy, its three rules are checked as well
+(PlusRules): a ghost that insert() takes back goes to t2; after
+on_request_finished(), b1 is the old b1 plus the request's keys that were
+in no list (tail first, each once), trimmed to cache_capacity; evict() of
+n > 0 for an offer of first-seen keys (protected holds a key in no list, and
+none in b1 or b2) returns None while int(target_t1_size) is 0.
 
 Output: one line ``COVERAGE {json}`` on stdout, exit 0. A disagreement or
 failed check exits 1 after hypothesis prints the (shrunk) failing steps and
@@ -99,6 +113,12 @@ from helpers import (
 
 # None on a pure build (ARC_CY_NO_EXTENSIONS): only the twin's runs work there.
 CPolicy = load_policy_class("cython") if "cython" in IMPLEMENTATIONS else None
+# The compiled ARC+ (a subclass of the same ARCCore), from the core's module.
+PlusPolicy = (
+    getattr(sys.modules[CPolicy.__module__], "ARCPlusCachePolicy", None) if CPolicy else None
+)
+# The policies that follow rule 11 (a call that raises has changed nothing).
+COMPILED = ("cython", "plus")
 
 
 class HostileError(Exception):
@@ -110,7 +130,9 @@ class HostileError(Exception):
 # - HostileError: the callbacks' own;
 # - RuntimeError: re-entry refused, a list changed during iteration;
 # - TypeError, ValueError: refused arguments (non-chunks, bad n, targets,
-#   capacities), duplicates; TypeError also for copying the core;
+#   capacities), duplicates; TypeError also for copying the core, and for
+#   ARC+'s evict() given a protected that is not iterable (HCont): its rule
+#   3 iterates protected, looking each key up in b1 and b2;
 # - KeyError: a view's __getitem__; OrderedDict iteration whose key lookup
 #   fails (keys that break the hash/eq contract, or whose hash raises);
 # - MemoryError: arc_cy's MSG_FULL limit;
@@ -159,6 +181,13 @@ class G:
     mstack: list = []
     mseq: Counter = Counter()
     universe = 12
+    # CHANGERS: what besides the running call may change the policy in a
+    # step (a mutator from a callback, hook or __del__ that was not
+    # refused, as one after the call returns, while it releases; an acting
+    # __del__; a target's callback, or target arithmetic that can fail
+    # halfway, HostileMachine.risky_target). The first one met in the step,
+    # or "": the unchanged and PlusRules checks skip a step that met one.
+    changed_by = ""
 
 
 # --- actions ---------------------------------------------------------------
@@ -181,6 +210,8 @@ def fire(kind: str, action: tuple) -> None:
     G.in_action = True
     try:
         G.counts["cb_" + kind] += 1
+        if kind.startswith("target_"):
+            G.changed_by = G.changed_by or kind
         do_action(kind, action)
     finally:
         G.in_action = False
@@ -246,6 +277,7 @@ def attempt_mutator(p, name: str, kind: str) -> None:
         return
     else:
         outcome = "accepted"
+    G.changed_by = G.changed_by or f"{name}() from {kind}"
     if G.mode == "agree":
         G.failures.append(
             f"{G.pname}: {name}() from a {kind} callback while a call runs "
@@ -292,7 +324,9 @@ def do_copy(p, kind: str) -> None:
     try:
         c = copy.deepcopy(p)
     except TypeError as exc:
-        if type(p) is CPolicy and str(exc) == MSG_NO_COPY.format(type(p).__qualname__):
+        if type(p) in (CPolicy, PlusPolicy) and str(exc) == MSG_NO_COPY.format(
+            type(p).__qualname__
+        ):
             G.counts["copy_refused"] += 1  # documented: the core cannot be copied
             return
         G.failures.append(f"{G.pname}: deepcopy from {kind}: {exc!r}")
@@ -547,6 +581,7 @@ def _mdel(d):
         G.failures.append(f"{d.get('pname')}'s {d.get('oid')} released in a call on {G.pname}")
         return
     where = G.mstack[-1] if G.mstack else "?"
+    G.changed_by = G.changed_by or f"acting __del__ {act}"
     c = G.counts
     c["mdel_fired"] += 1
     c[{"clear": "mdel_in_clear", "__init__": "mdel_in_init"}.get(where, "mdel_after_call")] += 1
@@ -635,6 +670,24 @@ class HProt(set):
 
     def __repr__(self):
         return f"HProt({sorted(map(repr, self))}, {self.action})"
+
+
+class HCont:
+    """A protected (or insertion_only_keys, reused_keys) container that is
+    not iterable: `in` only, acting in __contains__ (chaos mode). ARC's
+    calls only ask it `in`; ARC+'s evict() iterates protected (rule 3) and
+    raises TypeError."""
+
+    def __init__(self, items, action):
+        self.items = frozenset(items)
+        self.action = action
+
+    def __contains__(self, key):
+        fire("contains", self.action)
+        return key in self.items
+
+    def __repr__(self):
+        return f"HCont({sorted(map(repr, self.items))}, {self.action})"
 
 
 class HIter:
@@ -1140,7 +1193,11 @@ def _choices() -> dict[str, list]:
         "key": keys,
         "chunk": chunks,
         "iter": ["list", "tuple"] + ([] if "iters" in exclude else ["hiter", "hgen"]),
-        "cont": ["set", "frozenset", "list"] + ([] if "iters" in exclude else ["hprot", "hprot"]),
+        "cont": (
+            ["set", "frozenset", "list"]
+            + ([] if "iters" in exclude else ["hprot", "hprot"])
+            + (["hcont"] if mode == "chaos" and "iters" not in exclude else [])
+        ),
         "n": (
             ["int", "int"]
             + ([] if "n" in exclude else ["hn", "hn"])
@@ -1204,7 +1261,11 @@ def in_vllm(fn, p):
     return fn(p)
 
 
-CALL_IN = {"cython": in_cython, "python": in_python, "vllm": in_vllm}
+def in_plus(fn, p):
+    return fn(p)
+
+
+CALL_IN = {"cython": in_cython, "python": in_python, "vllm": in_vllm, "plus": in_plus}
 
 
 # --- the machine ----------------------------------------------------------
@@ -1230,9 +1291,13 @@ class HostileMachine(RuleBasedStateMachine):
         G.failures.clear()
         self.universe = min(12, capacity + extra + 1)
         self.canon = [HKey(i) for i in range(12)]
-        factories = {"cython": CPolicy, "python": PyPolicy, "vllm": Oracle}
+        factories = {"cython": CPolicy, "python": PyPolicy, "vllm": Oracle, "plus": PlusPolicy}
         self.policies = {name: factories[name](capacity) for name in self.impls}
         self.ref = self.policies[self.impls[-1]]
+        self.plus = "plus" in self.impls
+        # What besides the last step's call on the reference may have
+        # changed it (G.changed_by, as run() found it): "" if nothing.
+        self.changed_by = ""
         self.armed = True
         self.hook_action = None
         self.threshold = False
@@ -1302,6 +1367,8 @@ class HostileMachine(RuleBasedStateMachine):
     def container(self, keys, kind, action):
         if kind == "hprot":
             return HProt(keys, action)
+        if kind == "hcont":
+            return HCont(keys, action)
         return {"set": set, "frozenset": frozenset, "list": list}[kind](keys)
 
     def ctx(self, kind, action, keys, positions):
@@ -1346,6 +1413,37 @@ class HostileMachine(RuleBasedStateMachine):
         t1, t2, _, _ = self.lists()
         return [self.canon[k.kid] if isinstance(k, MKey) else k for k in [*t1.keys(), *t2.keys()]]
 
+    def contract(self, keys=()):
+        """Whether keys and every key of the reference's lists keep the
+        hash/eq contract (no CKey): where the kids say what the policy
+        holds, and PlusRules can be checked."""
+        if any(isinstance(k, CKey) for k in keys):
+            return False
+        return not any(isinstance(k, CKey) for od in self.lists() for k in od)
+
+    # --- PlusRules: ARC+'s three rules (arc_cy._doc.PLUS_DOC), checked on the
+    # plus run where the step's keys keep the contract and nothing besides
+    # the call changed the policy (self.changed_by); counted in any case.
+
+    def plus_checked(self, rule, ok, detail):
+        if self.changed_by:
+            G.counts["plus_rules_skipped"] += 1
+            return
+        G.counts[f"plus_rule{rule}_checked"] += 1
+        assert ok, (f"ARC+ rule {rule}", detail)
+
+    def insert_step(self, what, kid, fn, contract=True):
+        """Run an insert of a key of kid: ARC+ rule 1, a ghost goes to t2."""
+        ghost = kid in self.kids(2) | self.kids(3)
+        contract = self.plus and contract and self.contract()
+        result = self.run(what, fn)
+        if self.plus and ghost and result[0] == "ok":
+            in_t2 = kid in self.kids(1)
+            G.counts["plus_ghost_t2"] += in_t2
+            if contract:
+                self.plus_checked(1, in_t2, (what, kid, self.kid_list(0), self.kid_list(1)))
+        return result
+
     # --- running one operation on every policy -----------------------------
 
     def call(self, pname, p, fn, *, quiet=False, no_key_raise=False):
@@ -1381,9 +1479,17 @@ class HostileMachine(RuleBasedStateMachine):
         G.counts["steps"] += 1
         G.mlog.clear()
         outcomes = {}
+        befores = {}
+        changed_by = {}
         for pname, p in self.policies.items():
             G.mstack[:] = [what]
+            if G.mode == "chaos" and pname in COMPILED:
+                befores[pname] = self.state(p)
+            G.changed_by = self.risky_target(p)
             outcomes[pname] = self.call(pname, p, fn, **kw)
+            changed_by[pname] = G.changed_by
+        G.changed_by = ""
+        self.changed_by = changed_by[self.impls[-1]]
         G.mstack.clear()
         assert not G.failures, (what, list(G.failures))
         if G.mode == "agree":
@@ -1403,6 +1509,8 @@ class HostileMachine(RuleBasedStateMachine):
                 p._check_invariants()
             states[pname] = self.state(p)
         assert not G.failures, (what, list(G.failures))
+        for pname, before in befores.items():
+            self.check_unchanged(what, pname, norm[pname], before, states[pname], changed_by[pname])
         if G.mode == "agree":
             ref = norm["vllm"]
             for pname in self.impls:
@@ -1417,6 +1525,41 @@ class HostileMachine(RuleBasedStateMachine):
                     states["vllm"],
                 )
         return norm[self.impls[-1]]
+
+    @staticmethod
+    def risky_target(p):
+        """Why target arithmetic may fail in this call, or "": a ghost hit
+        adds to target_t1_size, which fails for an int beyond a float's
+        range (10**400 + 2.0), halfway through the call (rule 11 reads and
+        checks everything else first, target arithmetic it cannot)."""
+        t = p.target_t1_size
+        if type(t) is float or (type(t) is int and abs(t) < 2**1000):
+            return ""
+        return f"target {type(t).__name__}"
+
+    @staticmethod
+    def check_unchanged(what, pname, outcome, before, after, changed_by):
+        """Rule 11 (docs/hardening.md): a compiled policy's call that raised
+        has changed nothing; nor has an evict() that returned None. Not
+        checked when something besides the call may have changed the policy
+        in the step (CHANGERS)."""
+        failed = outcome[0] == "raised"
+        refused = what == "evict" and outcome == ("ok", None)
+        if not (failed or refused):
+            return
+        if changed_by:
+            G.counts["unchanged_skipped"] += 1
+            return
+        G.counts["unchanged_checked"] += 1
+        assert after == before, (
+            what,
+            f"{pname}: a call that {'raised' if failed else 'returned None'} changed the policy",
+            outcome,
+            "before",
+            before,
+            "after",
+            after,
+        )
 
     @staticmethod
     def norm(outcome):
@@ -1461,7 +1604,7 @@ class HostileMachine(RuleBasedStateMachine):
         k, c = self.key(key), self.chunk(chunk)
         if k.kid in self.kids(2) or k.kid in self.kids(3):
             G.counts["ghost_reinsert"] += 1
-        self.run("insert", lambda p: p.insert(k, c, None))
+        self.insert_step("insert", k.kid, lambda p: p.insert(k, c, None), type(k) is not CKey)
 
     @precondition(lambda self: "mdel" not in G.exclude)
     @rule(
@@ -1486,7 +1629,7 @@ class HostileMachine(RuleBasedStateMachine):
         del k, c
         if kid in self.kids(2) | self.kids(3):
             G.counts["ghost_reinsert"] += 1
-        self.run("insert_acting", lambda p: p.insert(*objs[G.pname], None))
+        self.insert_step("insert_acting", kid, lambda p: p.insert(*objs[G.pname], None))
 
     @precondition(lambda self: "mdel" not in G.exclude)
     @rule(how=st.sampled_from(["clear", "__init__"]), cap=st.integers(0, 8), go=st.integers(0, 3))
@@ -1509,7 +1652,7 @@ class HostileMachine(RuleBasedStateMachine):
         k = self.key((kid,) + key[1:])
         c = self.chunk(chunk)
         G.counts["ghost_reinsert"] += 1
-        self.run("reinsert_ghost", lambda p: p.insert(k, c, None))
+        self.insert_step("reinsert_ghost", kid, lambda p: p.insert(k, c, None), type(k) is not CKey)
 
     @rule(start=st.integers(0, 11), ref=st.sampled_from([0, 0, -1, 1]))
     def fill(self, start, ref):
@@ -1521,7 +1664,7 @@ class HostileMachine(RuleBasedStateMachine):
             if k.kid not in self.kids(0) and k.kid not in self.kids(1):
                 c = ChunkStatus(0)
                 c.ref_cnt = ref
-                self.run("fill", lambda p, k=k, c=c: p.insert(k, c, None))
+                self.insert_step("fill", k.kid, lambda p, k=k, c=c: p.insert(k, c, None))
 
     @rule(i=st.integers(0, 20), value=st.sampled_from([-1, 0, 0, 1, 2]))
     def set_ref(self, i, value):
@@ -1587,9 +1730,26 @@ class HostileMachine(RuleBasedStateMachine):
         c = self.ctx(xkind, xact, flat, positions)
         ins_c = self.container([self.canon[i % self.universe] for i in ins], ckind, cact)
         reu_c = self.container([self.canon[i % self.universe] for i in reused], ckind, cact)
-        self.run(
+        known = self.kids(0) | self.kids(1) | self.kids(2) | self.kids(3)
+        b1 = self.kid_list(2)
+        contract = self.plus and self.contract(flat)
+        result = self.run(
             "on_request_finished", lambda p: p.on_request_finished(key_groups, ins_c, reu_c, c)
         )
+        if self.plus and result[0] == "ok":
+            # ARC+ rule 2: the request's keys in no list, tail first, each
+            # once, at b1's MRU end; b1 trimmed to cache_capacity. The
+            # order is the call's (unarmed: the context and keys are quiet).
+            new = []
+            for k in reversed(order_request_keys(key_groups, c)):
+                if k.kid not in known and k.kid not in new:
+                    new.append(k.kid)
+            after = self.kid_list(2)
+            G.counts["plus_remembered"] += len(set(new) & set(after))
+            if contract:
+                cap = self.ref.cache_capacity
+                want = (b1 + new)[-cap:] if cap else []
+                self.plus_checked(2, after == want, ("b1", after, "want", want, "new", new))
 
     @rule(
         size=st.sampled_from(["one", "some", "some", "evictable", "all", "zero", "more"]),
@@ -1615,17 +1775,41 @@ class HostileMachine(RuleBasedStateMachine):
             "all": resident,
             "more": resident + 1 + j % 3,
         }[size]
-        self.do_evict(self.n(n, nkind, nact), lambda: self.container(pkeys, pkind, pact), pkids)
+        self.do_evict(
+            self.n(n, nkind, nact),
+            lambda: self.container(pkeys, pkind, pact),
+            pkids,
+            n if nkind != "bad" else None,
+            self.plus and self.contract(pkeys),
+            pkind,
+        )
 
-    def do_evict(self, make_n, make_prot, pkids):
+    def do_evict(self, make_n, make_prot, pkids, n=None, contract=False, pkind=""):
+        """evict(make_n(), make_prot()); n: the int make_n gives (None if
+        not one), contract: whether the protected keys keep the contract."""
         t1, t2, _, _ = self.lists()
         before = [[(k.kid, getattr(c, "ref_cnt", None)) for k, c in d.items()] for d in (t1, t2)]
         full = self.ref.cache_capacity > 0 and len(t1) + len(t2) >= self.ref.cache_capacity
         del t1, t2
+        # ARC+ rule 3: an offer of first-seen keys (protected holds keys in
+        # no list, being stored, and none in b1 or b2) is refused while
+        # int(target_t1_size) is 0 (int() of it runs no action here: unarmed).
+        ghosts = self.kids(2) | self.kids(3)
+        first_seen = bool(pkids - ghosts - self.kids(0) - self.kids(1)) and not pkids & ghosts
+        target0 = self.plus and int(self.ref.target_t1_size) == 0
+        evictable = sum(r == 0 and kid not in pkids for entries in before for kid, r in entries)
+        contract = self.plus and contract and self.contract()
         prot = make_prot()
         result = self.run(
             "evict", lambda p: p.evict(make_n(), prot), no_key_raise=G.mode == "agree"
         )
+        if self.plus:
+            if result == ("ok", None) and first_seen and n is not None and 0 < n <= evictable:
+                G.counts["plus_refused"] += 1  # ARC would have found n victims
+            if result[0] == "raised" and result[1] == "TypeError" and pkind == "hcont":
+                G.counts["plus_not_iterable"] += 1
+            if contract and first_seen and target0 and n and n > 0 and result[0] == "ok":
+                self.plus_checked(3, result[1] is None, ("n", n, "target 0", result))
         if result[0] == "ok" and result[1]:
             G.counts["evict_ok"] += 1
             if full:
@@ -1665,6 +1849,8 @@ class HostileMachine(RuleBasedStateMachine):
                 lambda: need,
                 lambda: HProt(keys, pact) if "iters" not in G.exclude else set(keys),
                 {k.kid for k in keys},
+                need,
+                True,
             )
             n1, n2, _, _ = self.sizes()
             if n1 + n2 + len(missing) > cap:
@@ -1672,7 +1858,7 @@ class HostileMachine(RuleBasedStateMachine):
         for k in missing:
             c = ChunkStatus(0)
             c.ref_cnt = ref
-            self.run("store_insert", lambda p, k=k, c=c: p.insert(k, c, None))
+            self.insert_step("store_insert", k.kid, lambda p, k=k, c=c: p.insert(k, c, None))
 
     @rule(key=key_st)
     def remove(self, key):
@@ -1741,7 +1927,7 @@ PROFILES = {
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=["agree", "chaos"], required=True)
-    ap.add_argument("--impl", choices=["cython", "python", "both"], default="both")
+    ap.add_argument("--impl", choices=["cython", "python", "plus", "both"], default="both")
     ap.add_argument("--profile", choices=list(PROFILES), default="ci")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--max-examples", type=int, default=None)
@@ -1759,6 +1945,8 @@ def main(argv=None) -> int:
     import hypothesis.core
 
     hypothesis.core.global_force_seed = seed
+    if args.impl == "plus" and (args.mode != "chaos" or PlusPolicy is None):
+        ap.error("--impl plus: chaos mode, on a build with the compiled ARC+")
     if args.mode == "agree":
         runs = [("cython", "python", "vllm")]
     else:
