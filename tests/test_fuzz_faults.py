@@ -2,9 +2,10 @@
 objects the garbage collector cleared, used by finalizers while it clears
 them (docs/hardening.md rule 13), and allocations that fail at random
 points of random calls (rule 11, and the core's fallbacks when memory runs
-out). One child runs every mode on both implementations (--mode all);
-each run prints its counts, which its test asserts; a crash fails the run
-it happened in and those after it.
+out). One child runs every mode on every implementation (--mode all
+--impl all: the core, its twin, and the compiled ARC+); each run prints
+its counts, which its test asserts; a crash fails the run it happened in
+and those after it.
 
     cleared-cython, cleared-python  random reference graphs through
                     policies, views, iterators, keys and chunks, collected;
@@ -17,6 +18,13 @@ it happened in and those after it.
                     call's own result, a failed call changed nothing (the
                     twin: never busy, may be cut short), a call that
                     returned agrees with an unarmed shadow
+    cleared-plus, nomem-plus        the same for the compiled ARC+
+                    (arc_cy._arc_c.ARCPlusCachePolicy; its plain twin has
+                    no protocol and is no subject here), checked as the
+                    core is, the shadow an unarmed ARC+, with calls that
+                    reach its rules: on_request_finished remembering keys
+                    in b1 (new, repeated, more than the capacity: b1
+                    trimmed), evict refusing offers of first-seen keys
 
 The module is marked gc_stress (the GC-stress leg runs it: the child reads
 ARC_CY_GC_STRESS and runs its nomem rounds with gc.set_threshold(1)) and
@@ -33,11 +41,11 @@ import pytest
 
 from childproc import run_modes
 
-# compiled: one child runs every mode on both implementations, side by side.
+# compiled: one child runs every mode on every implementation, side by side.
 pytestmark = [pytest.mark.sanitize, pytest.mark.gc_stress, pytest.mark.compiled]
 
 PROFILE = os.environ.get("ARC_CY_FUZZ_PROFILE", "ci")
-# Generous: the ci profile takes ~20 s here, 35 s in GC stress, 3-5x under ASan.
+# Generous: the ci profile takes ~30 s here, 50 s in GC stress, 3-5x under ASan.
 TIMEOUT = {"ci": 1200, "long": 8 * 3600}[PROFILE]
 
 # Counts each run must reach (about a quarter of what ci-profile runs
@@ -90,6 +98,21 @@ MIN = {
         "release_fallback_clear": 13,  # _detach found no memory: released at once
         "release_fallback___init__": 15,
     },
+    "cleared-plus": {
+        "collections": 2500,
+        "fin_run": 8000,
+        "key_del": 2000,
+        "chunk_del": 2000,
+        "cycle_through_entry": 1500,
+        "late_run": 2400,
+        "late_found": 1900,
+        "poke_late_cleared_core": 1550,
+        "late_iter_RuntimeError": 35,
+        "late_view_AttributeError": 750,
+        "survivor_policy_checked": 140,
+        "plus_finished": 200,  # on_request_finished with keys to remember
+        "plus_offer": 210,  # evict() offered new keys (protected)
+    },
     "nomem-python": {
         "calls_armed": 8600,
         "failed_unchanged": 6800,
@@ -102,13 +125,53 @@ MIN = {
         "nomem_many_keys": 280,
         "twin_cut_short": 270,  # MemoryError halfway through the twin's lines
     },
+    "nomem-plus": {
+        "calls_armed": 11000,
+        "failed_unchanged": 5500,
+        "agreed": 13000,
+        "nomem_insert": 1300,
+        "nomem_touch": 1050,
+        "nomem_evict": 520,
+        "nomem_on_store_miss": 520,
+        "nomem_on_request_finished": 820,
+        "nomem_remove": 125,
+        "nomem_insert_table_grows": 40,
+        "nomem_insert_nodes_grow": 600,
+        "nomem_many_keys": 430,
+        "ok_armed_clear": 870,
+        "ok_armed___init__": 860,
+        "ok_armed_insert_grows": 520,
+        "release_fallback_clear": 20,
+        "release_fallback___init__": 18,
+        # ARC+'s rules (arc_cy._doc.PLUS_DOC) under failing allocations:
+        # on_request_finished failed with keys to remember in b1 ...
+        "nomem_plus_remember": 800,
+        "nomem_plus_remember_repeated": 490,  # ... one of them repeated
+        "nomem_plus_trim": 350,  # ... b1 to trim past cache_capacity
+        "nomem_plus_table_grows": 390,  # ... the table had to grow for them
+        "nomem_plus_nodes_grow": 380,  # ... the node array too
+        # ... at one of its last allocations (the reserves: the same call,
+        # failing one allocation later, returned)
+        "nomem_plus_near_end": 30,
+        "ok_armed_plus_remember": 145,  # ... returned, armed
+        "plus_remember": 620,  # returned and agreed (armed or not)
+        "plus_trim": 260,
+        "nomem_plus_first_seen": 410,  # evict() of an offer of first-seen keys failed
+        # evictions refused (a first-seen offer, returned None with enough
+        # victims): int(target_t1_size) 0, or a t1 victim due and none left
+        "plus_evict_refused": 330,
+        "plus_evict_refused_target0": 300,
+        "plus_evict_refused_t1": 25,
+        "ok_armed_plus_evict_refused": 120,
+        "plus_ghost_t2": 160,  # insert() of a ghost put it in t2 (rule 1)
+    },
 }
 
 
 @pytest.fixture(scope="module")
 def faults_run() -> dict:
     runs, how, _, stderr = run_modes(
-        "faults_fuzz.py", "--mode", "all", "--profile", PROFILE, timeout=TIMEOUT
+        "faults_fuzz.py", "--mode", "all", "--impl", "all", "--profile", PROFILE, timeout=TIMEOUT
     )
     return {"runs": runs, "why": f"{how}\n{stderr[-8000:]}"}
 

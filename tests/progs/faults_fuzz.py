@@ -1,10 +1,17 @@
 """Faults fuzzer for arc_cy: objects the garbage collector has cleared, and
-allocations that fail. A standalone program (tests/ on PYTHONPATH, as
-tests/childproc.py sets it); vLLM is hidden (no oracle: nothing here is
-vLLM's behaviour, and its import costs seconds).
+allocations that fail. A standalone program (tests/progs/ and tests/ on
+PYTHONPATH, as tests/childproc.py sets them); vLLM is hidden (no oracle:
+nothing here is vLLM's behaviour, and its import costs seconds).
 
-    PYTHONPATH=tests python -P tests/progs/faults_fuzz.py --mode cleared|nomem|all \
-        [--impl cython|python|both] [--profile ci|long] [--seed N]
+    PYTHONPATH=tests/progs:tests python -P tests/progs/faults_fuzz.py \
+        --mode cleared|nomem|all [--impl cython|python|plus|both|all] \
+        [--profile ci|long] [--seed N]
+
+--impl cython runs the compiled core (arc_cy._arc_c.ARCCachePolicy), python
+its twin, plus the compiled ARC+ (arc_cy._arc_c.ARCPlusCachePolicy, the
+same core with arc_cy._doc.PLUS_DOC's rules; its plain twin, with no
+protocol, is no subject here); both runs cython and python, all (the
+default) the three.
 
 --mode cleared (docs/hardening.md rule 13): each round builds one or two
 policies with entries and, around them, views (policy.t1 ...), items views
@@ -40,8 +47,9 @@ duplicate, KeyError for a missing view item); then, disarmed:
   as it was (rule 11), but for touch() and on_store_miss() failing in the
   target's arithmetic at a ghost hit after earlier keys were applied (as a
   target whose arithmetic raises: vLLM and arc_cy alike; the traceback
-  names _adapt, or a burst left none); a call that returned agrees with the
-  shadow (result and state);
+  names _adapt, or a burst left no frame of the core in it; the entries
+  only moved: t1 to t2, to a list's end); a call that returned agrees with
+  the shadow (result and state);
 - the twin: never busy, its lists one 4-tuple of OrderedDicts, and a call
   that returned agrees with the shadow; a call that raised may have been
   cut short halfway (a MemoryError is raised at any line of the twin's
@@ -56,10 +64,29 @@ once (the keys' __del__ see the later lists already empty: _detach found
 no memory and _empty() released everything together) and that still ended
 as the shadow did.
 
+--impl plus gets every check the core gets (the shadow an unarmed ARC+),
+and calls that reach ARC+'s paths: on_request_finished with keys in no
+list (remembered in b1), never seen before, repeated, in neither of the
+two sets, and more of them than cache_capacity (b1 trimmed); evict with a
+protected set that holds new keys (an offer of first-seen keys, refused
+while int(target_t1_size) is 0 or t1 has no victim left) and sometimes a
+ghost (no longer first-seen); in cleared mode the finalizers' calls do the
+same. In nomem mode these two calls' arguments are made before the
+allocations fail (the failures meet the core's own allocations), half of
+them fail at a point drawn across the whole call, and one with keys to
+remember that failed at a single allocation is often made again, failing
+one allocation later (and so on, most times): when it returns, the failure
+before was among its last allocations, the reserves made before its first
+change (nomem_plus_near_end). It counts on_request_finished calls that
+failed with keys to remember (nomem_plus_remember), with b1 to trim, where
+the table or the node array had to grow for them, and evictions refused
+(plus_evict_refused: a first-seen offer that returned None where enough
+victims were there).
+
 Output: a line ``COVERAGE <run> {json}`` on stdout per run that passed
-(cleared-cython, cleared-python, nomem-cython, nomem-python); exit 1 if any
-failed (its failures on stderr), a signal exit on a crash (faulthandler
-prints the stack). The seed is printed first, on stderr: rerun with
+(cleared-cython, cleared-python, cleared-plus, nomem-cython, nomem-python,
+nomem-plus); exit 1 if any failed (its failures on stderr), a signal exit
+on a crash (faulthandler prints the stack). The seed is printed first, on stderr: rerun with
 --seed N (and --mode, --impl) to replay a run. ARC_CY_GC_STRESS=1 (the
 test suite's GC-stress leg) runs the nomem rounds with gc.set_threshold(1):
 a collection at nearly every allocation, the failing one's neighbours
@@ -71,6 +98,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import gc
+import itertools
 import json
 import os
 import random
@@ -86,6 +114,7 @@ import _testcapi  # noqa: E402 -- after hiding vLLM
 from fuzz_start import seed_run  # noqa: E402 -- after hiding vLLM
 
 from arc_cy._arc_c import ARCCachePolicy as CPolicy  # noqa: E402 -- after hiding vLLM
+from arc_cy._arc_c import ARCPlusCachePolicy as PlusPolicy  # noqa: E402 -- after hiding vLLM
 from arc_cy._arc_py import ARCCachePolicy as PyPolicy  # noqa: E402 -- after hiding vLLM
 from arc_cy._base import ChunkStatus  # noqa: E402 -- after hiding vLLM
 from arc_cy._busy import Busy  # noqa: E402 -- after hiding vLLM
@@ -94,7 +123,8 @@ from arc_cy._views import ListView  # noqa: E402 -- after hiding vLLM
 
 _TWIN_BUSY = Busy.__dict__["_busy"]  # the twin's busy slot (a member descriptor)
 
-IMPLS = {"cython": CPolicy, "python": PyPolicy}
+IMPLS = {"cython": CPolicy, "python": PyPolicy, "plus": PlusPolicy}
+CORES = (CPolicy, PlusPolicy)  # the compiled policies: rule 11 holds
 PROFILES = {
     # ci: 2 to 7 s per run on a 2-core machine (normal build; 3-5x under ASan)
     "ci": {"cleared": 10_000, "nomem": 3_000},
@@ -169,6 +199,7 @@ CLEARED_ALLOWED = (
 
 REG: dict[int, str] = {}  # id -> kind of the round's policies, views, iterators
 SURVIVORS: list = []  # what finalizers rescued
+SURVIVOR_KEYS = itertools.count(99)  # the keys check_survivors() inserts
 BUILT: dict[int, int] = {}  # a policy's id -> its entries when the round dropped it
 MARK = 1.25  # every round's policies' target: what no call of a poke sets
 
@@ -251,7 +282,7 @@ def _late_pokes(seed, where):
 
 def _kind(obj) -> str:
     tp = type(obj)
-    if tp in (CPolicy, PyPolicy):
+    if tp in CORES or tp is PyPolicy:
         return "policy"
     if tp is ListView:
         return "view"
@@ -293,9 +324,21 @@ def _policy_call(p, r):
     elif name == "on_store_miss":
         p.on_store_miss([k], None)
     elif name == "on_request_finished":
-        p.on_request_finished(((k,),), set(), {k}, CTX)
+        if type(p) is PlusPolicy and r.random() < 0.7:
+            _plus_finished(p, r, k)
+        else:
+            p.on_request_finished(((k,),), set(), {k}, CTX)
     elif name == "evict":
-        p.evict(r.randint(1, 2), set())
+        if type(p) is PlusPolicy and r.random() < 0.7:
+            # an offer of keys: new ones (8 and up: never inserted, perhaps
+            # remembered) and sometimes one of 0-7 (perhaps a ghost)
+            prot = {GKey(r.randrange(8, 24)) for _ in range(r.randint(1, 3))}
+            if r.random() < 0.3:
+                prot.add(GKey(r.randrange(8)))
+            Run.counts["plus_offer"] += 1
+            p.evict(r.randint(1, 2), prot)
+        else:
+            p.evict(r.randint(1, 2), set())
     elif name == "clear":
         p.clear()
     elif name == "__init__":
@@ -322,6 +365,27 @@ def _policy_call(p, r):
     return name
 
 
+def _plus_finished(p, r, k) -> None:
+    """ARC+'s on_request_finished with keys to remember: k and keys of 0-23
+    (8 and up never inserted), some repeated, often more of them than the
+    capacity (0-6: b1 is trimmed), in one or two groups, each in the
+    inserted set, the reused one, or neither."""
+    keys = [k] + [GKey(r.randrange(24)) for _ in range(r.randint(0, 9))]
+    keys += r.choices(keys, k=r.randint(0, 3))  # repeated (equal, or the same object)
+    r.shuffle(keys)
+    cut = r.randint(0, len(keys))
+    groups = (keys[:cut], keys[cut:]) if r.random() < 0.5 else (keys,)
+    inserted, reused = set(), set()
+    for key in keys:
+        roll = r.random()
+        if roll < 0.35:
+            inserted.add(key)
+        elif roll < 0.7:
+            reused.add(key)
+    Run.counts["plus_finished"] += 1
+    p.on_request_finished(groups, inserted, reused, CTX)
+
+
 def _poke(obj, r, where):
     """One random use of obj; what it raises must be allowed."""
     kind = _kind(obj)
@@ -331,7 +395,7 @@ def _poke(obj, r, where):
             if type(obj) is PyPolicy and not hasattr(obj, "_lists"):
                 Run.counts[f"poke_{where}_cleared_twin"] += 1
             elif (
-                type(obj) is CPolicy
+                type(obj) in CORES
                 and BUILT.get(id(obj))
                 and obj.target_t1_size == MARK
                 and not any(obj._list_len(w) for w in range(4))
@@ -510,8 +574,24 @@ def check_survivors() -> None:
             try:
                 obj._check_invariants()
                 Run.counts["survivor_policy_checked"] += 1
-                obj.insert(GKey(99), _chunk(), None)
-                obj.evict(1, set())
+                # a key no policy holds: a policy rescued again in a later
+                # round (a cycle kept it) holds the earlier check's
+                obj.insert(GKey(next(SURVIVOR_KEYS)), _chunk(), None)
+                lens = [obj._list_len(w) for w in range(4)] if type(obj) in CORES else None
+                try:
+                    obj.evict(1, set())
+                except AttributeError:
+                    # A Fraction target (a poke's, held by the policy alone)
+                    # that the collector cleared (its slots) before a Late
+                    # rescued the policy: int() of it raises AttributeError,
+                    # the target's own (as vLLM's int(target_t1_size) would),
+                    # and a core's evict() changed nothing.
+                    target = obj.target_t1_size
+                    if type(target) is not Fraction or hasattr(target, "_numerator"):
+                        raise
+                    if lens is not None and lens != [obj._list_len(w) for w in range(4)]:
+                        raise
+                    Run.counts["survivor_target_cleared"] += 1
                 obj._check_invariants()
             except BaseException as exc:
                 fail(f"{Run.impl}: a rescued policy: {exc!r}")
@@ -619,6 +699,25 @@ class Shape:
                 self.cap = max(64, 2 * self.cap)
             self.hw += 1
 
+    def reserve_grows(self, used: int, m: int) -> tuple[bool, bool]:
+        """Whether ARC+'s on_request_finished, remembering m keys, grows the
+        table (table_reserve_n) and the node array (nodes_reserve: past the
+        high-water mark, free nodes or not)."""
+        if not m:
+            return False, False
+        return (used + m) * 10 > (1 << self.bits) * 7, self.hw + m > self.cap
+
+    def reserved(self, used: int, m: int) -> None:
+        """m keys remembered (used entries before): the reserves, then
+        node_new, free nodes first."""
+        table, nodes = self.reserve_grows(used, m)
+        if table:
+            while (used + m) * 10 > (1 << self.bits) * 7:
+                self.bits += 1
+        if nodes:
+            self.cap = max(64, 2 * self.cap, self.hw + m)
+        self.hw += max(0, m - (self.hw - used))
+
     def emptied(self) -> None:
         self.__init__()
 
@@ -629,6 +728,44 @@ def _armed(fn, start: int, stop: int):
         return fn()
     finally:
         _testcapi.remove_mem_hooks()
+
+
+def _prepared(prepare):
+    """fn(side) of a call whose arguments prepare(side) makes before the
+    allocations fail (fn.prepare: ARC+'s calls, so that the failures meet
+    the core's own allocations, not the keys' and the sets' making)."""
+
+    def fn(side):
+        return prepare(side)()
+
+    fn.prepare = prepare
+    return fn
+
+
+def _in_adapt(tb_names, start, stop) -> bool:
+    """Whether a call failed in _adapt (a ghost hit's target arithmetic):
+    its traceback names it (Cython names the frame by its qualified name,
+    arc_cy._arc_c.ARCCore._adapt), or a burst (stop 0: every allocation)
+    left no frame of the core in the traceback (adding one failed too)."""
+    if any(n.rpartition(".")[2] == "_adapt" for n in tb_names):
+        return True
+    burst = stop == 0 or stop - start > 1
+    return burst and not any(n.startswith("arc_cy.") for n in tb_names)
+
+
+def _moves_only(before, after) -> bool:
+    """Whether touch() or on_store_miss(), cut short, only moved entries
+    as their earlier keys do: the same entries in t1 and t2 together, in
+    b1 and in b2, t2's still in t2 (the target may have moved)."""
+    (t1, t2, b1, b2), (u1, u2, c1, c2) = before[0], after[0]
+    return (
+        set(t1 + t2) == set(u1 + u2)
+        and set(t2) <= set(u2)
+        and set(b1) == set(c1)
+        and set(b2) == set(c2)
+        and before[1] == after[1]
+        and before[4] == after[4]
+    )
 
 
 def _norm(value):
@@ -651,8 +788,11 @@ class NomemRound:
         self.s = Side(cls, cap, PKey)  # shadow
         self.chunks = [_chunk(ref) for ref in (0, 0, 0, 0, -1, 1)]
         self.shape = Shape()
-        self.core = cls is CPolicy
+        self.core = cls in CORES
+        self.plus = cls is PlusPolicy
+        self.ref_cnt = {id(c): c.ref_cnt for c in self.chunks}
         self.fresh = self.universe  # keys never used before: the table grows
+        self.replay = None  # a call to make again, failing one allocation later
 
     def rand_keys(self, n):
         return [self.r.randrange(self.universe) for _ in range(n)]
@@ -714,6 +854,8 @@ class NomemRound:
                 (lambda side: getattr(side.p, meth)([side.key(i) for i in ks], None)),
                 ks,
             )
+        if name == "on_request_finished" and self.plus:
+            return self.plus_finished(nkeys)
         if name == "on_request_finished":
             ks = self.rand_keys(nkeys)
             reused = set(r.sample(ks, len(ks) // 2))
@@ -732,7 +874,23 @@ class NomemRound:
             )
         if name == "evict":
             n = r.randint(1, max(1, n1 + n2 + 1))
-            prot = self.rand_keys(r.randint(0, 3))
+            if self.plus:
+                pin = n1 and n2 and r.random() < 0.3  # t1 pinned, t2 has victims
+                if pin:
+                    n = r.randint(1, n2)
+                elif r.random() < 0.5:
+                    n = r.randint(1, max(1, (n1 + n2) // 3))  # fewer than the victims
+                prot = self.plus_offer(pin)
+            else:
+                prot = self.rand_keys(r.randint(0, 3))
+            self.evict_n = n
+            if self.plus:
+
+                def prepare(side):
+                    keys = {side.key(i) for i in prot}
+                    return lambda: side.p.evict(n, keys)
+
+                return name, _prepared(prepare), prot
             return name, (lambda side: side.p.evict(n, {side.key(i) for i in prot})), prot
         if name == "clear":
             return name, (lambda side: side.p.clear()), ()
@@ -758,6 +916,129 @@ class NomemRound:
 
         return "read", read, (i,)
 
+    def fresh_keys(self, n):
+        """n keys never used before (in no list)."""
+        self.fresh += n
+        return list(range(self.fresh - n, self.fresh))
+
+    def plus_finished(self, nkeys):
+        """ARC+'s on_request_finished: keys in no list (remembered in b1),
+        some never seen (the table and the node array grow), repeated,
+        often more of them than cache_capacity (b1 is trimmed), in one or
+        two groups, each in the inserted set, the reused one, or neither."""
+        r = self.r
+        cap = self.a.p.cache_capacity
+        if r.random() < 0.25:
+            nkeys = min(cap + r.randint(1, 12), 200)  # more than the capacity
+        fresh = r.choice([0, 0, 0.2, 0.5, 1])
+        ks = [
+            self.fresh_keys(1)[0] if r.random() < fresh else r.randrange(self.universe)
+            for _ in range(nkeys)
+        ]
+        if r.random() < 0.4:
+            ks += r.choices(ks, k=r.randint(1, 4))  # repeated
+            r.shuffle(ks)
+        cut = r.randint(0, len(ks))
+        split = r.random() < 0.3
+        inserted, reused = set(), set()
+        for i in set(ks):
+            roll = r.random()
+            if roll < 0.35:
+                inserted.add(i)
+            elif roll < 0.7:
+                reused.add(i)
+        name = "on_request_finished" + ("_many" if len(ks) > 64 else "")
+
+        def prepare(side):
+            keys = [side.key(i) for i in ks]
+            groups = (keys[:cut], keys[cut:]) if split else (keys,)
+            ins = {side.key(i) for i in inserted}
+            reu = {side.key(i) for i in reused}
+            return lambda: side.p.on_request_finished(groups, ins, reu, CTX)
+
+        return name, _prepared(prepare), ks
+
+    def plus_offer(self, pin):
+        """ARC+'s evict's protected: often new keys (an offer of first-seen
+        keys), sometimes a ghost (then it is none), t1's keys (pin: all of
+        them, so that a t1 victim due finds none) and keys of the
+        universe."""
+        r = self.r
+        p = self.a.p
+        prot = [] if pin else self.rand_keys(r.choice([0, 0, 1, 2]))
+        if pin or r.random() < 0.7:
+            prot += self.fresh_keys(r.randint(1, 3))
+        if pin or r.random() < 0.2:
+            t1 = [int(k) for k in p.t1]
+            if not pin:
+                t1 = r.sample(t1, min(len(t1), r.randint(1, 4)))
+            prot += t1
+        if r.random() < 0.25:
+            ghosts = [int(k) for k in p.b1] + [int(k) for k in p.b2]
+            if ghosts:
+                prot.append(r.choice(ghosts))
+        return prot
+
+    def plus_before(self, base, ks, before, used):
+        """What ARC+'s call will meet, from the state before it: for
+        on_request_finished, the keys to remember, whether b1 is trimmed,
+        whether the reserves grow; for evict, whether protected is an offer
+        of first-seen keys, and how many victims there are."""
+        lists = [{i for i, _ in entries} for entries in before[0]]
+        anywhere = set().union(*lists)
+        if base == "on_request_finished":
+            unknown = [i for i in ks if i not in anywhere]
+            m = len(set(unknown))
+            return {
+                "m": m,
+                "trim": len(lists[2]) + m > before[1],
+                "repeat": m < len(unknown),  # a key to remember, repeated
+                "grows": self.shape.reserve_grows(used, m),
+            }
+        if base == "evict":
+            prot = set(ks)
+            first_seen = bool(prot - anywhere) and not prot & (lists[2] | lists[3])
+            victims = sum(
+                1
+                for entries in before[0][:2]
+                for i, c in entries
+                if self.ref_cnt[c] == 0 and i not in prot
+            )
+            return {"first_seen": first_seen, "victims": victims}
+        return None
+
+    def count_plus(self, base, plus, prefix, armed, result=None, after=None):
+        """Count what ARC+'s call met: a call that failed (prefix
+        nomem_plus_), or one that returned (plus_: its result, the state
+        after it; armed: set_nomemory was)."""
+        c = Run.counts
+        ok = after is not None
+        if base == "on_request_finished" and plus["m"]:
+            c[prefix + "remember"] += 1
+            if plus["trim"]:
+                c[prefix + "trim"] += 1
+            if plus["repeat"]:
+                c[prefix + "remember_repeated"] += 1
+            if plus["grows"][0]:
+                c[prefix + "table_grows"] += 1
+            if plus["grows"][1]:
+                c[prefix + "nodes_grow"] += 1
+            if ok:
+                c["plus_remembered_keys"] += plus["m"]
+                if armed:
+                    c["ok_armed_plus_remember"] += 1
+        elif base == "evict" and plus["first_seen"]:
+            c[prefix + "first_seen"] += 1
+            if ok and result is None and plus["victims"] >= self.evict_n:
+                # enough victims, as ARC would have evicted: refused
+                c["plus_evict_refused"] += 1
+                if int(after[3]) == 0:
+                    c["plus_evict_refused_target0"] += 1
+                else:
+                    c["plus_evict_refused_t1"] += 1
+                if armed:
+                    c["ok_armed_plus_evict_refused"] += 1
+
     def fill(self):
         """Unarmed inserts until t1 + t2 hold the capacity (or a few)."""
         p = self.a.p
@@ -778,9 +1059,19 @@ class NomemRound:
         """One call; False ends the round (a call cut short)."""
         r = self.r
         c = Run.counts
-        if r.random() < 0.1:
-            self.fill()
-        name, fn, ks = self.op()
+        replay, self.replay = self.replay, None
+        if replay:
+            name, fn, ks, start = replay
+        else:
+            if r.random() < 0.1:
+                self.fill()
+            if self.plus and r.random() < 0.05:
+                # unarmed, as fill(): a target of 1 or more, where ARC+ admits
+                # first-seen keys while t1 has victims (ARC+ rule 3)
+                t = r.choice([1, 2, 3.5])
+                for side in (self.a, self.s):
+                    side.p.target_t1_size = t
+            name, fn, ks = self.op()
         base = name.split("_many")[0]
         a, s = self.a, self.s
         p = a.p
@@ -790,11 +1081,19 @@ class NomemRound:
         grows = self.shape.grows(used) if new_key else (False, False)
         dup = base == "insert" and (ks[0] in p.t1 or ks[0] in p.t2)
         before = a.state()
-        armed = r.random() < 0.8 and (not self.watch or base in ("clear", "__init__"))
-        start = stop = None
-        if armed:
+        plus = self.plus and self.plus_before(base, ks, before, used)
+        if replay:
+            armed, stop = True, start + 1
+        else:
+            armed = r.random() < 0.8 and (not self.watch or base in ("clear", "__init__"))
+            start = stop = None
+        if armed and not replay:
             roll = r.random()
             start = min(int(r.expovariate(0.25)), 80)
+            if hasattr(fn, "prepare") and r.random() < 0.5:
+                # ARC+'s calls: the failure anywhere in the call, its last
+                # allocations (the reserves) included
+                start = r.randint(0, 12 + len(ks) // 2)
             stop = start + (1 if roll < 0.7 else r.randint(2, 6))
             if roll < 0.15 and self.core:
                 # every allocation fails until the call returns: the core
@@ -810,7 +1109,9 @@ class NomemRound:
             WATCH[:] = [(p, [p._list_len(w) > 0 for w in range(4)]), False]
         try:
             if armed:
-                result = ("ok", _norm(_armed(lambda: fn(a), start, stop)))
+                prepare = getattr(fn, "prepare", None)
+                call = prepare(a) if prepare else (lambda: fn(a))
+                result = ("ok", _norm(_armed(call, start, stop)))
             else:
                 result = ("ok", _norm(fn(a)))
         except BaseException as exc:
@@ -848,6 +1149,18 @@ class NomemRound:
                     f"{Run.impl}: {name} raised {exc!r} (armed {armed}, start {start}, stop {stop})"
                 )
                 return False
+            if (
+                isinstance(exc, MemoryError)
+                and plus
+                and plus.get("m")
+                and stop == start + 1
+                and r.random() < (0.8 if replay else 0.5)
+            ):
+                # the same call again, failing at the next allocation (and
+                # so on): when it returns, the last failure was among its
+                # last allocations (the reserves)
+                self.replay = (name, fn, ks, start + 1)
+                c["nomem_plus_replay"] += 1
             if isinstance(exc, MemoryError) and not natural:
                 c["nomem_" + base] += 1
                 if name.endswith("_many"):
@@ -856,10 +1169,18 @@ class NomemRound:
                     c["nomem_insert_table_grows"] += 1
                 if grows[1]:
                     c["nomem_insert_nodes_grow"] += 1
+                if plus:
+                    self.count_plus(base, plus, "nomem_plus_", armed)
             del exc
             result = ("raised",)
         elif armed:
             c["ok_armed_" + base] += 1
+            if replay:
+                # the failure one allocation earlier was among the call's
+                # last (ARC+'s reserves: scratch, table, nodes, work)
+                c["nomem_plus_near_end"] += 1
+                if plus["grows"][0] or plus["grows"][1]:
+                    c["nomem_plus_near_end_grows"] += 1
             if grows[0] or grows[1]:
                 c["ok_armed_insert_grows"] += 1
         if watch and fallback:
@@ -889,7 +1210,11 @@ class NomemRound:
                 except AssertionError:
                     c["twin_cut_short_invariants"] += 1
                 return False
-            elif base in ("touch", "on_store_miss") and ("_adapt" in tb_names or stop == 0):
+            elif (
+                base in ("touch", "on_store_miss")
+                and _in_adapt(tb_names, start, stop)
+                and _moves_only(before, after)
+            ):
                 c["core_cut_short_in_adapt"] += 1  # a target's arithmetic: vLLM's as well
                 p._check_invariants()
                 return False
@@ -915,6 +1240,12 @@ class NomemRound:
             fail(f"{Run.impl}: {name}: the state {after}, the shadow's {s.state()}")
             return False
         c["agreed"] += 1
+        if plus:
+            self.count_plus(base, plus, "plus_", armed, result[1], after)
+            if base == "on_request_finished":
+                self.shape.reserved(used, plus["m"])
+        if self.plus and base == "insert_ghost" and ks[0] in p.t2:
+            c["plus_ghost_t2"] += 1  # ARC+ rule 1
         if new_key:
             self.shape.inserted(used)
         if base in ("clear", "__init__"):
@@ -958,7 +1289,7 @@ TRACE = False
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=[*MODES, "all"], required=True)
-    ap.add_argument("--impl", choices=["cython", "python", "both"], default="both")
+    ap.add_argument("--impl", choices=[*IMPLS, "both", "all"], default="all")
     ap.add_argument("--profile", choices=list(PROFILES), default="ci")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=None)
@@ -974,7 +1305,7 @@ def main(argv=None) -> int:
         KNOWN.clear()
     seed = seed_run("faults_fuzz", args, 7)
     modes = list(MODES) if args.mode == "all" else [args.mode]
-    impls = ["cython", "python"] if args.impl == "both" else [args.impl]
+    impls = {"both": ["cython", "python"], "all": list(IMPLS)}.get(args.impl, [args.impl])
     gc.collect()
     gc.freeze()  # what the imports made: gc.get_objects() sees the rounds' objects only
     failed = False
