@@ -1,10 +1,12 @@
 """A KV-cache request trace replayed through vLLM's real CPUOffloadingManager,
 policy by policy, with the offline optimum as the ceiling.
 
-The trace: any file in the Mooncake FAST'25 trace format (--trace FILE), by
-default the release's synthetic workload shipped in bench/data/ (its SHA-256
-checked as it is read). Each request's blocks go through the manager as the
-scheduler-side connector sends them (arc_cy_harness.replay): lookups up to
+The trace: any file in the Mooncake FAST'25 trace format (--trace FILE, or
+a shipped one by name: mooncake, agentic), by default the Mooncake
+release's synthetic workload shipped in bench/data/ (its SHA-256 checked
+as it is read). Each request's full blocks (the first input_length // 512
+of its hash ids: vLLM offloads only full blocks) go through the manager as
+the scheduler-side connector sends them (arc_cy_harness.replay): lookups up to
 the first miss, a load of those hits, stores of the rest in batches of
 --store-batch blocks; requests overlap as their timestamps and lengths say
 (--prefill-tps, --decode-ms; or --inflight N), their loads and stores in
@@ -13,13 +15,15 @@ flight, pinned, until they finish.
 Policies, each built by the route an operator uses: vLLM lru
 (cache_policy "lru"), vLLM arc ("arc"), arc_cy compiled (the plugin's name
 "arc_cy", after vLLM's load_general_plugins()) and arc_cy's twin
-(cache_policy_module_path "arc_cy._arc_py"); at pool sizes given as
-fractions of the trace's distinct blocks (--pools), each at every
-store_threshold of --thresholds.
+(cache_policy_module_path "arc_cy._arc_py"), ARC+ compiled (the plugin's
+"arc_cy_plus") and its twin ("ARCPlusCachePolicy" from "arc_cy._plus_py");
+at pool sizes given as fractions of the trace's distinct blocks (--pools),
+each at every store_threshold of --thresholds.
 
 For each pool size and threshold: one pass of every policy (the decisions,
 hit ratios and evictions; arc_cy compiled and pure compared with vLLM arc
-call by call, and the run stops at the first difference), then --reps timed
+call by call, ARC+'s twin with ARC+ compiled (ARC+ decides otherwise than
+vLLM arc on purpose), and the run stops at the first difference), then --reps timed
 passes. In every pass the policies' managers take the trace's events in
 lockstep, the order rotating by one each event (arc_cy_harness.replay's
 lockstep), so that load on a shared machine falls on all of them alike;
@@ -49,28 +53,66 @@ PLOTS = (
     ("replay_hit_ratio.png", "Trace replay: hit ratio against pool size, with the optimum"),
     ("replay_time.png", "Trace replay: the manager's time for the whole replay, per policy"),
 )
-SHIPPED = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "data", "mooncake_synthetic_trace.jsonl"
-)
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+# The traces shipped in bench/data/ (origins: its README), by the short name
+# --trace also takes.
+SHIPPED_TRACES = {
+    "mooncake": os.path.join(DATA, "mooncake_synthetic_trace.jsonl"),
+    "agentic": os.path.join(DATA, "agentic_coding_sample.jsonl"),
+}
+SHIPPED = SHIPPED_TRACES["mooncake"]  # the default
 # name -> (cache_policy, cache_policy_module_path): the route an operator uses
 ROUTES: dict[str, tuple[str, str | None]] = {
     "vllm_lru": ("lru", None),
     "vllm_arc": ("arc", None),
     "arc_cy": ("arc_cy", None),
     "arc_cy_pure": ("ARCCachePolicy", "arc_cy._arc_py"),
+    "arc_cy_plus": ("arc_cy_plus", None),
+    "arc_cy_plus_pure": ("ARCPlusCachePolicy", "arc_cy._plus_py"),
 }
 POLICIES = tuple(ROUTES)
+PLUS, PLUS_TWIN = "arc_cy_plus", "arc_cy_plus_pure"
+# name -> the policy whose decisions it must make, call by call. ARC+ is
+# compared with no vLLM policy: it decides otherwise on purpose.
+TWINS = {"arc_cy": "vllm_arc", "arc_cy_pure": "vllm_arc", PLUS_TWIN: PLUS}
 FREE = "free_policy"  # the manager with a policy that costs nothing
-LABELS = {**bl.LABELS, FREE: "no policy cost (estimate)", "optimum": "optimum (Belady's MIN)"}
-COLORS = {**bl.COLORS, FREE: "tab:gray", "optimum": "black"}
-DEFAULT_POOLS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0)
+LABELS = {
+    **bl.LABELS,
+    PLUS: "ARC+ compiled (arc_cy_plus)",
+    PLUS_TWIN: "ARC+ pure",
+    FREE: "no policy cost (estimate)",
+    "optimum": "optimum (Belady's MIN)",
+}
+COLORS = {
+    **bl.COLORS,
+    PLUS: "tab:purple",
+    PLUS_TWIN: "tab:pink",
+    FREE: "tab:gray",
+    "optimum": "black",
+}
+DEFAULT_POOLS = (0.02, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0)
 FULL_POOLS = (0.02, 0.05, 0.1, 0.15, 0.25, 0.35, 0.5, 0.75, 1.0)
 TARGET_POOL, TARGET_GOAL = 0.05, 0.7
+# ARC+'s targets, at store_threshold 1, at every pool size that ran: its hit
+# ratio at least PLUS_FLOOR % of the best of vLLM's settings (lru and arc at
+# each threshold that ran), at least PLUS_LEAD % of vLLM lru's at the
+# smallest pools, and its manager time at most vLLM arc's.
+PLUS_FLOOR, PLUS_LEAD, PLUS_LEAD_POOLS = 98, 110, (0.02, 0.05)
+VLLM = ("vllm_lru", "vllm_arc")
+
+
+def trace_path(value: str) -> str:
+    """--trace's value: a shipped trace's short name, else a path."""
+    return SHIPPED_TRACES.get(value, value)
 
 
 def add_arguments(ap: Any) -> None:
     ap.add_argument(
-        "--trace", default=SHIPPED, help="a trace in the Mooncake format (default: the shipped one)"
+        "--trace",
+        default=SHIPPED,
+        type=trace_path,
+        help="a trace in the Mooncake format, or a shipped one by name: "
+        f"{', '.join(SHIPPED_TRACES)} (default: mooncake)",
     )
     ap.add_argument(
         "--pools",
@@ -112,20 +154,21 @@ def _list(text: str | None, default: tuple[Any, ...], kind: type) -> list[Any]:
 
 
 def check_routes() -> None:
-    """The plugin route must give the compiled core: else the figures
-    labelled arc_cy compiled would be another class's."""
+    """The plugin's routes must give the compiled classes: else the figures
+    labelled arc_cy compiled or ARC+ compiled would be another class's."""
     from vllm.plugins import load_general_plugins
     from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 
     from arc_cy import _arc_c
 
     load_general_plugins()
-    cls = CachePolicyFactory.get_cache_policy_cls("arc_cy")
-    if cls is not _arc_c.ARCCachePolicy:
-        raise SystemExit(
-            f"replay: the policy name 'arc_cy' is {cls!r}, not the compiled core: "
-            "run `python -m arc_cy` to see why"
-        )
+    for name, compiled in (("arc_cy", "ARCCachePolicy"), (PLUS, "ARCPlusCachePolicy")):
+        cls = CachePolicyFactory.get_cache_policy_cls(ROUTES[name][0])
+        if cls is not getattr(_arc_c, compiled, None):
+            raise SystemExit(
+                f"replay: the policy name {ROUTES[name][0]!r} is {cls!r}, not the compiled "
+                f"arc_cy._arc_c.{compiled}: run `python -m arc_cy` to see why"
+            )
 
 
 def make_manager(name: str, pool: int, threshold: int, victims: Any = None) -> Any:
@@ -177,19 +220,19 @@ def replay_case(
         for name in POLICIES
     }
     rp.lockstep(list(first.values()), events)
-    ref = first["vllm_arc"].decisions
     mism = {}
-    for name in ("arc_cy", "arc_cy_pure"):
-        got = first[name].decisions
+    for name, model in TWINS.items():
+        ref, got = first[model].decisions, first[name].decisions
         at = rp.first_difference(ref, got)
         if at is not None:
             raise SystemExit(
-                f"replay: {bl.LABELS[name]} decided otherwise than vLLM arc at pool {pool}, "
-                f"store_threshold {threshold}, call {at}: vLLM arc "
+                f"replay: {LABELS[name]} decided otherwise than {LABELS[model]} at pool {pool}, "
+                f"store_threshold {threshold}, call {at}: {model} "
                 f"{describe(ref[at] if at < len(ref) else None)}, {name} "
                 f"{describe(got[at] if at < len(got) else None)}"
             )
         mism[name] = rp.mismatches(ref, got)
+    ref = first["vllm_arc"].decisions
     victims = first["vllm_arc"].evictions
     for r in first.values():  # the first pass's managers go before the timed ones come
         r.m = None
@@ -229,8 +272,10 @@ def replay_case(
         "free_policy_s": round(ms(FREE), 4),
         "manager_s_reps": {n: [round(s, 4) for s in v] for n, v in seconds.items()},
         "request_start_us": {n: bl.stats(v) if v else None for n, v in start_ns.items()},
-        "decision_mismatches": mism,
+        "decision_mismatches": mism,  # each against TWINS' policy
+        "decision_models": TWINS,
         "decision_calls_compared": len(ref),
+        "decision_calls": {n: len(first[n].decisions) for n in POLICIES},
         "blocks": first["vllm_arc"].asked,
         "hits": {n: first[n].hits for n in POLICIES},
         "stored": {n: first[n].stored for n in POLICIES},
@@ -238,19 +283,29 @@ def replay_case(
         "store_failures": {n: first[n].store_failures for n in POLICIES},
     }
     rec["hit_ratio"]["optimum"] = round(optimum, 5)
+    h = rec["hit_ratio"]
+    rec["gap_closed"] = {PLUS: gap_closed(h)}
     arc = ms("vllm_arc")
     rec["vs_vllm_arc"] = {n: round(ms(n) / arc, 3) for n in (*POLICIES, FREE)}
-    h = rec["hit_ratio"]
-    ratio = rec["vs_vllm_arc"]["arc_cy"]
+    v = rec["vs_vllm_arc"]
     bl.progress(
         TAG,
         f"pool {pool} ({fraction:.0%}), threshold {threshold} "
         f"({time.perf_counter() - t:.0f}s): hit ratio lru {h['vllm_lru']:.3f}, "
-        f"arc {h['vllm_arc']:.3f}, optimum {h['optimum']:.3f}; manager s arc {arc:.3f}, "
-        f"arc_cy {ms('arc_cy'):.3f} ({ratio:.2f}x), lru {ms('vllm_lru'):.3f}, "
+        f"arc {h['vllm_arc']:.3f}, ARC+ {h[PLUS]:.3f}, optimum {h['optimum']:.3f}; "
+        f"manager s arc {arc:.3f}, arc_cy {ms('arc_cy'):.3f} ({v['arc_cy']:.2f}x), "
+        f"ARC+ {ms(PLUS):.3f} ({v[PLUS]:.2f}x), lru {ms('vllm_lru'):.3f}, "
         f"no policy cost {ms(FREE):.3f}",
     )
     return rec
+
+
+def gap_closed(h: dict[str, float], name: str = PLUS) -> float | None:
+    """The share of the gap from vLLM lru to the optimum that ``name``
+    closes: (name - lru) / (optimum - lru); None where lru is at the
+    optimum."""
+    gap = h["optimum"] - h["vllm_lru"]
+    return round((h[name] - h["vllm_lru"]) / gap, 3) if gap > 0 else None
 
 
 def concurrency(events: list[tuple[int, int]]) -> dict[str, float]:
@@ -283,15 +338,17 @@ def run(args: Any) -> dict[str, Any]:
     events = rp.schedule(
         requests, prefill_tps=args.prefill_tps, decode_ms=args.decode_ms, inflight=args.inflight
     )
-    sequence = rp.accesses(requests)
+    sequence = rp.accesses(requests)  # full blocks only, as block_keys gives them
     distinct = len(set(sequence))
     flight = concurrency(events)
     bl.progress(
         TAG,
-        f"{os.path.basename(args.trace)}: {len(requests)} requests, {len(sequence)} blocks asked, "
-        f"{distinct} distinct; {flight['mean']} requests in flight on average, "
+        f"{os.path.basename(args.trace)}: {len(requests)} requests, {len(sequence)} full blocks "
+        f"asked, {distinct} distinct; {flight['mean']} requests in flight on average, "
         f"{flight['max']} at most (read in {time.perf_counter() - t:.1f}s)",
     )
+    if not sequence:
+        raise SystemExit("replay: the trace asks no full block (every input under 512 tokens)")
     records = []
     for fraction in pools:
         pool = max(1, round(fraction * distinct))
@@ -305,10 +362,12 @@ def run(args: Any) -> dict[str, Any]:
     return {
         "trace": {
             "path": bl.portable(os.path.abspath(args.trace)),
-            "shipped": os.path.abspath(args.trace) == SHIPPED,
+            "shipped": os.path.abspath(args.trace) in SHIPPED_TRACES.values(),
             "sha256": digest,
             "requests": len(requests),
-            "blocks": len(sequence),
+            "hash_ids": sum(len(r.hash_ids) for r in requests),
+            "requests_without_full_block": sum(1 for k in keys if not k),
+            "blocks": len(sequence),  # full blocks asked
             "distinct_blocks": distinct,
             "span_s": round((requests[-1].timestamp_ms - requests[0].timestamp_ms) / 1000, 1),
         },
@@ -333,13 +392,25 @@ def _pct(fraction: float) -> str:
 
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     recs = result["replay"]
-    differ = sum(1 for r in recs if any(r["decision_mismatches"].values()))
+    differ = sum(
+        1 for r in recs if any(r["decision_mismatches"].get(n) for n in ("arc_cy", "arc_cy_pure"))
+    )
     rows = [
         bl.decisions_target(
             "pool sizes and thresholds of the trace replay (hits and evicted keys, call by call)",
             differ,
             "replay.py",
-        )
+        ),
+        bl.target(
+            "ARC+'s twin: pool sizes and thresholds of the trace replay where ARC+ pure "
+            "(arc_cy._plus_py) decided otherwise than ARC+ compiled (hits and evicted keys, "
+            "call by call)",
+            sum(1 for r in recs if r["decision_mismatches"].get(PLUS_TWIN)),
+            "0",
+            lambda v: v == 0,
+            "replay.py",
+            "a bug: the twin no longer decides as the compiled ARC+; run the ARC+ tests",
+        ),
     ]
     at = [r for r in recs if r["pool_fraction"] == TARGET_POOL and r["store_threshold"] == 1]
     trace = os.path.basename(result["trace"]["path"])
@@ -376,7 +447,87 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
                 "(the default run has it)."
             )
         )
-    return rows
+    return rows + plus_targets(result)
+
+
+def plus_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """ARC+'s targets at store_threshold 1, at each pool size that ran: its
+    hit ratio against the best of vLLM's settings there and, at the smallest
+    pools, against vLLM lru's; its manager time against vLLM arc's; and,
+    without a goal, the gap to the optimum it closes."""
+    recs = result["replay"]
+    trace = os.path.basename(result["trace"]["path"])
+    by = {(r["pool_fraction"], r["store_threshold"]): r for r in recs}
+    thresholds = sorted({r["store_threshold"] for r in recs})
+    pools = sorted(f for f, t in by if t == 1)
+    if not pools:
+        return [bl.note("ARC+'s replay targets need store_threshold 1 (the default run has it).")]
+    floor, lead = [], []
+    times, gaps = [], []
+    for f in pools:
+        r = by[(f, 1)]
+        h = r["hit_ratio"]
+        plus = h[PLUS]
+        where = f"replay of {trace}, pool {_pct(f)} ({r['pool_chunks']:,} chunks)"
+        best, name, th = max(
+            (by[(f, t)]["hit_ratio"][n], n, t) for t in thresholds if (f, t) in by for n in VLLM
+        )
+        floor.append(
+            bl.target(
+                f"{where}: ARC+'s hit ratio at store_threshold 1 ({plus:.3f}) as a % of the best "
+                f"of vLLM lru and arc at store_threshold {', '.join(map(str, thresholds))} "
+                f"({LABELS[name]} at {th}: {best:.3f})",
+                round(100 * plus / best, 2) if best > 0 else None,
+                f">= {PLUS_FLOOR}%",
+                lambda v: v >= PLUS_FLOOR,
+                "replay.py",
+                "one of vLLM's own settings hits more than ARC+ at this pool size: ARC+'s rules "
+                "cost more hits than they gain on this traffic",
+            )
+        )
+        if f in PLUS_LEAD_POOLS:
+            lru = h["vllm_lru"]
+            lead.append(
+                bl.target(
+                    f"{where}: ARC+'s hit ratio at store_threshold 1 ({plus:.3f}) as a % of "
+                    f"vLLM lru's ({lru:.3f})",
+                    round(100 * plus / lru, 2) if lru > 0 else None,
+                    f">= {PLUS_LEAD}%",
+                    lambda v: v >= PLUS_LEAD,
+                    "replay.py",
+                    "at a small pool, where what is admitted matters most, ARC+ does not lift "
+                    "vLLM's default's hit ratio by a tenth",
+                )
+            )
+        times.append(
+            bl.target(
+                f"{where}, store_threshold 1: manager time with ARC+ compiled / with vLLM arc, "
+                "medians of timed passes (the policies in lockstep)",
+                r["vs_vllm_arc"][PLUS],
+                "<= 1x",
+                lambda v: v <= 1,
+                "replay.py",
+                "ARC+'s bookkeeping (its memory of unstored keys, the offers it refuses) costs "
+                "the manager more than vLLM arc's policy: compare the time table's ARC+ and "
+                "arc_cy columns",
+            )
+        )
+        g = r["gap_closed"][PLUS]
+        gaps.append(f"{_pct(f)} {'-' if g is None else f'{g:.3f}'}")
+    missing = [_pct(f) for f in PLUS_LEAD_POOLS if f not in pools]
+    notes = (
+        [bl.note(f"ARC+'s lead over vLLM lru is judged at {', '.join(missing)} too (not run).")]
+        if missing
+        else []
+    )
+    gap = bl.figure(
+        f"replay of {trace}, store_threshold 1: the share of the gap from vLLM lru to the "
+        "optimum that ARC+ closes, (ARC+ - lru) / (optimum - lru), by pool size",
+        "; ".join(gaps),
+        "how much of what a policy that knew the future could add to vLLM's default ARC+ "
+        "takes (the hit-ratio table has it at every threshold)",
+    )
+    return floor + lead + times + [gap] + notes
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -392,29 +543,40 @@ def markdown(result: dict[str, Any]) -> str:
         "## Trace replay through the real manager (replay.py)",
         "",
         f"Trace `{tr['path']}` (SHA-256 `{tr['sha256'][:16]}...`"
-        + (", the shipped one, checked" if tr["shipped"] else "")
-        + f"): {tr['requests']:,} requests over {tr['span_s']:,} s, {tr['blocks']:,} blocks asked, "
-        f"{tr['distinct_blocks']:,} distinct. Service: {service}; "
+        + (", shipped, checked" if tr["shipped"] else "")
+        + f"): {tr['requests']:,} requests over {tr['span_s']:,} s, {tr['hash_ids']:,} hash ids; "
+        f"{tr['blocks']:,} full blocks asked (each request's first input_length // 512: vLLM "
+        f"offloads only full blocks; {tr['requests_without_full_block']:,} requests of fewer "
+        f"than 512 input tokens ask none), {tr['distinct_blocks']:,} distinct. "
+        f"Service: {service}; "
         f"{flight['mean']} requests in flight on average, {flight['max']} at most; stores in "
         f"batches of {model['store_batch']} blocks. Pool sizes are fractions of the distinct "
         "blocks. Hit ratio: blocks loaded from the CPU pool / blocks asked. The optimum "
         "(Belady's MIN, which may also leave a block out) knows the future and ignores pins and "
-        "prefix order: no policy can reach it. Model and limits: "
+        "prefix order: no policy can reach it. ARC+ (`arc_cy_plus`) decides otherwise than "
+        "vLLM arc on purpose (its rules: `help(arc_cy.ARCPlusCachePolicy)`); its pure twin must "
+        "decide as it does. Gap closed: (ARC+ - vLLM lru) / (optimum - vLLM lru), at the same "
+        "pool and threshold. Model and limits: "
         "[docs/benchmarks.md](../../docs/benchmarks.md#the-trace-replay).",
         "",
         "| pool | store_threshold | "
         + " | ".join(LABELS[n] for n in POLICIES)
-        + " | optimum | arc_cy = vLLM arc |",
-        "|---|---:|" + "---:|" * len(POLICIES) + "---:|---|",
+        + " | optimum | ARC+ gap closed | arc_cy = vLLM arc | ARC+ pure = ARC+ |",
+        "|---|---:|" + "---:|" * len(POLICIES) + "---:|---:|---|---|",
     ]
     for r in recs:
-        h = r["hit_ratio"]
-        same = "yes" if not any(r["decision_mismatches"].values()) else "**NO**"
+        h, m, calls = r["hit_ratio"], r["decision_mismatches"], r["decision_calls"]
+        same = "yes" if not (m["arc_cy"] or m["arc_cy_pure"]) else "**NO**"
+        twin = "yes" if not m[PLUS_TWIN] else "**NO**"
+        g = r["gap_closed"][PLUS]
         out.append(
             f"| {_pct(r['pool_fraction'])} ({r['pool_chunks']:,}) | {r['store_threshold']} | "
             + " | ".join(f"{h[n]:.3f}" for n in POLICIES)
-            + f" | {h['optimum']:.3f} | {same} ({r['decision_calls_compared']:,} calls) |"
+            + f" | {h['optimum']:.3f} | {'-' if g is None else f'{g:.3f}'} | "
+            f"{same} ({calls['vllm_arc']:,} calls) | {twin} ({calls[PLUS]:,} calls) |"
         )
+    ratio_names = ("arc_cy", PLUS, FREE, "vllm_lru")
+    start_names = ("vllm_arc", "arc_cy", PLUS, "vllm_lru")
     out += [
         "",
         f"Manager time for the whole replay, seconds (median of {result['reps']} interleaved "
@@ -424,16 +586,14 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         "| pool | store_threshold | "
         + " | ".join(LABELS[n] for n in POLICIES)
-        + " | no policy cost | arc_cy / vLLM arc | limit / vLLM arc | vLLM lru / vLLM arc "
-        + "| request start p50 / p99: vLLM arc | arc_cy | vLLM lru |",
-        "|---|---:|" + "---:|" * len(POLICIES) + "---:|" * 7,
+        + " | no policy cost | arc_cy / vLLM arc | ARC+ / vLLM arc | limit / vLLM arc "
+        + "| vLLM lru / vLLM arc | request start p50 / p99: vLLM arc | arc_cy | ARC+ | vLLM lru |",
+        "|---|---:|" + "---:|" * (len(POLICIES) + 1 + len(ratio_names) + len(start_names)),
     ]
     for r in recs:
         s, v, st = r["manager_s"], r["vs_vllm_arc"], r["request_start_us"]
-        starts = [
-            f"{st[n]['p50']:.0f} / {st[n]['p99']:.0f}" for n in ("vllm_arc", "arc_cy", "vllm_lru")
-        ]
-        ratios = [f"{v[n]:.2f}" for n in ("arc_cy", FREE, "vllm_lru")]
+        starts = [f"{st[n]['p50']:.0f} / {st[n]['p99']:.0f}" for n in start_names]
+        ratios = [f"{v[n]:.2f}" for n in ratio_names]
         out.append(
             f"| {_pct(r['pool_fraction'])} ({r['pool_chunks']:,}) | {r['store_threshold']} | "
             + " | ".join(f"{s[n]:.3f}" for n in POLICIES)
@@ -448,11 +608,12 @@ def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]
     from matplotlib.ticker import FixedLocator, NullLocator, PercentFormatter
 
     recs = result["replay"]
+    trace = os.path.basename(result["trace"]["path"])
     thresholds = sorted({r["store_threshold"] for r in recs})
     fig, axes = plt.subplots(
         2,
         len(thresholds),
-        figsize=(5.2 * len(thresholds), 5.6),
+        figsize=(5.2 * len(thresholds), 5.8),
         squeeze=False,
         sharex=True,
         sharey="row",
@@ -463,15 +624,20 @@ def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]
         "vllm_arc": dict(marker="o", linestyle="-"),
         "arc_cy": dict(marker="x", linestyle="none", markersize=9),
         "arc_cy_pure": dict(marker="+", linestyle="none", markersize=12),
+        PLUS: dict(marker="D", linestyle="-", linewidth=2.4, markersize=5),
         "optimum": dict(marker="", linestyle="--"),
     }
+    # ARC+'s twin decides as ARC+ does (the run stops otherwise): one line.
+    shown = ("optimum", "vllm_lru", "vllm_arc", "arc_cy", "arc_cy_pure", PLUS)
     for ax, th in zip(axes[0], thresholds):
         rs = sorted(
             (r for r in recs if r["store_threshold"] == th), key=lambda r: r["pool_fraction"]
         )
         xs = [100 * r["pool_fraction"] for r in rs]
-        for name in ("optimum", *POLICIES):
+        for name in shown:
             label = LABELS[name] + (" (= vLLM arc)" if name in ("arc_cy", "arc_cy_pure") else "")
+            if name == PLUS:
+                label = "ARC+ (arc_cy_plus = its twin)"
             ax.plot(
                 xs,
                 [r["hit_ratio"][name] for r in rs],
@@ -481,10 +647,10 @@ def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]
             )
         ax.set_title(f"store_threshold {th}" + (" (vLLM's default)" if th == 1 else ""))
         ax.grid(True, alpha=0.3)
-        # Below: the ARC policies' lead over vLLM lru, too small to see above.
+        # Below: each policy's lead over vLLM lru, too small to see above.
         low = axes[1][list(thresholds).index(th)]
         low.axhline(0, color=COLORS["vllm_lru"], lw=1.5, label="vLLM lru")
-        for name in ("vllm_arc", "arc_cy", "arc_cy_pure"):
+        for name in ("vllm_arc", "arc_cy", "arc_cy_pure", PLUS):
             low.plot(
                 xs,
                 [100 * (r["hit_ratio"][name] - r["hit_ratio"]["vllm_lru"]) for r in rs],
@@ -495,17 +661,18 @@ def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]
         low.xaxis.set_major_locator(FixedLocator(xs))
         low.xaxis.set_minor_locator(NullLocator())
         low.xaxis.set_major_formatter(PercentFormatter(decimals=0))
+        low.tick_params(axis="x", labelsize=8, labelrotation=45)  # 75% and 100% sit close
         low.set_xlabel("CPU pool, % of the trace's distinct blocks")
         low.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("hit ratio (blocks loaded / blocks asked)")
     axes[0][0].set_ylim(bottom=0)
-    axes[1][0].set_ylabel("ARC - lru\n(percentage points)", fontsize=8)
-    axes[0][-1].legend(fontsize=8, loc="lower right")
-    fig.suptitle(os.path.basename(result["trace"]["path"]), fontsize=10)
-    files = [bl.save_plot(plt, fig, out_dir, *PLOTS[0])]
+    axes[1][0].set_ylabel("policy - lru\n(percentage points)", fontsize=8)
+    axes[0][0].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"Trace replay of {trace}: hit ratio against pool size", fontsize=10)
+    files = [bl.save_plot(plt, fig, out_dir, PLOTS[0][0], f"{PLOTS[0][1]} ({trace})")]
 
     fig, axes = plt.subplots(
-        1, len(thresholds), figsize=(5.2 * len(thresholds), 4), squeeze=False, sharey=True
+        1, len(thresholds), figsize=(5.2 * len(thresholds), 4.2), squeeze=False, sharey=True
     )
     names = [*POLICIES, FREE]
     width = 0.8 / len(names)
@@ -529,8 +696,11 @@ def plot(result: dict[str, Any], out_dir: str, plt: Any) -> list[tuple[str, str]
         ax.set_title(f"store_threshold {th}")
         ax.grid(True, axis="y", alpha=0.3)
     axes[0][0].set_ylabel(f"manager time, whole replay (s, median of {result['reps']})")
-    axes[0][-1].legend(fontsize=8)
-    files.append(bl.save_plot(plt, fig, out_dir, *PLOTS[1]))
+    top = max(max(r["free_policy_s"], *(r["manager_s"][n] for n in POLICIES)) for r in recs)
+    axes[0][0].set_ylim(0, 1.6 * top)  # room above the bars for the legend
+    axes[0][-1].legend(fontsize=7, ncol=2, loc="upper center")
+    fig.suptitle(f"Trace replay of {trace}: the manager's time, per policy", fontsize=10)
+    files.append(bl.save_plot(plt, fig, out_dir, PLOTS[1][0], f"{PLOTS[1][1]} ({trace})"))
     return files
 
 

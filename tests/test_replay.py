@@ -1,10 +1,14 @@
 """The trace replay (arc_cy_harness.replay, bench/replay.py) through vLLM's
 real CPUOffloadingManager: hand-worked hit ratios, the optimum as a ceiling,
-and arc_cy deciding as vLLM arc does, call by call, compiled and pure."""
+arc_cy deciding as vLLM arc does, call by call, compiled and pure, ARC+'s
+twin deciding as the compiled ARC+, and the replay's routes and targets."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -14,13 +18,20 @@ from helpers import MODULES
 
 pytestmark = pytest.mark.needs_vllm
 
-SHIPPED = (
-    Path(__file__).resolve().parent.parent / "bench" / "data" / "mooncake_synthetic_trace.jsonl"
-)
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+SHIPPED = BENCH / "data" / "mooncake_synthetic_trace.jsonl"
+# ARC+ (arc_cy_plus), by implementation: the compiled class and its twin.
+PLUS_MODULES = {"cython": "arc_cy._arc_c", "python": "arc_cy._plus_py"}
+
+
+def plus(impl: str) -> str:
+    """manager()'s name for ARC+ of implementation impl."""
+    return f"plus-{impl}"
 
 
 def manager(policy: str, pool: int, threshold: int = 1) -> Any:
-    """vLLM's "lru" or "arc", or an arc_cy implementation ("cython", "python")."""
+    """vLLM's "lru" or "arc", an arc_cy implementation ("cython", "python"),
+    or ARC+'s (plus("cython"), plus("python"))."""
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
     if policy in MODULES:
@@ -28,6 +39,13 @@ def manager(policy: str, pool: int, threshold: int = 1) -> Any:
             num_chunks=pool,
             cache_policy="ARCCachePolicy",
             cache_policy_module_path=MODULES[policy],
+            store_threshold=threshold,
+        )
+    if policy.startswith("plus-"):
+        return CPUOffloadingManager(
+            num_chunks=pool,
+            cache_policy="ARCPlusCachePolicy",
+            cache_policy_module_path=PLUS_MODULES[policy[5:]],
             store_threshold=threshold,
         )
     return CPUOffloadingManager(num_chunks=pool, cache_policy=policy, store_threshold=threshold)
@@ -74,7 +92,8 @@ def test_the_hit_ratio_of_a_hand_worked_trace(
 
 @pytest.fixture(scope="module")
 def trace_slice() -> list[rp.TraceRequest]:
-    """400 requests of the shipped trace: 16,143 blocks asked, 9,597 distinct."""
+    """400 requests of the shipped trace: 15,744 full blocks asked, 9,207
+    distinct."""
     return rp.read_trace(str(SHIPPED))[3000:3400]
 
 
@@ -88,7 +107,10 @@ def test_the_optimum_is_a_ceiling_for_every_policy(
     sequence = rp.accesses(trace_slice)
     for pool in POOLS:
         best = rp.optimum_hits(sequence, pool)
-        got = {p: replay(p, trace_slice, pool, threshold).hits for p in ("lru", "arc", impl)}
+        got = {
+            p: replay(p, trace_slice, pool, threshold).hits
+            for p in ("lru", "arc", impl, plus(impl))
+        }
         assert all(0 < hits <= best for hits in got.values()), (pool, best, got)
         assert best <= len(sequence) - len(set(sequence))
     # The smaller pool is too small even for the optimum to hit every repeat.
@@ -137,3 +159,120 @@ def test_a_changed_decision_is_found_at_its_call() -> None:
     assert rp.first_difference(a, [*a[:1], ("store", 0, (b"k2",)), a[2]]) == 1
     assert rp.first_difference(a, a[:2]) == 2
     assert rp.mismatches(a, [("load", 0, 2), a[1]]) == 2
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("threshold", [1, 2])
+def test_arc_plus_twin_decides_as_the_compiled_arc_plus_call_by_call(
+    trace_slice: list[rp.TraceRequest], threshold: int
+) -> None:
+    keys = rp.block_keys(trace_slice)
+    events = rp.schedule(trace_slice)
+    for pool in POOLS:
+        ref = rp.Replayer(manager(plus("cython"), pool, threshold), keys).run(events)
+        got = rp.Replayer(manager(plus("python"), pool, threshold), keys).run(events)
+        assert rp.first_difference(ref.decisions, got.decisions) is None
+        assert (got.hits, got.stored, got.evicted) == (ref.hits, ref.stored, ref.evicted)
+        assert ref.hits > 0 and ref.evicted > 0
+        # ARC+ is no drop-in for vLLM arc: it decides otherwise on purpose.
+        arc = rp.Replayer(manager("arc", pool, threshold), keys).run(events)
+        assert rp.first_difference(arc.decisions, ref.decisions) is not None
+
+
+def bench_module(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """bench/NAME.py, imported as bench/run.py runs it (bench/ on the path)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.compiled
+def test_the_replay_routes_give_the_policies_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    from arc_cy import _arc_c, _arc_py, _plus_py
+
+    bench = bench_module("replay", monkeypatch)
+    bench.check_routes()  # the plugin's names are the compiled classes
+    built = {name: type(bench.make_manager(name, 8, 1)._policy) for name in bench.POLICIES}
+    assert built["arc_cy"] is _arc_c.ARCCachePolicy
+    assert built["arc_cy_pure"] is _arc_py.ARCCachePolicy
+    assert built["arc_cy_plus"] is _arc_c.ARCPlusCachePolicy
+    assert built["arc_cy_plus_pure"] is _plus_py.ARCPlusCachePolicy
+    assert bench.TWINS == {
+        "arc_cy": "vllm_arc",
+        "arc_cy_pure": "vllm_arc",
+        "arc_cy_plus_pure": "arc_cy_plus",
+    }
+    assert bench.DEFAULT_POOLS == (0.02, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0)
+    # --trace takes the shipped traces by their short names.
+    assert bench.trace_path("agentic") == str(BENCH / "data" / "agentic_coding_sample.jsonl")
+    assert bench.trace_path("mooncake") == str(SHIPPED)
+    assert bench.trace_path("x/y.jsonl") == "x/y.jsonl"
+
+
+def record(fraction: float, threshold: int, hits: dict[str, float], **seconds: float) -> Any:
+    """A replay record with the fields the targets read."""
+    names = ("vllm_lru", "vllm_arc", "arc_cy", "arc_cy_pure", "arc_cy_plus", "arc_cy_plus_pure")
+    h = {n: hits.get(n, hits["vllm_arc"]) for n in names}
+    h["arc_cy_plus_pure"] = h["arc_cy_plus"]
+    h["optimum"] = hits["optimum"]
+    vs = {n: 1.0 for n in (*names, "free_policy")}
+    vs.update(seconds)
+    gap = h["optimum"] - h["vllm_lru"]
+    return {
+        "pool_chunks": round(1000 * fraction),
+        "pool_fraction": fraction,
+        "store_threshold": threshold,
+        "hit_ratio": h,
+        "vs_vllm_arc": vs,
+        "decision_mismatches": {"arc_cy": 0, "arc_cy_pure": 0, "arc_cy_plus_pure": 0},
+        "gap_closed": {"arc_cy_plus": round((h["arc_cy_plus"] - h["vllm_lru"]) / gap, 3)},
+    }
+
+
+def test_the_replay_judges_arc_plus_against_vllms_best_setting_at_each_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bench = bench_module("replay", monkeypatch)
+    recs = [
+        # 2%: ARC+ 0.044 against lru's 0.040 (110%: passes the lead) and
+        # lru at threshold 2's 0.045 (97.8%: misses the floor).
+        record(
+            0.02,
+            1,
+            {"vllm_lru": 0.040, "vllm_arc": 0.030, "arc_cy_plus": 0.044, "optimum": 0.3},
+            arc_cy_plus=1.01,
+        ),
+        record(0.02, 2, {"vllm_lru": 0.045, "vllm_arc": 0.030, "optimum": 0.3}),
+        # 50%: arc at threshold 1 is the best (0.5), ARC+ at 98% of it.
+        record(
+            0.5,
+            1,
+            {"vllm_lru": 0.4, "vllm_arc": 0.5, "arc_cy_plus": 0.49, "optimum": 0.6},
+            arc_cy_plus=0.9,
+        ),
+        record(0.5, 2, {"vllm_lru": 0.3, "vllm_arc": 0.3, "optimum": 0.6}),
+    ]
+    result = {"trace": {"path": "bench/data/t.jsonl"}, "replay": recs}
+    rows = bench.plus_targets(result)
+    got = [(r["kind"], r.get("measured"), r.get("status")) for r in rows]
+    assert got == [
+        ("target", 97.78, "MISS"),  # 2%: 0.044 / lru at 2's 0.045
+        ("target", 98.0, "PASS"),  # 50%: 0.49 / arc at 1's 0.5
+        ("target", 110.0, "PASS"),  # 2%: 0.044 / lru at 1's 0.040
+        ("target", 1.01, "MISS"),  # 2%: manager time / vLLM arc's
+        ("target", 0.9, "PASS"),
+        ("figure", "2% 0.015; 50% 0.450", None),  # the gap to the optimum closed
+        ("note", None, None),  # 5%'s lead target: not run
+    ]
+    assert "vLLM lru at 2: 0.045" in rows[0]["target"]
+    assert "vLLM arc at 1: 0.500" in rows[1]["target"]
+    assert all(r["kind"] != "target" or r["source"] == "replay.py" for r in rows)
+    # The whole list: the decisions targets count arc_cy's and ARC+'s twin's apart.
+    recs[2]["decision_mismatches"]["arc_cy_plus_pure"] = 3
+    rows = bench.targets(result)
+    assert [r["measured"] for r in rows[:2]] == [0, 1]
+    assert [r["status"] for r in rows[:2]] == ["PASS", "MISS"]

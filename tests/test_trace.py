@@ -1,5 +1,6 @@
 """The trace replay's pure parts (arc_cy_harness.replay), no vLLM: the trace
-reader, the service schedule and the offline optimum."""
+reader, the full blocks a request asks, the service schedule and the
+offline optimum."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from hypothesis import strategies as st
 
 from arc_cy_harness import replay as rp
 
-SHIPPED = (
-    Path(__file__).resolve().parent.parent / "bench" / "data" / "mooncake_synthetic_trace.jsonl"
-)
+DATA = Path(__file__).resolve().parent.parent / "bench" / "data"
+SHIPPED = DATA / "mooncake_synthetic_trace.jsonl"
+AGENTIC = DATA / "agentic_coding_sample.jsonl"
 GOOD = {"timestamp": 10, "input_length": 1100, "output_length": 5, "hash_ids": [1, 2, 3]}
 
 
@@ -33,13 +34,47 @@ def test_the_shipped_trace_reads_and_its_hash_is_checked() -> None:
     assert len(requests) == 3993
     assert requests[0] == rp.TraceRequest(0, 40160, 6, tuple(range(79)))
     assert sum(len(r.hash_ids) for r in requests) == 121_877
-    assert len(set(rp.accesses(requests))) == 43_924
+    assert len({h for r in requests for h in r.hash_ids}) == 43_924
     # The format: ceil(input_length / 512) blocks a request.
     assert all(len(r.hash_ids) == -(-r.input_length // rp.TOKENS_PER_BLOCK) for r in requests)
+    # The replay asks the full blocks only: 1,107 requests of fewer than 512
+    # input tokens ask none.
+    sequence = rp.accesses(requests)
+    assert (len(sequence), len(set(sequence))) == (117_888, 40_148)
+    assert sum(1 for keys in rp.block_keys(requests) if not keys) == 1107
     # The report names the trace by the digest of the bytes read, the sidecar's.
     again, digest = rp.read_trace_digest(str(SHIPPED))
     assert again == requests
     assert [digest] == (SHIPPED.parent / (SHIPPED.name + ".sha256")).read_text().split()[:1]
+
+
+def test_the_agentic_trace_reads_and_its_hash_is_checked() -> None:
+    requests, digest = rp.read_trace_digest(str(AGENTIC))
+    assert [digest] == (DATA / (AGENTIC.name + ".sha256")).read_text().split()[:1]
+    assert len(requests) == 1171
+    assert sum(len(r.hash_ids) for r in requests) == 324_760
+    assert len({h for r in requests for h in r.hash_ids}) == 13_274
+    # Its requests end on a partial block or on a block boundary (no id
+    # for an empty block): the full blocks are all ids but such a last one.
+    assert all(len(rp.full_blocks(r)) in (len(r.hash_ids), len(r.hash_ids) - 1) for r in requests)
+    sequence = rp.accesses(requests)
+    assert (len(sequence), len(set(sequence))) == (323_718, 12_232)
+
+
+def test_a_request_asks_its_full_blocks_only() -> None:
+    reqs = [
+        rp.TraceRequest(0, 1100, 1, (1, 2, 3)),  # 2 full blocks and 76 tokens
+        rp.TraceRequest(1, 1024, 1, (1, 2)),  # ends on a block boundary
+        rp.TraceRequest(2, 511, 1, (4,)),  # under one block: none
+        rp.TraceRequest(3, 2048, 1, (1, 2, 5)),  # fewer ids than full blocks: all of them
+    ]
+    assert [rp.full_blocks(r) for r in reqs] == [(1, 2), (1, 2), (), (1, 2, 5)]
+    assert rp.accesses(reqs) == [1, 2, 1, 2, 1, 2, 5]
+    keys = rp.block_keys(reqs)
+    assert [len(k) for k in keys] == [2, 2, 0, 3]
+    # One key per id, the same bytes object wherever the id recurs.
+    assert keys[0][0] is keys[1][0] is keys[3][0] and keys[0][1] is keys[3][1]
+    assert len({*keys[0], *keys[3]}) == 3 and all(len(k) == 36 for k in keys[3])
 
 
 def test_a_trace_that_is_not_the_file_its_hash_names_is_refused(tmp_path: Path) -> None:

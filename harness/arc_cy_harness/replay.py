@@ -20,6 +20,13 @@ the first one that is not a ready hit, ``prepare_load`` of those hits, then
 its finish, ``complete_load``, ``complete_store`` and
 ``on_request_finished``. Each hash id is one offload key (one chunk).
 
+Full blocks only (``full_blocks``): a request's blocks are the first
+``input_length // 512`` of its hash ids, as vLLM offloads only full blocks
+(the format's last id is nearly always a partial block, and a request of
+fewer than 512 input tokens has no full block). ``block_keys`` (what the
+replay looks up and stores) and ``accesses`` (what the optimum sees) both
+take them, so the policies and the optimum count the same blocks.
+
 ``optimum_hits`` is the offline ceiling: Belady's MIN (evict the block whose
 next use is farthest; do not admit a block used later than every resident
 one) on the same block accesses and pool size.
@@ -184,15 +191,23 @@ def schedule(
     return [(kind, i) for _, _, i, kind in timed]
 
 
+def full_blocks(request: TraceRequest) -> tuple[int, ...]:
+    """The hash ids of the request's full blocks: the first ``input_length //
+    512`` (vLLM offloads only full blocks; the trace's last id is the partial
+    block, if the input does not end on a block boundary)."""
+    return request.hash_ids[: request.input_length // TOKENS_PER_BLOCK]
+
+
 def block_keys(requests: Sequence[TraceRequest]) -> list[list[bytes]]:
-    """Each request's offload keys: a 32-byte hash of the hash id, group 0
-    (vLLM's make_offload_key layout), one bytes object per id."""
+    """Each request's offload keys, its full blocks' only (``full_blocks``):
+    a 32-byte hash of the hash id, group 0 (vLLM's make_offload_key layout),
+    one bytes object per id."""
     made: dict[int, bytes] = {}
     zero = (0).to_bytes(4, "big")
     out = []
     for r in requests:
         keys = []
-        for h in r.hash_ids:
+        for h in full_blocks(r):
             k = made.get(h)
             if k is None:
                 k = made[h] = hashlib.sha256(b"block %d" % h).digest() + zero
@@ -202,8 +217,9 @@ def block_keys(requests: Sequence[TraceRequest]) -> list[list[bytes]]:
 
 
 def accesses(requests: Sequence[TraceRequest]) -> list[int]:
-    """Every block asked, in arrival order."""
-    return [h for r in requests for h in r.hash_ids]
+    """Every block asked, in arrival order: each request's full blocks
+    (``full_blocks``), the blocks ``block_keys`` gives the replay."""
+    return [h for r in requests for h in full_blocks(r)]
 
 
 def optimum_hits(sequence: Sequence[Any], capacity: int) -> int:
