@@ -117,28 +117,6 @@ cdef inline void nodes_release(Node *nodes, int32_t used) noexcept:
     PyMem_Free(nodes)
 
 
-cdef inline int32_t node_new(NodeStore *s, Py_ssize_t limit) except -1:
-    """A free node's index (its fields are the caller's to set); the array
-    grows, up to limit nodes, when none is free."""
-    cdef int32_t i = s.free_head
-    cdef Py_ssize_t cap
-    cdef Node *grown
-    if i != EMPTY:
-        s.free_head = s.nodes[i].next
-        return i
-    if s.used == s.cap:
-        cap = min(max(64, 2 * <Py_ssize_t>s.cap), limit)
-        grown = <Node *>PyMem_Realloc(s.nodes, cap * sizeof(Node))
-        if grown is NULL:
-            raise MemoryError()
-        s.nodes = grown
-        s.cap = <int32_t>cap
-        s.epoch += 1
-    i = s.used
-    s.used += 1
-    return i
-
-
 cdef inline int nodes_reserve(NodeStore *s, Py_ssize_t n, Py_ssize_t limit) except -1:
     """Room for n node_new() calls that cannot fail: the array grows, up to
     limit nodes (else MemoryError), so that n nodes past `used` exist."""
@@ -156,6 +134,19 @@ cdef inline int nodes_reserve(NodeStore *s, Py_ssize_t n, Py_ssize_t limit) exce
     s.cap = <int32_t>cap
     s.epoch += 1
     return 0
+
+
+cdef inline int32_t node_new(NodeStore *s, Py_ssize_t limit) except -1:
+    """A free node's index (its fields are the caller's to set); the array
+    grows, up to limit nodes, when none is free."""
+    cdef int32_t i = s.free_head
+    if i != EMPTY:
+        s.free_head = s.nodes[i].next
+        return i
+    nodes_reserve(s, 1, limit)
+    i = s.used
+    s.used += 1
+    return i
 
 
 cdef inline PyObject *node_set_key(NodeStore *s, int32_t i, PyObject *key) noexcept:
