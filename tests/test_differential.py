@@ -296,6 +296,7 @@ class _Region:
 
 
 @pytest.mark.compat
+@pytest.mark.needs_vllm  # vLLM's tiering manager: in the 3.11 test command (.ci/run)
 @pytest.mark.parametrize("seed", range(4))
 def test_random_primary_tier_traffic(seed):
     """The tiering primary tier (vLLM's CPUPrimaryTierOffloadingManager, its
