@@ -42,7 +42,7 @@ UNKNOWN_POLICY = "Unknown cache policy: 'arc_cy'"
 # The plugin's registration line (arc_cy/plugin.py), with vLLM's process prefix.
 REGISTERED = re.compile(
     r"^\((?P<process>[\w-]+) pid=(?P<pid>\d+)\).*arc_cy: registered CPU offloading cache "
-    r"policy 'arc_cy' \(cython implementation\)",
+    r"polic(?:y|ies) 'arc_cy'(?: and 'arc_cy_plus')? \(cython implementation\)",
     re.M,
 )
 
