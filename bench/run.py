@@ -177,9 +177,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.trace is not None:
         if "replay" not in only:
             ap.error("--trace is replay's: add replay to --only")
-        import replay  # a shipped trace by its short name (mooncake, agentic)
-
-        args.trace = replay.trace_path(args.trace)
         if not os.path.isfile(args.trace):
             ap.error(f"--trace: no file {args.trace}")
     # The options run.py hands on to one module.
