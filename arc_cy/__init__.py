@@ -21,7 +21,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from ._env import env_flag
-from ._verified import SUPPORTED_VLLM
+from ._guard.verified import SUPPORTED_VLLM
 
 __all__ = [
     "ARCCachePolicy",

@@ -28,16 +28,18 @@ from pathlib import Path
 from typing import Any
 
 import arc_cy
-from arc_cy._fingerprint import BASE_MODULE, release_key
 from arc_cy._guard import (
+    BASE_MODULE,
     OVERRIDE_ENV,
     overridden_message,
     override_set,
     refused_message,
+    lockstep_difference,
+    releases,
     verified_message,
     vllm_guard,
 )
-from arc_cy._verified import SUPPORTED_VLLM, VERIFIED
+from arc_cy._guard.verified import SUPPORTED_VLLM
 
 
 def _built_with() -> str:
@@ -96,10 +98,9 @@ def _vllm_report() -> tuple[bool, list[str]]:
             BASE_MODULE == missing or BASE_MODULE.startswith(missing + ".")
         ):
             # vllm imports, but has no module arc_cy builds on: too old or too new.
-            releases = sorted((r for e in VERIFIED for r in e["releases"]), key=release_key)
             return False, [
                 f"vLLM: {version} is outside the range arc_cy supports ({SUPPORTED_VLLM}: "
-                f"vLLM {releases[0]} to {releases[-1]}); it has no {missing}. Install a vLLM "
+                f"vLLM {releases()[-1]} to {releases()[0]}); it has no {missing}. Install a vLLM "
                 "in that range (pip install 'arc_cy[vllm]')"
             ]
         return False, [
@@ -107,7 +108,13 @@ def _vllm_report() -> tuple[bool, list[str]]:
             f"what arc_cy needs: {type(err).__name__}: {err}"
         ]
     if code.ok:
-        return True, [f"vLLM: {version} ({verified_message(code)})"]
+        differs = lockstep_difference()
+        if differs:
+            return False, [f"vLLM: {version} ({verified_message(code)}), but {differs}"]
+        return True, [
+            f"vLLM: {version} ({verified_message(code)}; arc_cy and vLLM's ARCCachePolicy "
+            "decided alike in a lockstep of 3000 calls)"
+        ]
     if override_set():
         return True, [
             f"vLLM: {version} NOT VERIFIED, used anyway because {OVERRIDE_ENV} is set",

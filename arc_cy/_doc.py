@@ -1,16 +1,16 @@
 """The policy's docstring, in one home: both implementations' ``ARCCachePolicy``
 read it (the compiled core imports nothing from the twin). The vLLM releases
-it names come from the table of verified code (``arc_cy._verified``)."""
+it names come from the table of verified code (``arc_cy._guard.verified``)."""
 
 from __future__ import annotations
 
-from ._verified import VERIFIED
+from ._guard import verified
 
 
 def _release_range() -> str:
     """The oldest and the newest release the table verifies, as 'A to B'."""
     releases = sorted(
-        {release for entry in VERIFIED for release in entry["releases"]},
+        verified.FILES,
         key=lambda release: tuple(int(part) for part in release.split(".")),
     )
     if len(releases) == 1:
@@ -20,7 +20,7 @@ def _release_range() -> str:
 
 POLICY_DOC = f"""ARC (Adaptive Replacement Cache) policy for vLLM's CPU KV offloading,
     making exactly the decisions of vLLM's ``ARCCachePolicy`` in the releases
-    whose code arc_cy verified ({_release_range()}, ``arc_cy._verified``).
+    whose code arc_cy verified ({_release_range()}, ``arc_cy._guard.verified``).
 
     Lists, each ordered from LRU to MRU:
         t1: resident chunks seen once (or not yet ready).

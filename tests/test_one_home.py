@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from arc_cy import _doc
-from arc_cy._verified import VERIFIED
+from arc_cy._guard import verified
 from childproc import child_env
 from helpers import MODULES, REPO
 
@@ -19,9 +19,9 @@ def _version(release: str) -> tuple[int, ...]:
 
 
 def test_the_docstring_has_one_home_and_names_the_verified_range(policy_cls: type) -> None:
-    releases = sorted({r for entry in VERIFIED for r in entry["releases"]}, key=_version)
+    releases = sorted(verified.FILES, key=_version)
     assert policy_cls.__doc__ is _doc.POLICY_DOC
-    assert f"({releases[0]} to {releases[-1]}, ``arc_cy._verified``)" in policy_cls.__doc__
+    assert f"({releases[0]} to {releases[-1]}, ``arc_cy._guard.verified``)" in policy_cls.__doc__
     # No single release is named as the one whose decisions it makes.
     assert "'s ``ARCCachePolicy``" not in policy_cls.__doc__.replace("vLLM's", "")
 

@@ -15,12 +15,12 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 import arc_cy
-from arc_cy._fingerprint import release_key
-from arc_cy._verified import SUPPORTED_VLLM, VERIFIED
+from arc_cy._guard import releases
+from arc_cy._guard.verified import SUPPORTED_VLLM
 from arc_cy_harness import vllm_overlay
 from helpers import IMPLEMENTATIONS, PURE, PURE_ENV, REGISTERED, REPO, build_requirement
 
-NEWEST = max((r for e in VERIFIED for r in e["releases"]), key=release_key)
+NEWEST = releases()[0]
 
 # The Cython range of pyproject.toml's [build-system] requires.
 BUILD_CYTHON = build_requirement("Cython").specifier
@@ -319,7 +319,7 @@ def test_a_vllm_whose_policy_module_fails_to_import_is_broken(tmp_path: Path) ->
     # the range"; the plugin registers nothing and does not raise.
     from importlib.util import find_spec
 
-    from arc_cy._fingerprint import BASE_MODULE
+    from arc_cy._guard import BASE_MODULE
 
     shutil.copy(vllm_overlay.SITECUSTOMIZE, tmp_path / "sitecustomize.py")
     source = Path(str(find_spec(BASE_MODULE).origin)).read_text()  # type: ignore[union-attr]

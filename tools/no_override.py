@@ -43,7 +43,7 @@ if failed:
     print("no override: FAILED: " + "; ".join(failed))
     if code is not None and not code.ok:
         print(f"the guard: {refused_message(code)}")
-        print("Add the table printed above to arc_cy/_verified.py, reinstall, and rerun.")
+        print("Add the table printed above to arc_cy/_guard/verified.py, reinstall, and rerun.")
     sys.exit(1)
 assert code is not None
 print(f"no override: vLLM {code.version}: {verified_message(code)}")

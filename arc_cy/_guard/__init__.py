@@ -1,0 +1,328 @@
+"""The vLLM code guard: on the vLLM installed, arc_cy makes the decisions of
+that release's ARC, or refuses at start-up and says why.
+
+What it judges, when, and what a refusal and the override do are stated
+once, in docs/usage.md ("The guard"). Here: the check (:data:`vllm_guard`,
+which the plugin, both constructors and ``python -m arc_cy`` go through)
+and the messages. ``files`` finds and reads vLLM's files, ``fingerprint``
+judges them on release day, ``lockstep`` runs the claim, ``verified`` is
+the table.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import logging
+import os
+import sys
+import threading
+import warnings
+from dataclasses import dataclass
+
+from .._env import env_flag
+from . import files, fingerprint, verified
+from .files import ARC_MODULE, BASE_MODULE, FILES, Unjudged
+
+OVERRIDE_ENV = "ARC_CY_ALLOW_UNVERIFIED_VLLM"
+"""Set to 1 to use arc_cy on vLLM code it has not verified, at your risk."""
+DEPRECATED_OVERRIDE_ENV = "ARC_CY_IGNORE_VLLM_VERSION"
+"""The override's old name: still honoured, with a FutureWarning."""
+
+logger: logging.Logger = logging.getLogger("vllm.plugins.arc_cy")
+
+
+def override_set() -> bool:
+    if OVERRIDE_ENV not in os.environ and DEPRECATED_OVERRIDE_ENV in os.environ:
+        warnings.warn(
+            f"arc_cy: {DEPRECATED_OVERRIDE_ENV} is deprecated; set {OVERRIDE_ENV} instead",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return env_flag(DEPRECATED_OVERRIDE_ENV)
+    return env_flag(OVERRIDE_ENV)
+
+
+def vllm_version() -> str:
+    """The imported vLLM's ``__version__``, else its metadata's, else "unknown"."""
+    version = getattr(sys.modules.get("vllm"), "__version__", None)
+    if isinstance(version, str) and version:
+        return version
+    try:
+        from importlib import metadata
+
+        return metadata.version("vllm")
+    except Exception:
+        return "unknown"
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else -1 for p in version.split("+")[0].split("."))
+
+
+def releases() -> list[str]:
+    """The verified releases, newest first."""
+    return sorted(verified.FILES, key=release_key, reverse=True)
+
+
+def verified_code(release: str) -> dict[str, str]:
+    """A verified release's ARC code: object -> fingerprint."""
+    return {
+        name: fp
+        for name, by_fp in verified.ARC.items()
+        for fp, rs in by_fp.items()
+        if release in rs.split()
+    }
+
+
+@dataclass(frozen=True)
+class CodeCheck:
+    """What the guard found for this process's vLLM."""
+
+    version: str
+    verified_as: str | None = None
+    """The verified release whose ARC code this vLLM's is; None if none."""
+    problems: tuple[str, ...] = ()
+    """Each reason it is refused, as the operator reads it."""
+
+    @property
+    def ok(self) -> bool:
+        return self.verified_as is not None and not self.problems
+
+
+_ARC_CY_IN_PLACE = (
+    "vLLM's ARCCachePolicy is arc_cy's own class, patched into vLLM's module: leave vLLM's "
+    'module as it is and name arc_cy in the configuration instead, "eviction_policy": '
+    '"arc_cy", or "eviction_policy": "ARCCachePolicy" with "cache_policy_module_path": "arc_cy"'
+)
+
+
+def check_vllm_code() -> CodeCheck | None:
+    """Judge this process's vLLM (None where vLLM does not import). Never
+    raises; reads the files afresh on every call."""
+    from .. import _base
+
+    if not _base.VLLM_IMPORTED:
+        return None
+    version = vllm_version()
+    if not _base.HAVE_VLLM:
+        err = _base.VLLM_IMPORT_ERROR
+        why = f"its policy module does not give arc_cy CachePolicy and ChunkStatus ({type(err).__name__}: {err})"
+        return CodeCheck(version, problems=(f"arc_cy cannot judge it: {why}",))
+    enabled = gc.isenabled()
+    gc.disable()  # a collection in a process with torch costs more than the check
+    try:
+        return _judge(version)
+    except Unjudged as exc:
+        return CodeCheck(version, problems=(f"arc_cy cannot judge it: {exc}",))
+    except (Exception, RecursionError, MemoryError) as exc:
+        return CodeCheck(
+            version, problems=(f"arc_cy cannot judge it: {type(exc).__name__}: {exc}",)
+        )
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _stale(sources: dict[str, tuple[str, bytes]]) -> list[str]:
+    out = []
+    for module, (path, source) in sources.items():
+        why = files.not_its_source(module, path, source)
+        if why:
+            out.append(f"the code that runs for {path} is not its source's: {why}")
+    return out
+
+
+def _judge(version: str) -> CodeCheck:
+    theirs = getattr(sys.modules.get(ARC_MODULE), "ARCCachePolicy", None)
+    if isinstance(theirs, type) and theirs.__module__.partition(".")[0] == "arc_cy":
+        return CodeCheck(version, problems=(_ARC_CY_IN_PLACE,))
+    sources: dict[str, tuple[str, bytes]] = {}
+    for module in FILES:
+        path = files.source_path(module)
+        if path is not None:
+            sources[module] = (path, files.read(path))
+        elif module in (ARC_MODULE, BASE_MODULE):
+            raise Unjudged(f"{module} cannot be found")
+    # Hash first: a verified release's files, as it shipped them.
+    digests = {FILES[m]: hashlib.sha256(s).hexdigest() for m, (_, s) in sources.items()}
+    for release in releases():
+        if verified.FILES[release] == digests:
+            return CodeCheck(version, release, tuple(_stale(sources)))
+    return _release_day(version, sources)
+
+
+def _selected() -> tuple[type, type]:
+    """arc_cy's ARCCachePolicy and ARCPlusCachePolicy as the package selects
+    them, read when the check runs: the guard imports no implementation."""
+    package = sys.modules["arc_cy"]
+    return package.ARCCachePolicy, package.ARCPlusCachePolicy
+
+
+def _arc_cy_names() -> set[str]:
+    """The names arc_cy's policies define beyond vLLM's CachePolicy."""
+    from .._base import CachePolicy
+
+    names = {n for cls in _selected() for n in dir(cls)} - set(dir(CachePolicy))
+    return {n for n in names if not n.startswith("__")}
+
+
+def _release_day(version: str, sources: dict[str, tuple[str, bytes]]) -> CodeCheck:
+    arc, base = sources[ARC_MODULE][1], sources[BASE_MODULE][1]
+    for module, found in files.find_callers().items():
+        sources.setdefault(module, found)
+    try:
+        code = fingerprint.arc_code(arc, base)
+        watched = fingerprint.policy_names(arc, base) | _arc_cy_names() | fingerprint.DYNAMIC
+        callers = {
+            path: fingerprint.caller_uses(source, watched)
+            for module, (path, source) in sources.items()
+            if module not in (ARC_MODULE, BASE_MODULE)
+        }
+    except (SyntaxError, ValueError) as exc:
+        raise Unjudged(f"{type(exc).__name__}: {exc}") from None
+    matching = [r for r in releases() if verified_code(r) == code]
+    nearest = matching[0] if matching else _nearest(code)
+    problems = [] if matching else _changes(code, nearest, sources)
+    allowed = {n for r in (matching or [nearest]) for n in verified.USES[r].split()}
+    for path, uses in callers.items():
+        problems += [
+            f"{path}:{line} uses {name!r}, which no caller of verified vLLM {nearest}'s ARC code uses"
+            for name, line in sorted(uses.items(), key=lambda u: u[1])
+            if name not in allowed
+        ]
+    problems += _stale(sources)
+    if not problems:
+        differs = lockstep_difference()
+        if differs:
+            problems.append(differs)
+    return CodeCheck(version, nearest if matching else None, tuple(problems))
+
+
+def _nearest(code: dict[str, str]) -> str:
+    def shared(release: str) -> tuple[int, tuple[int, ...]]:
+        theirs = verified_code(release)
+        return sum(code.get(k) == v for k, v in theirs.items()), release_key(release)
+
+    return max(releases(), key=shared)
+
+
+def _changes(
+    code: dict[str, str], nearest: str, sources: dict[str, tuple[str, bytes]]
+) -> list[str]:
+    theirs = verified_code(nearest)
+    out = []
+    for name in sorted(code.keys() | theirs.keys()):
+        if code.get(name) == theirs.get(name):
+            continue
+        file, _, obj = name.partition(":")
+        what = f"{file}'s module code" if obj == "<module code>" else f"`{obj}`"
+        path = sources[ARC_MODULE if file == "arc.py" else BASE_MODULE][0]
+        if name not in theirs:
+            out.append(f"{what} ({path}) is not in verified vLLM {nearest}'s")
+        elif name not in code:
+            out.append(f"{what} ({path}) is missing, which verified vLLM {nearest}'s has")
+        else:
+            out.append(f"{what} ({path}) differs from verified vLLM {nearest}'s")
+    return out
+
+
+def lockstep_difference() -> str | None:
+    """How arc_cy's ARCCachePolicy (the implementation this process
+    selected) and this vLLM's first differ in a lockstep; None if never."""
+    import importlib
+
+    from .. import _base
+    from .lockstep import first_difference
+
+    theirs = importlib.import_module(ARC_MODULE).ARCCachePolicy
+    ours = _selected()[0]
+    differs = first_difference(theirs, ours, _base.ChunkStatus)
+    return differs and f"arc_cy's ARCCachePolicy decides otherwise than this vLLM's: {differs}"
+
+
+class VllmGuard:
+    """The check of this process's vLLM code, run once. Both
+    implementations' ``__init__`` start with ``if vllm_guard.pending:
+    vllm_guard.check()``: after the first accepted check, one attribute
+    read per construction."""
+
+    def __init__(self) -> None:
+        self.pending = True
+        """False once arc_cy may run here: no vLLM, or its code accepted."""
+        self._result: CodeCheck | None = None
+        self._checked = False
+        self._warned = False
+        self._running: int | None = None
+        """The thread running the check (its lockstep builds arc_cy's policies)."""
+
+    def result(self) -> CodeCheck | None:
+        """What the check found (None without vLLM), checked on the first call only."""
+        if not self._checked:
+            self._running = threading.get_ident()
+            try:
+                self._result = check_vllm_code()
+            finally:
+                self._running = None
+            self._checked = True
+        return self._result
+
+    def allowed(self) -> bool:
+        """Whether arc_cy may run here: verified code, or the override set
+        (logged once)."""
+        if self._running == threading.get_ident():
+            return True  # the check's own lockstep
+        code = self.result()
+        if code is None or code.ok:
+            return True
+        if not override_set():
+            return False
+        if not self._warned:
+            self._warned = True
+            logger.warning("%s", overridden_message(code))
+        return True
+
+    def check(self) -> None:
+        """Raise RuntimeError, with the plugin's message, unless allowed()."""
+        if not self.allowed():
+            raise RuntimeError(refused_message(self.result()))  # type: ignore[arg-type]
+        if self._running is None:
+            self.pending = False
+
+
+vllm_guard = VllmGuard()
+
+
+# --- what the operator reads ----------------------------------------------------
+
+
+def verified_message(code: CodeCheck) -> str:
+    """E.g. "its ARC code is verified vLLM 0.34.0's"."""
+    return f"its ARC code is verified vLLM {code.verified_as}'s"
+
+
+def reasons(code: CodeCheck) -> str:
+    return "; ".join(code.problems)
+
+
+def refused_message(code: CodeCheck) -> str:
+    """Why the installed vLLM's code is refused, and what to do about it."""
+    if code.verified_as is not None:
+        head = f"vLLM {code.version}'s ARC code is verified vLLM {code.verified_as}'s, but "
+    else:
+        head = f"vLLM {code.version}'s ARC code is not code arc_cy verified: "
+    return (
+        f"arc_cy: {head}{reasons(code)}. arc_cy reproduces vLLM arc decision for "
+        f"decision on the ARC code of the releases it verified ({', '.join(releases()[::-1])}). "
+        "Install one of them, or verify this vLLM from an arc_cy checkout with "
+        "`tools/vllm_compat.sh VERSION` (docs/usage.md#the-guard), or set "
+        f"{OVERRIDE_ENV}=1 to use arc_cy anyway, unverified."
+    )
+
+
+def overridden_message(code: CodeCheck) -> str:
+    """What the operator reads when the override lets unverified code in."""
+    return (
+        f"arc_cy: using arc_cy on vLLM {code.version}'s unverified code because "
+        f"{OVERRIDE_ENV} is set ({reasons(code)})"
+    )
