@@ -24,7 +24,7 @@ import benchlib as bl
 
 NAME = TAG = "guard"
 PLOTS: tuple[tuple[str, str], ...] = ()
-GOAL_MS = 50.0
+GOAL_MS = 5.0  # issue 53: a verified release is accepted by its files' hashes
 SERVER_MODULES = (
     "vllm.v1.kv_offload.cpu.manager",
     "vllm.v1.kv_offload.cpu.policies.arc",

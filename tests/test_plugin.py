@@ -60,9 +60,9 @@ def test_every_flag_arc_cy_reads_is_listed():
     Python (a string that reads the environment) must be in it."""
     package = os.path.dirname(arc_cy.__file__)
     named = set()
-    for name in os.listdir(package):
-        if name.endswith(".py"):
-            with open(os.path.join(package, name), encoding="utf-8") as f:
+    for folder, _, names in os.walk(package):
+        for name in (n for n in names if n.endswith(".py")):
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
                 named.update(re.findall(r"[\"'](ARC_CY_[A-Z_]+)[\"']", f.read()))
     assert named and named <= set(_env.RUNTIME_FLAGS), named - set(_env.RUNTIME_FLAGS)
 
@@ -73,7 +73,7 @@ def test_a_mistyped_flag_is_logged_not_raised(flag, value, fresh, registry, monk
     monkeypatch.setenv(flag, value)
     if flag != "ARC_CY_NO_EXTENSIONS":
         # The override flags are read where the code is not verified.
-        unverified = _guard.CodeCheck("0.0.0", unjudged=("a test's vLLM",))
+        unverified = _guard.CodeCheck("0.0.0", problems=("a test's vLLM",))
         monkeypatch.setattr(_guard, "check_vllm_code", lambda: unverified)
     with caplog.at_level(logging.ERROR, logger=plugin.logger.name):
         plugin.register()
@@ -92,7 +92,7 @@ CALLS = {
     "the verified message": lambda mp: mp.setattr(_guard, "verified_message", _raiser),
     "the refused message": lambda mp: (
         mp.setattr(_guard, "refused_message", _raiser),
-        mp.setattr(_guard, "check_vllm_code", lambda: _guard.CodeCheck("0.0.0", unjudged=("x",))),
+        mp.setattr(_guard, "check_vllm_code", lambda: _guard.CodeCheck("0.0.0", problems=("x",))),
     ),
     "the factory's register": lambda mp: mp.setattr(
         _factory(), "register_cache_policy", classmethod(_raiser)

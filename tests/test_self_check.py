@@ -15,7 +15,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 import arc_cy
-from arc_cy._guard import releases
+from arc_cy._guard import LOCKSTEP_PASSED, releases
 from arc_cy._guard.verified import SUPPORTED_VLLM
 from arc_cy_harness import vllm_overlay
 from helpers import IMPLEMENTATIONS, PURE, PURE_ENV, REGISTERED, REPO, build_requirement
@@ -153,7 +153,7 @@ def test_report_and_self_check(
     assert f["package"] == str(Path(arc_cy.__file__).parent)
     version = metadata.version("vllm")
     matched = f"its ARC code is verified vLLM {version}'s"
-    assert f["vLLM"] == f"{version} ({matched})"
+    assert f["vLLM"] == f"{version} ({matched}; {LOCKSTEP_PASSED})"
     assert f["Python"].startswith(platform.python_version() + " (")
     assert f["plugin"] == f'"arc_cy" registered -> {module}.ARCCachePolicy'
     assert f["plugin log"] == (
@@ -186,7 +186,7 @@ def test_a_verified_releases_code_under_another_version(
     assert returncode == 0, stdout + stderr
     f = fields(stdout)
     installed = metadata.version("vllm")
-    assert f["vLLM"] == f"{version} (its ARC code is verified vLLM {installed}'s)"
+    assert f["vLLM"] == f"{version} (its ARC code is verified vLLM {installed}'s; {LOCKSTEP_PASSED})"
     assert f["plugin"] == '"arc_cy" registered -> arc_cy._arc_c.ARCCachePolicy'
     assert f["plugin log"].endswith(
         f"on vLLM {version}: its ARC code is verified vLLM {installed}'s"

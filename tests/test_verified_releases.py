@@ -1,16 +1,14 @@
-"""Every release the table lists runs: each verified vLLM release's own
-files, as they ship (tests/data/vllm, from each release's sdist), are
-judged by the guard's whole check and accepted, with no override.
+"""Every release the table lists runs, and release day is judged by rule.
 
-No vLLM is needed: each release's four judged modules sit in a tree of
-empty packages named vllm, which a child Python imports instead of any
-installed vLLM, and the guard judges them there as it judges an installed
-vLLM (what an import would run, compiled from the source it reads).
+Each verified release's own files (tests/data/vllm, from each release's
+sdist) sit in a tree of empty packages named vllm, which a child Python
+finds instead of any installed vLLM: the guard accepts them by their
+hashes, parsing nothing. The rules of release day (arc_cy._guard.fingerprint)
+are checked on the same files, edited: no vLLM is needed.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
@@ -19,161 +17,193 @@ from pathlib import Path
 
 import pytest
 
-from arc_cy import _fingerprint
-from arc_cy._fingerprint import ARC_MODULE, BASE_MODULE, CALLER_MODULES, judge_sources
-from arc_cy._guard import POLICY_NAMES, refused_message, verified_message
-from arc_cy._verified import SUPPORTED_VLLM, VERIFIED
+from arc_cy import _guard
+from arc_cy._guard import fingerprint, verified
+from arc_cy._guard.files import FILES
 from helpers import REPO
 
 DATA = REPO / "tests" / "data" / "vllm"
-RELEASES = sorted((p.name for p in DATA.iterdir() if p.is_dir()), key=_fingerprint.release_key)
-MODULES = (ARC_MODULE, BASE_MODULE, *CALLER_MODULES)
-
-CHECK = """
-import json, sys
-from arc_cy import _fingerprint
-from arc_cy._guard import POLICY_NAMES, refused_message
-from arc_cy._verified import VERIFIED
-result = _fingerprint.check_vllm_code(sys.argv[1], VERIFIED, POLICY_NAMES)
-assert "vllm" not in sys.modules or not hasattr(sys.modules["vllm"], "__version__")
-print(json.dumps({"ok": result.ok, "as": result.verified_as,
-                  "why": "" if result.ok else refused_message(result)}))
-"""
+RELEASES = sorted((p.name for p in DATA.iterdir() if p.is_dir()), key=_guard.release_key)
+WATCHED = {"t1", "t2", "b1", "b2", "touch", "get", "target_t1_size"} | fingerprint.DYNAMIC
 
 
 def _file(release: str, module: str) -> Path:
     return DATA / release / Path(*module.split(".")).with_suffix(".py")
 
 
-def _tree(release: str, root: Path) -> Path:
-    """A tree that holds the release's judged modules and nothing else of vLLM."""
-    for module in MODULES:
-        parts = module.split(".")
-        for depth in range(1, len(parts)):
-            package = root.joinpath(*parts[:depth])
-            package.mkdir(exist_ok=True)
-            (package / "__init__.py").touch()
-        source = _file(release, module)
-        if source.exists():
-            root.joinpath(*parts).with_suffix(".py").write_bytes(source.read_bytes())
-    return root
+def _code(release: str, **edits: tuple[str, str]) -> dict[str, str]:
+    """The release's ARC code, with base.py or arc.py edited (old, new)."""
+    texts = {}
+    for name, module in (("arc", _guard.ARC_MODULE), ("base", _guard.BASE_MODULE)):
+        text = _file(release, module).read_text()
+        if name in edits:
+            old, new = edits[name]
+            assert text.count(old) == 1, old
+            text = text.replace(old, new)
+        texts[name] = text.encode()
+    return fingerprint.arc_code(texts["arc"], texts["base"])
+
+
+CHECK = """
+import json, sys
+from arc_cy import _guard
+def parsed(*a): raise AssertionError("parsed")
+_guard.fingerprint.arc_code = _guard.lockstep_difference = parsed
+result = _guard._judge("x")
+print(json.dumps([result.verified_as, result.problems]))
+"""
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_a_verified_release_is_accepted_as_it_ships(release: str, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "ARC_CY_ALLOW_UNVERIFIED_VLLM"}
-    env["PYTHONPATH"] = str(_tree(release, tmp_path))  # before site-packages' vllm
+def test_a_verified_release_is_accepted_by_its_files_hashes(release: str, tmp_path: Path) -> None:
+    for module in FILES:
+        parts = module.split(".")
+        for depth in range(1, len(parts)):
+            tmp_path.joinpath(*parts[:depth]).mkdir(exist_ok=True)
+            tmp_path.joinpath(*parts[:depth], "__init__.py").touch()
+        tmp_path.joinpath(*parts).with_suffix(".py").write_bytes(
+            _file(release, module).read_bytes()
+        )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}  # before site-packages' vllm
     proc = subprocess.run(
-        [sys.executable, "-P", "-c", CHECK, release],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=tmp_path,
+        [sys.executable, "-P", "-c", CHECK], capture_output=True, text=True, timeout=120, env=env
     )
     assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
-    assert result == {"ok": True, "as": release, "why": ""}, result["why"]
+    assert json.loads(proc.stdout) == [release, []]
 
 
-def test_the_table_lists_the_releases_whose_files_are_here() -> None:
-    # A release joins the table with its files (the test above judges them).
-    listed = sorted((r for e in VERIFIED for r in e["releases"]), key=_fingerprint.release_key)
-    assert listed == RELEASES
-    # One entry per distinct ARC code.
-    codes = [tuple(sorted(e["arc"].items())) for e in VERIFIED]
-    assert len(set(codes)) == len(codes)
+def test_the_tables_hashes_are_the_recorded_files() -> None:
+    record = json.loads((DATA / "record.json").read_text())
+    shipped = {
+        release: {
+            FILES[m]: entry["files"][f"{m.replace('.', '/')}.py"]
+            for m in FILES
+            if f"{m.replace('.', '/')}.py" in entry["files"]
+        }
+        for release, entry in record.items()
+    }
+    assert verified.FILES == shipped
+    assert sorted(verified.FILES, key=_guard.release_key) == RELEASES
 
 
 def test_supported_vllm_spans_the_verified_releases() -> None:
-    # SUPPORTED_VLLM (what the [vllm] extra installs) spans exactly the
-    # verified releases: the oldest to the newest's minor series, with each
-    # minor series between them verified.
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
     releases = sorted(map(Version, RELEASES))
     oldest, newest = releases[0], releases[-1]
-    assert SpecifierSet(SUPPORTED_VLLM) == SpecifierSet(
-        f">={oldest},<{newest.major}.{newest.minor + 1}"
-    )
+    expected = f">={oldest},<{newest.major}.{newest.minor + 1}"
+    assert SpecifierSet(verified.SUPPORTED_VLLM) == SpecifierSet(expected)
     assert {(r.major, r.minor) for r in releases} == {
         (oldest.major, m) for m in range(oldest.minor, newest.minor + 1)
     }
 
 
-def _judge(release: str, table: tuple[dict, ...], version: str | None = None):  # type: ignore[no-untyped-def]
-    sources = {m: _file(release, m).read_bytes() for m in MODULES if _file(release, m).exists()}
-    paths = {m: str(_file(release, m)) for m in sources}
-    return judge_sources(version or release, sources, paths, table, POLICY_NAMES)
+@pytest.mark.parametrize("release", RELEASES)
+def test_each_release_is_its_own_code_on_release_day(release: str) -> None:
+    assert _code(release) == _guard.verified_code(release)
 
 
-def test_release_day_the_newest_release_before_its_entry() -> None:
-    # The newest release's files, judged by the table as it was before that
-    # release joined: its ARC code is the previous entry's (0.34.0 only lost
-    # touch, which nothing calls), and its callers ask only what
-    # CachePolicy has. So it runs the day it ships.
-    newest = RELEASES[-1]
-    before = tuple(e for e in VERIFIED if newest not in e["releases"])
-    result = _judge(newest, before, version=newest)
-    assert result.ok, refused_message(result)
-    assert result.verified_as == RELEASES[-2]
-    assert verified_message(result) == f"its ARC code is verified vLLM {RELEASES[-2]}'s"
+NEWEST = RELEASES[-1]
+ORDER = ("keys.sort(key=positions.__getitem__)", "keys.sort(key=positions.__getitem__, reverse=1)")
+SAME = {
+    "a-docstring-and-comments": (
+        "arc",
+        ("class ARCCachePolicy(CachePolicy):\n", "class ARCCachePolicy(CachePolicy):\n    # x\n"),
+    ),
+    "a-string-prefix": ("base", ('"""Return one head-to-tail', 'u"""Return one head-to-tail')),
+    # issue 53's repros: a function named like a local of order_request_keys
+    # (positions), and a default on an abstract method ARC overrides
+    "an-unrelated-function": (
+        "base",
+        ("\n\nclass ChunkStatus", "\n\ndef positions():\n    return 1\n\n\nclass ChunkStatus"),
+    ),
+    "a-default-arc-overrides": (
+        "base",
+        (
+            "self, n: int, protected: set[OffloadKey]\n",
+            "self, n: int, protected: set[OffloadKey], d: frozenset = frozenset()\n",
+        ),
+    ),
+}
+CHANGED = {
+    "order_request_keys": ("base", ORDER, {"base.py:order_request_keys"}),
+    "a-match-capture-binds-len": (
+        "base",
+        (
+            "\n\nclass ChunkStatus",
+            "\n\nmatch 0:\n    case len:\n        pass\n\n\nclass ChunkStatus",
+        ),
+        {"base.py:len"},
+    ),
+    "a-reached-function": (
+        "base",
+        ("    keys = [key", "    keys = [helper(key)"),
+        {"base.py:order_request_keys"},
+    ),
+    "a-decorated-function": (
+        "base",
+        ("\n\nclass ChunkStatus", "\n\n@print\ndef f():\n    pass\n\n\nclass ChunkStatus"),
+        {"base.py:f"},
+    ),
+    "an-inherited-no-op": (
+        "base",
+        (
+            '        """Called when a chunk\'s ref_cnt transitions to 0."""\n        return',
+            '        """Called when a chunk\'s ref_cnt transitions to 0."""\n        self.get(key)',
+        ),
+        {"base.py:CachePolicy.mark_evictable"},
+    ),
+}
 
 
-def test_a_verified_caller_is_judged_as_it_shipped() -> None:
-    # 0.30.0's tiering primary tier calls the manager's on_request_finished,
-    # a name arc_cy's policy has and 0.30.0's CachePolicy lacks: a scan of
-    # names cannot tell the two apart. The table holds that caller as
-    # shipped, so 0.30.0 runs; without it in the table, the refusal says
-    # which release the ARC code is and what refused, never a contradiction.
-    assert _judge("0.30.0", VERIFIED).ok
-    stripped = tuple(
-        {**e, "callers": {k: () for k in e["callers"]}} if "0.30.0" in e["releases"] else e
-        for e in VERIFIED
+@pytest.mark.parametrize("case", sorted(SAME))
+def test_what_does_not_run_or_read_differently_does_not_count(case: str) -> None:
+    file, edit = SAME[case]
+    assert _code(NEWEST, **{file: edit}) == _guard.verified_code(NEWEST)
+
+
+@pytest.mark.parametrize("case", sorted(CHANGED))
+def test_what_arc_runs_or_reads_is_judged_object_by_object(case: str) -> None:
+    file, edit, objects = CHANGED[case]
+    code, theirs = _code(NEWEST, **{file: edit}), _guard.verified_code(NEWEST)
+    assert {k for k in code.keys() | theirs.keys() if code.get(k) != theirs.get(k)} == objects
+
+
+def test_a_helper_that_a_judged_function_reads_is_judged() -> None:
+    # order_request_keys reading a new helper reaches it: the helper's own
+    # change is then a change.
+    arc_text = _file(NEWEST, _guard.ARC_MODULE).read_bytes()
+    base = _file(NEWEST, _guard.BASE_MODULE).read_text()
+    base = base.replace("    keys = [key", "    keys = [helper(key)")
+    for body in ("return k", "return None"):
+        with_helper = base + f"\n\ndef helper(k):\n    {body}\n"
+        code = fingerprint.arc_code(arc_text, with_helper.encode())
+        assert "base.py:helper" in code
+    assert "base.py:helper" not in fingerprint.arc_code(
+        arc_text,
+        (base.replace("helper(key)", "key") + "\n\ndef helper(k):\n    return k\n").encode(),
     )
-    result = _judge("0.30.0", stripped)
-    assert not result.ok and result.verified_as == "0.30.0"
-    line = next(
-        i
-        for i, text in enumerate(_file("0.30.0", CALLER_MODULES[1]).read_text().splitlines(), 1)
-        if "on_request_finished" in text
-    )
-    assert refused_message(result).startswith(
-        "arc_cy: vLLM 0.30.0's ARC code is verified vLLM 0.30.0's, but "
-        f"{_file('0.30.0', CALLER_MODULES[1])}:{line} uses 'on_request_finished', which an "
-        "ARC policy has beyond base.py's CachePolicy."
-    )
 
 
-def test_a_verified_caller_with_another_arc_code_is_scanned() -> None:
-    # A caller is trusted only beside the ARC code it shipped with: 0.33.0's
-    # manager calls touch, which 0.34.0's ARC lost.
-    sources = {m: _file("0.34.0", m).read_bytes() for m in MODULES}
-    sources[CALLER_MODULES[0]] = _file("0.33.0", CALLER_MODULES[0]).read_bytes()
-    paths = {m: f"/{m}.py" for m in MODULES}
-    result = judge_sources("0.34.0", sources, paths, VERIFIED, POLICY_NAMES)
-    assert not result.ok
-    assert {(u.name, u.why, u.release) for u in result.uses} == {("touch", "gone", "0.33.0")}
+USES = {
+    "an-attribute": ("len(self._policy.t1)", {"t1"}),
+    "a-computed-name": ("getattr(self._policy, name)", {"getattr"}),
+    "a-string-name": ("getattr(self._policy, 'b2')", {"getattr", "b2"}),
+    "a-class-pattern": ("match p:\n        case object(t2=x):\n            pass", {"t2"}),
+    "a-keyword": ("f(target_t1_size=1)", {"target_t1_size"}),
+    "a-docstring-is-not-a-use": ('"""t1 and b2 of the policy."""', set()),
+}
 
 
-def test_fingerprints_do_not_depend_on_formatting() -> None:
-    source = _file(RELEASES[-1], ARC_MODULE).read_text()
-    base = ast.parse(_file(RELEASES[-1], BASE_MODULE).read_text())
-    same = _fingerprint.arc_code(ast.parse(source), base).objects
-    reformatted = source.replace("\n", "  # a comment\n", 3).replace("B1/B2", "the ghost lists")
-    assert _fingerprint.arc_code(ast.parse(reformatted), base).objects == same
-    changed = source.replace(
-        "if virtual_t1_size >= int(self.target_t1_size):",
-        "if virtual_t1_size > int(self.target_t1_size):",
-    )
-    differ = _fingerprint.arc_code(ast.parse(changed), base).objects
-    assert [k for k in same if same[k] != differ[k]] == ["arc.py:ARCCachePolicy.evict"]
+@pytest.mark.parametrize("case", sorted(USES))
+def test_a_callers_uses_are_every_form_of_a_watched_name(case: str) -> None:
+    line, names = USES[case]
+    source = f"def f(self, p, name):\n    {line}\n".encode()
+    assert set(fingerprint.caller_uses(source, WATCHED)) == names
 
 
 def test_fingerprint_script_prints_the_table_from_the_release_files() -> None:
-    # tools/fingerprint.py, given every release's files, prints the table
-    # arc_cy/_verified.py holds: the table is what the files are.
     proc = subprocess.run(
         [
             sys.executable,
@@ -186,8 +216,8 @@ def test_fingerprint_script_prints_the_table_from_the_release_files() -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    printed = proc.stdout.partition("arc_cy/_verified.py, with these releases:\n\n")[2].strip()
-    assert printed and printed in (REPO / "arc_cy" / "_verified.py").read_text()
+    printed = proc.stdout.partition("arc_cy/_guard/verified.py, with these releases:\n\n")[2]
+    assert printed.strip() == (REPO / "arc_cy" / "_guard" / "verified.py").read_text().strip()
     for release in RELEASES:
         assert (
             f"vLLM {release} ({DATA / release}):\n    its ARC code is verified vLLM {release}'s\n"

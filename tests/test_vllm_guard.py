@@ -150,7 +150,7 @@ def reset_guard(monkeypatch: pytest.MonkeyPatch) -> None:
 def registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
     """vLLM's policy registry without arc_cy, the guard not yet run, no
     override, and the table as it is, for this test only."""
-    fresh = {k: v for k, v in CachePolicyFactory._registry.items() if k != "arc_cy"}
+    fresh = {k: v for k, v in CachePolicyFactory._registry.items() if not k.startswith("arc_cy")}
     monkeypatch.setattr(CachePolicyFactory, "_registry", fresh)
     monkeypatch.delenv(OVERRIDE_ENV, raising=False)
     monkeypatch.delenv(DEPRECATED_OVERRIDE_ENV, raising=False)
@@ -228,6 +228,7 @@ def routes(
     registered = "arc_cy" in CachePolicyFactory._registry
     assert (records[0].levelno == logging.INFO) == registered
     CachePolicyFactory._registry.pop("arc_cy", None)
+    CachePolicyFactory._registry.pop("arc_cy_plus", None)
     reset_guard(monkeypatch)
     manager_cls = sys.modules[CPU_MANAGER].CPUOffloadingManager
     try:
@@ -416,7 +417,9 @@ def test_a_caller_moved_in_the_tree_is_judged(guard: Guard) -> None:
     moved = old.parent / "offloading" / "manager.py"
     moved.parent.mkdir()
     (moved.parent / "__init__.py").touch()
-    moved.write_text(old.read_text() + "\n\ndef _probe(self, key):\n    self._policy.t1.move_to_end(key)\n")
+    moved.write_text(
+        old.read_text() + "\n\ndef _probe(self, key):\n    self._policy.t1.move_to_end(key)\n"
+    )
     old.unlink()
     guard.monkeypatch.delitem(sys.modules, CPU_MANAGER)
     result = _guard.check_vllm_code()

@@ -72,7 +72,8 @@ def judge(target: str | None, table: dict[str, dict]) -> bool:
                     sources[path] = source
     code = fp.arc_code(arc, base)
     matching = [r for r in _guard.releases() if _guard.verified_code(r) == code]
-    print(f"    its ARC code is verified vLLM {matching[0]}'s" if matching else "    new ARC code")
+    same = version if version in matching else matching[0] if matching else None
+    print(f"    its ARC code is verified vLLM {same}'s" if same else "    new ARC code")
     watched = fp.policy_names(arc, base) | _guard._arc_cy_names() | fp.DYNAMIC
     uses: set[str] = set()
     for module, source in sources.items():

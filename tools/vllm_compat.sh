@@ -19,7 +19,7 @@
 #     (the calls that release makes), and the vLLM PR 55461 cases;
 # and `python -m arc_cy`, the operator's self-check, through that release's
 # plugin loading and manager; then prints how the guard judges that
-# release, and the table of arc_cy/_verified.py with it added
+# release, and the table of arc_cy/_guard/verified.py with it added
 # (tools/fingerprint.py); compares, for a release in tests/data/vllm, the
 # files vendored there with its sdist on PyPI (tools/vendored.py); and ends with what a user of that release gets
 # with NO override (tools/no_override.py): the plugin registers, the module

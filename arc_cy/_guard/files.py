@@ -10,7 +10,6 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Iterator
 from types import CodeType
 
 ARC_MODULE = "vllm.v1.kv_offload.cpu.policies.arc"
@@ -60,6 +59,15 @@ def source_path(module: str) -> str | None:
             raise Unjudged(f"{module} is a module object with no Python source file")
         return origin
     package, _, name = module.rpartition(".")
+    if package in sys.modules:  # as an import would find it: its finders, nothing imported
+        try:
+            spec = importlib.util.find_spec(module)
+        except Exception as exc:
+            raise Unjudged(f"{module} cannot be found ({type(exc).__name__}: {exc})") from None
+        origin = getattr(spec, "origin", None)
+        if spec is not None and not (isinstance(origin, str) and origin.endswith(".py")):
+            raise Unjudged(f"{module} is not loaded from a Python source file")
+        return origin
     for folder in package_dirs(package):
         for path in (os.path.join(folder, name + ".py"), os.path.join(folder, name, "__init__.py")):
             if os.path.lexists(path):
@@ -112,90 +120,56 @@ def find_callers() -> dict[str, tuple[str, bytes]]:
     return found
 
 
-# --- what an imported module runs -----------------------------------------------
+def _key(code: CodeType) -> tuple[object, ...]:
+    """A code object's bytecode (co_code is unspecialised), names and
+    constants, its nested code's included."""
+    consts = tuple(_key(c) if isinstance(c, CodeType) else c for c in code.co_consts)
+    return code.co_code, code.co_names, code.co_varnames, code.co_flags, consts
 
 
-def _codes(code: CodeType) -> Iterator[CodeType]:
-    yield code
-    for const in code.co_consts:
-        if isinstance(const, CodeType):
-            yield from _codes(const)
-
-
-def _same(a: CodeType, b: CodeType) -> bool:
-    """Same bytecode, names and constants (co_code is unspecialised)."""
-    if (a.co_code, a.co_names, a.co_varnames, a.co_freevars, a.co_flags) != (
-        b.co_code,
-        b.co_names,
-        b.co_varnames,
-        b.co_freevars,
-        b.co_flags,
-    ) or len(a.co_consts) != len(b.co_consts):
-        return False
-    return all(
-        _same(x, y) if isinstance(x, CodeType) and isinstance(y, CodeType) else x == y
-        for x, y in zip(a.co_consts, b.co_consts, strict=True)
-    )
-
-
-def _live_functions(module: object, path: str) -> Iterator[CodeType]:
-    """The code of each function the module's source defined, as bound now
-    in the module and its classes."""
-    name = getattr(module, "__name__", None)
-    for value in list(vars(module).values()):
-        objects = [value]
-        if isinstance(value, type) and value.__module__ == name:
-            objects = list(vars(value).values())
-        for obj in objects:
-            for f in (obj, getattr(obj, "__func__", None), getattr(obj, "fget", None)):
-                code = getattr(f, "__code__", None)
-                if isinstance(code, CodeType) and code.co_filename == path:
-                    yield code
-
-
-def _cached_code(path: str, source: bytes) -> CodeType | None:
-    """The code of path's .pyc when its header says it is this source's, as
-    Python's import checks it (a hash-based one by its hash, always)."""
+def _written(path: str, source: bytes) -> CodeType:
+    """The code an import of path runs now: its .pyc when the header says it
+    is this source's (Python's rule; a hash-based one by its hash, always),
+    else the source compiled."""
     try:
         cache = importlib.util.cache_from_source(path)
-        st = os.stat(cache)
-        if not stat.S_ISREG(st.st_mode):
-            raise Unjudged(f"its bytecode cache {cache} is not a regular file")
-        with open(cache, "rb") as f:
-            data = f.read()
-    except (OSError, NotImplementedError, ValueError):
-        return None
-    if data[:4] != importlib.util.MAGIC_NUMBER:
-        return None
-    flags = int.from_bytes(data[4:8], "little")
-    if flags & 1:
-        valid = data[8:16] == importlib.util.source_hash(source)
-    else:
-        src = os.stat(path)
-        valid = data[8:16] == (int(src.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (
-            src.st_size & 0xFFFFFFFF
-        ).to_bytes(4, "little")
-    code = marshal.loads(data[16:]) if valid else None
-    return code if isinstance(code, CodeType) else None
+        data = read(cache) if os.path.lexists(cache) else b""
+    except (NotImplementedError, ValueError):
+        data = b""
+    if data[:4] == importlib.util.MAGIC_NUMBER:
+        if int.from_bytes(data[4:8], "little") & 1:
+            valid = data[8:16] == importlib.util.source_hash(source)
+        else:
+            st = os.stat(path)
+            stamp = (int(st.st_mtime) & 0xFFFFFFFF) | (st.st_size & 0xFFFFFFFF) << 32
+            valid = data[8:16] == stamp.to_bytes(8, "little")
+        code = marshal.loads(data[16:]) if valid else None
+        if isinstance(code, CodeType):
+            return code
+    try:
+        return compile(source, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise Unjudged(f"cannot compile {path} ({type(exc).__name__}: {exc})") from None
 
 
 def not_its_source(module: str, path: str, source: bytes) -> str | None:
-    """Why the code an imported module runs is not compiled from its source
-    (a stale .pyc, or a source changed since it was imported); None when
-    it is, or when the module is not imported. Compared with the .pyc whose
-    header matches the source, or with the source compiled."""
+    """Why a function an imported module defined runs code that is not
+    compiled from its source (a stale .pyc; a source replaced after the
+    import); None when none does, or the module is not imported."""
     live = sys.modules.get(module)
     if live is None:
         return None
-    code = _cached_code(path, source)
-    if code is None:
-        try:
-            code = compile(source, path, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-            raise Unjudged(f"cannot compile {path} ({type(exc).__name__}: {exc})") from None
-    expected = {(c.co_qualname, c.co_firstlineno): c for c in _codes(code)}
-    for runs in _live_functions(live, path):
-        written = expected.get((runs.co_qualname, runs.co_firstlineno))
-        if written is None or not _same(runs, written):
-            return f"{runs.co_qualname} runs code that is not compiled from it (a stale .pyc?)"
+    todo, expected = [_written(path, source)], {}
+    while todo:
+        code = todo.pop()
+        expected[code.co_qualname, code.co_firstlineno] = _key(code)
+        todo += [c for c in code.co_consts if isinstance(c, CodeType)]
+    for value in list(vars(live).values()):
+        mine = isinstance(value, type) and value.__module__ == module
+        for obj in list(vars(value).values()) if mine else [value]:
+            for f in (obj, getattr(obj, "__func__", None), getattr(obj, "fget", None)):
+                runs = getattr(f, "__code__", None)
+                if isinstance(runs, CodeType) and runs.co_filename == path:
+                    if expected.get((runs.co_qualname, runs.co_firstlineno)) != _key(runs):
+                        return f"{runs.co_qualname} runs code that is not compiled from it"
     return None

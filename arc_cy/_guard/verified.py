@@ -90,8 +90,8 @@ ARC: dict[str, dict[str, str]] = {
 }
 USES: dict[str, str] = {
     "0.30.0": (
-        "__init__ cache_capacity clear evict get insert mark_evictable mark_non_evictable remove "
-        "touch"
+        "__init__ cache_capacity clear evict get insert mark_evictable mark_non_evictable "
+        "on_request_finished remove touch"
     ),
     "0.31.0": (
         "__init__ cache_capacity clear evict get insert mark_evictable mark_non_evictable "
