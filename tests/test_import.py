@@ -106,7 +106,8 @@ def test_the_package_has_no_import_circle() -> None:
     package = REPO / "arc_cy"
     files = [*package.glob("*.py"), *package.glob("*.pyx"), *package.glob("_guard/*.py")]
     modules = {
-        "arc_cy." + ".".join(p.relative_to(package).with_suffix("").parts).removesuffix(".__init__"): p
+        "arc_cy."
+        + ".".join(p.relative_to(package).with_suffix("").parts).removesuffix(".__init__"): p
         for p in files
     }
     edges = {m: _imports(p) & modules.keys() for m, p in modules.items()}

@@ -186,7 +186,9 @@ def test_a_verified_releases_code_under_another_version(
     assert returncode == 0, stdout + stderr
     f = fields(stdout)
     installed = metadata.version("vllm")
-    assert f["vLLM"] == f"{version} (its ARC code is verified vLLM {installed}'s; {LOCKSTEP_PASSED})"
+    assert (
+        f["vLLM"] == f"{version} (its ARC code is verified vLLM {installed}'s; {LOCKSTEP_PASSED})"
+    )
     assert f["plugin"] == '"arc_cy" registered -> arc_cy._arc_c.ARCCachePolicy'
     assert f["plugin log"].endswith(
         f"on vLLM {version}: its ARC code is verified vLLM {installed}'s"

@@ -74,14 +74,13 @@ def judge(target: str | None, table: dict[str, dict]) -> bool:
     matching = [r for r in _guard.releases() if _guard.verified_code(r) == code]
     same = version if version in matching else matching[0] if matching else None
     print(f"    its ARC code is verified vLLM {same}'s" if same else "    new ARC code")
-    watched = fp.policy_names(arc, base) | _guard._arc_cy_names() | fp.DYNAMIC
+    watched = fp.arc_names(arc) | _guard._arc_cy_names() | fp.DYNAMIC
     uses: set[str] = set()
     for module, source in sources.items():
         if module not in (_guard.ARC_MODULE, _guard.BASE_MODULE):
             found = fp.caller_uses(source, watched)
-            print(
-                f"    {os.path.relpath(module, kv) if '/' in module else FILES[module]} uses {sorted(found)}"
-            )
+            name = os.path.relpath(module, kv) if "/" in module else FILES[module]
+            print(f"    {name} uses {sorted(found)}")
             uses |= set(found)
     table["FILES"][version] = {
         FILES[m]: hashlib.sha256(s).hexdigest() for m, s in sources.items() if m in FILES
@@ -98,7 +97,7 @@ def judge(target: str | None, table: dict[str, dict]) -> bool:
 
 
 def _string(value: str, indent: str) -> str:
-    lines = textwrap.wrap(value, 96 - len(indent), break_on_hyphens=False)
+    lines = textwrap.wrap(value, 88 - len(indent), break_on_hyphens=False)
     if len(lines) <= 1:
         return f'"{value}"'
     inner = "".join(f'{indent}    "{line} "\n' for line in lines[:-1])

@@ -19,6 +19,7 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass
+from importlib import import_module, metadata
 
 from .._env import env_flag
 from . import files, fingerprint, verified
@@ -46,12 +47,8 @@ def override_set() -> bool:
 def vllm_version() -> str:
     """The imported vLLM's ``__version__``, else its metadata's, else "unknown"."""
     version = getattr(sys.modules.get("vllm"), "__version__", None)
-    if isinstance(version, str) and version:
-        return version
     try:
-        from importlib import metadata
-
-        return metadata.version("vllm")
+        return version if isinstance(version, str) and version else metadata.version("vllm")
     except Exception:
         return "unknown"
 
@@ -67,12 +64,8 @@ def releases() -> list[str]:
 
 def verified_code(release: str) -> dict[str, str]:
     """A verified release's ARC code: object -> fingerprint."""
-    return {
-        name: fp
-        for name, by_fp in verified.ARC.items()
-        for fp, rs in by_fp.items()
-        if release in rs.split()
-    }
+    arc = verified.ARC.items()
+    return {name: fp for name, fps in arc for fp, rs in fps.items() if release in rs.split()}
 
 
 @dataclass(frozen=True)
@@ -80,10 +73,8 @@ class CodeCheck:
     """What the guard found for this process's vLLM."""
 
     version: str
-    verified_as: str | None = None
-    """The verified release whose ARC code this vLLM's is; None if none."""
-    problems: tuple[str, ...] = ()
-    """Each reason it is refused, as the operator reads it."""
+    verified_as: str | None = None  # the verified release whose ARC code this is
+    problems: tuple[str, ...] = ()  # each reason to refuse it, as the operator reads it
 
     @property
     def ok(self) -> bool:
@@ -105,32 +96,30 @@ def check_vllm_code() -> CodeCheck | None:
     if not _base.VLLM_IMPORTED:
         return None
     version = vllm_version()
-    if not _base.HAVE_VLLM:
-        err = _base.VLLM_IMPORT_ERROR
-        why = f"its policy module does not give arc_cy CachePolicy and ChunkStatus ({type(err).__name__}: {err})"
-        return CodeCheck(version, problems=(f"arc_cy cannot judge it: {why}",))
     enabled = gc.isenabled()
     gc.disable()  # a collection in a process with torch costs more than the check
     try:
+        if not _base.HAVE_VLLM:
+            err = _base.VLLM_IMPORT_ERROR
+            raise Unjudged(
+                "its policy module does not give arc_cy CachePolicy and ChunkStatus "
+                f"({type(err).__name__}: {err})"
+            )
         return _judge(version)
-    except Unjudged as exc:
-        return CodeCheck(version, problems=(f"arc_cy cannot judge it: {exc}",))
     except (Exception, RecursionError, MemoryError) as exc:
-        return CodeCheck(
-            version, problems=(f"arc_cy cannot judge it: {type(exc).__name__}: {exc}",)
-        )
+        why = exc if isinstance(exc, Unjudged) else f"{type(exc).__name__}: {exc}"
+        return CodeCheck(version, problems=(f"arc_cy cannot judge it: {why}",))
     finally:
         if enabled:
             gc.enable()
 
 
 def _stale(sources: dict[str, tuple[str, bytes]]) -> list[str]:
-    out = []
-    for module, (path, source) in sources.items():
-        why = files.not_its_source(module, path, source)
-        if why:
-            out.append(f"the code that runs for {path} is not its source's: {why}")
-    return out
+    return [
+        f"the code that runs for {path} is not its source's: {why}"
+        for module, (path, source) in sources.items()
+        if (why := files.not_its_source(module, path, source))
+    ]
 
 
 def _judge(version: str) -> CodeCheck:
@@ -170,7 +159,7 @@ def _release_day(version: str, sources: dict[str, tuple[str, bytes]]) -> CodeChe
         sources.setdefault(module, found)
     try:
         code = fingerprint.arc_code(arc, base)
-        watched = fingerprint.policy_names(arc, base) | _arc_cy_names() | fingerprint.DYNAMIC
+        watched = fingerprint.arc_names(arc) | _arc_cy_names() | fingerprint.DYNAMIC
         callers = {
             path: fingerprint.caller_uses(source, watched)
             for module, (path, source) in sources.items()
@@ -184,22 +173,20 @@ def _release_day(version: str, sources: dict[str, tuple[str, bytes]]) -> CodeChe
     allowed = {n for r in (matching or [nearest]) for n in verified.USES[r].split()}
     for path, uses in callers.items():
         problems += [
-            f"{path}:{line} uses {name!r}, which no caller of verified vLLM {nearest}'s ARC code uses"
+            f"{path}:{line} uses {name!r}, which no caller of verified vLLM {nearest}'s ARC "
+            "code uses"
             for name, line in sorted(uses.items(), key=lambda u: u[1])
             if name not in allowed
         ]
     problems += _stale(sources)
-    if not problems:
-        differs = lockstep_difference()
-        if differs:
-            problems.append(differs)
+    if not problems and (differs := lockstep_difference()):
+        problems.append(differs)
     return CodeCheck(version, nearest if matching else None, tuple(problems))
 
 
 def _nearest(code: dict[str, str]) -> str:
-    def shared(release: str) -> tuple[int, tuple[int, ...]]:
-        theirs = verified_code(release)
-        return sum(code.get(k) == v for k, v in theirs.items()), release_key(release)
+    def shared(r: str) -> tuple[int, tuple[int, ...]]:
+        return sum(code.get(k) == v for k, v in verified_code(r).items()), release_key(r)
 
     return max(releases(), key=shared)
 
@@ -215,12 +202,9 @@ def _changes(
         file, _, obj = name.partition(":")
         what = f"{file}'s module code" if obj == "<module code>" else f"`{obj}`"
         path = sources[ARC_MODULE if file == "arc.py" else BASE_MODULE][0]
-        if name not in theirs:
-            out.append(f"{what} ({path}) is not in verified vLLM {nearest}'s")
-        elif name not in code:
-            out.append(f"{what} ({path}) is missing, which verified vLLM {nearest}'s has")
-        else:
-            out.append(f"{what} ({path}) differs from verified vLLM {nearest}'s")
+        how = "is not in {}'s" if name not in theirs else "differs from {}'s"
+        how = "is missing, which {}'s has" if name not in code else how
+        out.append(f"{what} ({path}) {how.format(f'verified vLLM {nearest}')}")
     return out
 
 
@@ -230,14 +214,12 @@ LOCKSTEP_PASSED = "vLLM's ARCCachePolicy and arc_cy's decided alike in a lockste
 def lockstep_difference() -> str | None:
     """How arc_cy's ARCCachePolicy (the implementation this process
     selected) and this vLLM's first differ in a lockstep; None if never."""
-    import importlib
-
-    from .. import _base
+    from .._base import ChunkStatus
     from .lockstep import first_difference
 
-    theirs = importlib.import_module(ARC_MODULE).ARCCachePolicy
-    ours = _selected()[0]
-    differs = first_difference(theirs, ours, _base.ChunkStatus)
+    differs = first_difference(
+        import_module(ARC_MODULE).ARCCachePolicy, _selected()[0], ChunkStatus
+    )
     return differs and f"arc_cy's ARCCachePolicy decides otherwise than this vLLM's: {differs}"
 
 
@@ -248,13 +230,10 @@ class VllmGuard:
     read per construction."""
 
     def __init__(self) -> None:
-        self.pending = True
-        """False once arc_cy may run here: no vLLM, or its code accepted."""
+        self.pending = True  # False once arc_cy may run here: no vLLM, or its code accepted
         self._result: CodeCheck | None = None
-        self._checked = False
-        self._warned = False
-        self._running: int | None = None
-        """The thread running the check (its lockstep builds arc_cy's policies)."""
+        self._checked = self._warned = False
+        self._running: int | None = None  # the thread whose check's lockstep builds policies
 
     def result(self) -> CodeCheck | None:
         """What the check found (None without vLLM), checked on the first call only."""
@@ -301,10 +280,6 @@ def verified_message(code: CodeCheck) -> str:
     return f"its ARC code is verified vLLM {code.verified_as}'s"
 
 
-def reasons(code: CodeCheck) -> str:
-    return "; ".join(code.problems)
-
-
 def refused_message(code: CodeCheck) -> str:
     """Why the installed vLLM's code is refused, and what to do about it."""
     if code.verified_as is not None:
@@ -312,7 +287,7 @@ def refused_message(code: CodeCheck) -> str:
     else:
         head = f"vLLM {code.version}'s ARC code is not code arc_cy verified: "
     return (
-        f"arc_cy: {head}{reasons(code)}. arc_cy reproduces vLLM arc decision for "
+        f"arc_cy: {head}{'; '.join(code.problems)}. arc_cy reproduces vLLM arc decision for "
         f"decision on the ARC code of the releases it verified ({', '.join(releases()[::-1])}). "
         "Install one of them, or verify this vLLM from an arc_cy checkout with "
         "`tools/vllm_compat.sh VERSION` (docs/usage.md#the-guard), or set "
@@ -324,5 +299,5 @@ def overridden_message(code: CodeCheck) -> str:
     """What the operator reads when the override lets unverified code in."""
     return (
         f"arc_cy: using arc_cy on vLLM {code.version}'s unverified code because "
-        f"{OVERRIDE_ENV} is set ({reasons(code)})"
+        f"{OVERRIDE_ENV} is set ({'; '.join(code.problems)})"
     )

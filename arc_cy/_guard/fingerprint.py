@@ -1,14 +1,14 @@
 """Release day: what a vLLM's ARC code is, object by object, and what its
 callers use of the policy, from their sources. Standard library only.
 
-An object is a name ``arc.py`` or ``base.py`` binds at module level, a
-method of ``ARCCachePolicy`` or of ``CachePolicy``, or a class's own body
-less its methods; its fingerprint is a hash of its syntax tree without
-positions, docstrings or string prefixes. Judged: all of ``arc.py``; of
-``base.py``, what runs when it is imported and what that and ARC's code
-read (Python's own scope analysis, ``symtable``, says what a function
-reads from its module), ``ChunkStatus`` and ``order_request_keys``, and the
-``CachePolicy`` methods that ARC inherits or reaches through ``super()``.
+An object is a name that arc.py or base.py binds at module level, a method
+of ``ARCCachePolicy`` or ``CachePolicy``, or a class's body less its
+methods; its fingerprint hashes its syntax tree without positions,
+docstrings or string prefixes. Judged: all of arc.py; of base.py, what
+runs at import, what that and ARC's code read (Python's own scope
+analysis, ``symtable``, says what binds and reads a module name),
+``ChunkStatus``, ``order_request_keys``, and the ``CachePolicy`` methods
+that ARC inherits or reaches through ``super()``.
 """
 
 from __future__ import annotations
@@ -16,29 +16,27 @@ from __future__ import annotations
 import ast
 import hashlib
 import symtable
-from collections.abc import Iterable
 
 ARC_CLASS = "ARCCachePolicy"
-BASE_ROOTS = ("CachePolicy", "ChunkStatus", "order_request_keys")
-"""What arc_cy takes from base.py (arc_cy._base)."""
+BASE_ROOTS = {"CachePolicy", "ChunkStatus", "order_request_keys"}  # what arc_cy takes
 DYNAMIC = frozenset(
     {"getattr", "setattr", "delattr", "vars", "__dict__", "attrgetter", "methodcaller"}
     | {"__getstate__", "__setstate__", "__reduce__", "__reduce_ex__", "__copy__", "__deepcopy__"}
 )
 """Names that reach a policy's attributes by a computed name, or its state whole."""
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_SCOPES = (*_DEFS, ast.ClassDef, ast.Module)
 
 
-def _is_docstring(stmt: ast.stmt) -> bool:
-    return (
-        isinstance(stmt, ast.Expr)
-        and isinstance(stmt.value, ast.Constant)
-        and isinstance(stmt.value.value, str)
-    )
+def _doc(body: list[ast.stmt]) -> ast.Constant | None:
+    first = body[0] if body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+        return first.value if isinstance(first.value.value, str) else None
+    return None
 
 
 def _shape(node: object) -> str:
-    # Version-stable: 3.12's empty type_params and 3.13's dump defaults aside.
+    # Stable across 3.11 to 3.13: 3.12's empty type_params are left out.
     if isinstance(node, list):
         return "[" + ",".join(map(_shape, node)) + "]"
     if not isinstance(node, ast.AST):
@@ -48,81 +46,40 @@ def _shape(node: object) -> str:
         value = getattr(node, field, None)
         if field in ("kind", "type_comment") or (field == "type_params" and not value):
             continue
-        if field == "body" and isinstance(node, (*_DEFS, ast.ClassDef)) and value:
-            value = value[1:] if _is_docstring(value[0]) else value
+        if field == "body" and isinstance(node, _SCOPES) and _doc(value):
+            value = value[1:]
         parts.append(f"{field}={_shape(value)}")
     return "(" + " ".join(parts) + ")"
 
 
-def fingerprint(nodes: Iterable[ast.AST]) -> str:
-    text = ";".join(_shape(n) for n in nodes)
-    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()[:12]
-
-
-def reads(node: ast.stmt) -> set[str]:
-    """The module-level names a statement reads, by Python's scope analysis."""
-    out: set[str] = set()
-    tables = [symtable.symtable(ast.unparse(node), "<judged>", "exec")]
+def _scope(stmt: ast.stmt) -> tuple[list[str], set[str]]:
+    """(the module names a statement binds, those it and its functions read)."""
+    table = symtable.symtable(ast.unparse(stmt), "<judged>", "exec")
+    bound = [s.get_name() for s in table.get_symbols() if s.is_local()]
+    reads, tables = set(), [table]
     while tables:
-        table = tables.pop()
-        tables += table.get_children()
-        top = table.get_type() == "module"
-        out.update(
+        t = tables.pop()
+        tables += t.get_children()
+        reads |= {
             s.get_name()
-            for s in table.get_symbols()
-            if s.is_referenced() and s.is_global() and not (top and s.is_local())
-        )
-    return out
-
-
-def _bound(stmt: ast.stmt) -> list[str]:
-    if isinstance(stmt, (*_DEFS, ast.ClassDef)):
-        return [stmt.name]
-    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-        return [a.asname or a.name.partition(".")[0] for a in stmt.names]
-    names: list[str] = []
-    for n in ast.walk(stmt):
-        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
-            names.append(n.id)
-        elif isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
-            names.append(n.name)
-        elif isinstance(n, ast.MatchMapping) and n.rest:
-            names.append(n.rest)
-    return list(dict.fromkeys(names)) or ["<module code>"]
+            for s in t.get_symbols()
+            if s.is_referenced() and s.is_global() and not (t is table and s.is_local())
+        }
+    return bound, reads
 
 
 def _objects(tree: ast.Module) -> dict[str, list[ast.stmt]]:
     out: dict[str, list[ast.stmt]] = {}
-    for stmt in tree.body:
-        if not _is_docstring(stmt):
-            for name in _bound(stmt):
-                out.setdefault(name, []).append(stmt)
+    for stmt in tree.body[1:] if _doc(tree.body) else tree.body:
+        for name in _scope(stmt)[0] or ["<module code>"]:
+            out.setdefault(name, []).append(stmt)
     return out
-
-
-def _runs_at_import(stmt: ast.stmt, lazy_annotations: bool) -> bool:
-    if not isinstance(stmt, _DEFS):
-        return True
-    a = stmt.args
-    annotated = stmt.returns is not None or any(
-        x.annotation is not None
-        for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
-        if x
-    )
-    return bool(stmt.decorator_list or a.defaults or any(a.kw_defaults)) or (
-        annotated and not lazy_annotations
-    )
 
 
 def _split(file: str, cls: ast.ClassDef, skip: set[str]) -> dict[str, list[ast.stmt]]:
     """A class's body less its methods, and each method not in skip."""
-    rest = ast.ClassDef(
-        name=cls.name,
-        bases=cls.bases,
-        keywords=cls.keywords,
-        body=[s for s in cls.body if not isinstance(s, _DEFS)],
-        decorator_list=cls.decorator_list,
-    )
+    rest = ast.ClassDef(cls.name, cls.bases, cls.keywords, [], cls.decorator_list)
+    rest.body = [s for s in cls.body if not isinstance(s, _DEFS)]
     out: dict[str, list[ast.stmt]] = {f"{file}:{cls.name}": [rest]}
     for s in cls.body:
         if isinstance(s, _DEFS) and s.name not in skip:
@@ -130,14 +87,24 @@ def _split(file: str, cls: ast.ClassDef, skip: set[str]) -> dict[str, list[ast.s
     return out
 
 
-def arc_objects(arc_source: bytes, base_source: bytes) -> dict[str, list[ast.stmt]]:
-    """Each judged object of arc.py and base.py, by name."""
+def _runs_at_import(stmt: ast.stmt, lazy: bool) -> bool:
+    """Whether a statement runs anything at import: all but a def with no
+    decorator or default, and no annotation unless annotations are lazy."""
+    if not isinstance(stmt, _DEFS):
+        return True
+    a = stmt.args
+    args = [x for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x]
+    annotated = stmt.returns is not None or any(x.annotation for x in args)
+    return bool(stmt.decorator_list or a.defaults or any(a.kw_defaults) or annotated and not lazy)
+
+
+def arc_code(arc_source: bytes, base_source: bytes) -> dict[str, str]:
+    """Each judged object of arc.py and base.py: name -> fingerprint."""
     arc, base = ast.parse(arc_source), ast.parse(base_source)
-    arc_names = _objects(arc)
-    classes = [s for s in arc_names.get(ARC_CLASS, ()) if isinstance(s, ast.ClassDef)]
-    if len(classes) != 1 or len(arc_names[ARC_CLASS]) != 1:
+    arc_names, base_names = _objects(arc), _objects(base)
+    [cls] = arc_names.get(ARC_CLASS) or [None]
+    if not isinstance(cls, ast.ClassDef):
         raise ValueError(f"arc.py does not define {ARC_CLASS} once")
-    cls = classes[0]
     out = _split("arc.py", cls, set())
     out.update((f"arc.py:{n}", s) for n, s in arc_names.items() if n != ARC_CLASS)
     supers = {
@@ -149,19 +116,9 @@ def arc_objects(arc_source: bytes, base_source: bytes) -> dict[str, list[ast.stm
         and getattr(n.func.value.func, "id", None) == "super"
     }
     overridden = {s.name for s in cls.body if isinstance(s, _DEFS)} - supers
-    lazy = any(
-        isinstance(s, ast.ImportFrom)
-        and s.module == "__future__"
-        and s.names[0].name == "annotations"
-        for s in base.body
-    )
-    base_names = _objects(base)
-    todo = set(BASE_ROOTS) | {
-        a.asname or a.name
-        for s in arc.body
-        if isinstance(s, ast.ImportFrom) and (s.module or "").endswith("base")
-        for a in s.names
-    }
+    lazy = "annotations" in base_names and "__future__" in ast.unparse(base_names["annotations"][0])
+    imports = ast.Module([s for s in arc.body if isinstance(s, ast.ImportFrom)], [])
+    todo = BASE_ROOTS | set(_scope(imports)[0])
     todo |= {n for n, stmts in base_names.items() if any(_runs_at_import(s, lazy) for s in stmts)}
     reached: set[str] = set()
     while todo:
@@ -170,64 +127,42 @@ def arc_objects(arc_source: bytes, base_source: bytes) -> dict[str, list[ast.stm
             continue
         reached.add(name)
         for stmt in base_names[name]:
-            if isinstance(stmt, ast.ClassDef) and name == "CachePolicy":
+            parts = {f"base.py:{name}": [stmt]}
+            if name == "CachePolicy" and isinstance(stmt, ast.ClassDef):
                 parts = _split("base.py", stmt, overridden)
-                out.update(parts)
-                todo |= {r for p in parts.values() for s in p for r in reads(s)}
-            else:
-                out.setdefault(f"base.py:{name}", []).append(stmt)
-                todo |= reads(stmt)
-    return out
+            for key, stmts in parts.items():
+                out.setdefault(key, []).extend(stmts)
+                todo |= {r for s in stmts for r in _scope(s)[1]}
+    return {k: _fingerprint(v) for k, v in sorted(out.items())}
 
 
-def arc_code(arc_source: bytes, base_source: bytes) -> dict[str, str]:
-    """Each judged object's fingerprint."""
-    return {k: fingerprint(v) for k, v in sorted(arc_objects(arc_source, base_source).items())}
+def _fingerprint(nodes: list[ast.stmt]) -> str:
+    text = ";".join(map(_shape, nodes))
+    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()[:12]
 
 
-def policy_names(arc_source: bytes, base_source: bytes) -> set[str]:
-    """The attribute names an ARC policy has: methods and ``self.x``."""
-    out = {ARC_CLASS}
-    for tree in (ast.parse(arc_source), ast.parse(base_source)):
-        for cls in tree.body:
-            if isinstance(cls, ast.ClassDef) and cls.name in (ARC_CLASS, "CachePolicy"):
-                out |= {s.name for s in cls.body if isinstance(s, _DEFS)}
-                out |= {
-                    n.attr
-                    for n in ast.walk(cls)
-                    if isinstance(n, ast.Attribute) and getattr(n.value, "id", None) == "self"
-                }
-    return out
+def arc_names(arc_source: bytes) -> set[str]:
+    """The names vLLM's ARC policy has: its methods and ``self.x``."""
+    [cls] = [s for s in ast.parse(arc_source).body if getattr(s, "name", "") == ARC_CLASS]
+    out = {ARC_CLASS} | {s.name for s in cls.body if isinstance(s, _DEFS)}
+    self = (n for n in ast.walk(cls) if isinstance(n, ast.Attribute))
+    return out | {n.attr for n in self if getattr(n.value, "id", None) == "self"}
 
 
 def caller_uses(source: bytes, watched: set[str]) -> dict[str, int]:
     """Each watched name a caller uses (an attribute, a name, a keyword, a
-    class pattern's attribute, a string that is the name), with its first
-    line. Docstrings are not uses."""
+    class pattern's attribute, a string that is the name; a docstring is
+    not a use), with the first line that does."""
     tree = ast.parse(source)
-    docs = {
-        id(b[0].value)
-        for n in ast.walk(tree)
-        if isinstance(n, (*_DEFS, ast.ClassDef, ast.Module))
-        and (b := n.body)
-        and _is_docstring(b[0])
-    }
+    docs = {id(d) for n in ast.walk(tree) if isinstance(n, _SCOPES) and (d := _doc(n.body))}
     out: dict[str, int] = {}
     for n in ast.walk(tree):
-        if isinstance(n, ast.Attribute):
-            names = [n.attr]
-        elif isinstance(n, ast.Name):
-            names = [n.id]
-        elif isinstance(n, ast.keyword):
-            names = [n.arg or ""]
-        elif isinstance(n, ast.MatchClass):
-            names = n.kwd_attrs
-        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
             names = [n.value]
         else:
-            continue
+            attrs = ("attr", "id", "arg") if not isinstance(n, ast.MatchClass) else ()
+            names = [getattr(n, a, None) for a in attrs] + list(getattr(n, "kwd_attrs", ()))
         for name in names:
             if name in watched:
-                line = getattr(n, "lineno", 0)
-                out[name] = min(out.get(name, line), line)
+                out[name] = min(out.get(name, n.lineno), n.lineno)  # type: ignore[attr-defined]
     return out

@@ -12,17 +12,10 @@ import reprlib
 from typing import Any
 
 
-class _Context:
-    """A request context as the policy reads it: token positions by key."""
+class _Context(dict):
+    """A request context as a policy reads it: token positions by key."""
 
-    def __init__(self, positions: dict[bytes, int]) -> None:
-        self.positions = positions
-
-    def get_offload_key_position(self, key: bytes) -> int | None:
-        return self.positions.get(key)
-
-    def __repr__(self) -> str:
-        return "req_context"
+    get_offload_key_position = dict.get
 
 
 def _state(policy: Any) -> tuple[Any, ...]:
@@ -113,6 +106,6 @@ def first_difference(
 
 def _said(step: int, method: str, args: tuple[Any, ...], what: str, pair: list[Any]) -> str:
     r = reprlib.Repr()
-    r.maxlist = r.maxset = r.maxtuple = 6
-    shown = ", ".join(map(r.repr, args))
-    return f"call {step + 1}, {method}({shown}), {what} {r.repr(pair[0])} in vLLM, {r.repr(pair[1])} in arc_cy"
+    r.maxlist = r.maxset = r.maxtuple = r.maxdict = 6
+    call = f"call {step + 1}, {method}({', '.join(map(r.repr, args))})"
+    return f"{call}, {what} {r.repr(pair[0])} in vLLM, {r.repr(pair[1])} in arc_cy"

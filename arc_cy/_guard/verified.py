@@ -1,14 +1,8 @@
-"""The vLLM releases arc_cy verified: data only, printed by
-tools/fingerprint.py after tools/vllm_compat.sh passed on a release.
-
-``FILES``: the SHA-256 of each judged file as the release ships it (those
-of tests/data/vllm/record.json); a vLLM whose files are one release's is
-that release, with nothing parsed. ``ARC``: each object of ARC's code
-(arc_cy._guard.fingerprint) -> {fingerprint: the releases that ship it}.
-``USES``: the names of the policy's attributes that the release's callers
-use. ``SUPPORTED_VLLM``, what the ``[vllm]`` extra installs: the oldest
-verified release to the newest one's minor series.
-"""
+"""The vLLM releases arc_cy verified, printed by tools/fingerprint.py after
+tools/vllm_compat.sh passed: FILES, each judged file's SHA-256 as the
+release ships it (tests/data/vllm/record.json's); ARC, each object of ARC's
+code -> {fingerprint: the releases that ship it}; USES, what the release's
+callers use of a policy; SUPPORTED_VLLM, what the [vllm] extra installs."""
 
 SUPPORTED_VLLM = ">=0.30.0,<0.35"
 FILES: dict[str, dict[str, str]] = {
