@@ -31,12 +31,12 @@ from typing import Any
 import arc_cy
 from arc_cy._guard import (
     BASE_MODULE,
+    LOCKSTEP_PASSED,
     OVERRIDE_ENV,
+    lockstep_difference,
     overridden_message,
     override_set,
     refused_message,
-    LOCKSTEP_PASSED,
-    lockstep_difference,
     releases,
     verified_message,
     vllm_guard,
