@@ -1,5 +1,6 @@
-# Types of the compiled core (arc_cy/_arc_c.pyx). Its interface is the pure
-# twin's (arc_cy/_arc_py.py); tests/test_typing.py keeps the two in step.
+# Types of the compiled core (arc_cy/_arc_c.pyx). Its methods are the pure
+# twin's (arc_cy/_arc_py.py), whose lists, target and capacity are vLLM's
+# instance attributes; tests/test_typing.py keeps the two in step.
 import numbers
 from collections.abc import Container, Iterable, Iterator, Sequence
 from typing import Any

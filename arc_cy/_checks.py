@@ -1,4 +1,5 @@
-"""Argument checks and limits the compiled core and the twin share."""
+"""The compiled core's argument checks and limits (the twins, as vLLM's ARC,
+check no argument)."""
 
 from __future__ import annotations
 

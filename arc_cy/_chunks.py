@@ -1,14 +1,15 @@
-"""Reading ``chunk.ref_cnt`` as the compiled core does: where a chunk's type
-keeps it (a c_int32 ctypes field that reads natively, and vLLM's readiness
-rule), checked for each type as it is now, and live on every read.
+"""The compiled core's chunk check: where a chunk's type keeps ``ref_cnt``
+(a c_int32 ctypes field that reads natively, and vLLM's readiness rule),
+checked for each type as it is now (docs/hardening.md, rule 7). The twins
+read ``chunk.ref_cnt`` as vLLM does, and check nothing.
 
 A type can change after its check (a class attribute set or deleted, a
 base's, its bases): CPython then gives it a new version tag, which it
 keys its own attribute cache on. So is a check here: a type's offset is
 trusted while its version tag is the one it had when it was checked, and
-a type without a tag is checked again at every read (docs/hardening.md,
-rule 7). The twin reads the tag here (ctypes, checked at import against
-what ``type`` reports); the core reads it in C (_arc_layout.h).
+a type without a tag is checked again at every read. The core reads the
+tag in C (_arc_layout.h) at every read; this module reads it through
+ctypes when it checks a type, at the offset the core checks at import.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ from __future__ import annotations
 import ctypes
 import sys
 import weakref
-from ctypes import sizeof
 from functools import partial
 from typing import Any
 
 from ._base import ChunkStatus
-from ._messages import MSG_CHUNK, MSG_CHUNK_READY, MSG_CHUNK_SIZE
+from ._messages import MSG_CHUNK, MSG_CHUNK_READY
 
 # The stand-in's ChunkStatus, vLLM or not (_IS_READY knows both classes).
 from ._standins import ChunkStatus as _StandInChunkStatus
@@ -265,13 +265,3 @@ def chunk_ref_offset(tp: type) -> int:
     Raises TypeError for types whose instances cannot be read that way.
     """
     return chunk_entry(tp)[2]
-
-
-def read_ref_cnt(chunk: Any) -> int:
-    """chunk.ref_cnt, refused (TypeError) if the chunk's current type has no
-    c_int32 ref_cnt or its buffer has shrunk below it. The compiled core
-    makes the same checks on its raw reads."""
-    offset = chunk_ref_offset(type(chunk))
-    if offset > sizeof(chunk) - 4:
-        raise TypeError(MSG_CHUNK_SIZE.format(type(chunk).__qualname__, sizeof(chunk), offset))
-    return chunk.ref_cnt  # type: ignore[no-any-return]

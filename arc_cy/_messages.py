@@ -1,5 +1,6 @@
-"""The text of every error either implementation raises, written once so
-that the compiled core and the twin cannot word one differently."""
+"""The text of every error arc_cy raises, written once: the compiled core's,
+and the one the twins share with it (MSG_REENTRANT), which they cannot
+word differently."""
 
 MSG_NEGATIVE_N = "evict() needs n >= 0, got {!r}"
 MSG_NEGATIVE_CAPACITY = "cache_capacity must be >= 0, got {!r}"

@@ -1,5 +1,6 @@
-"""The read-only views of the four lists (``policy.t1`` and so on), over
-the methods each implementation gives them (``_list_len`` and the rest)."""
+"""The compiled core's read-only views of its four lists (``policy.t1`` and
+so on), over the methods it gives them (``_list_len`` and the rest). The
+twins' lists are their own ``OrderedDict``s, as vLLM's are."""
 
 from __future__ import annotations
 
@@ -50,12 +51,6 @@ class ListView(Mapping[Any, _V], Generic[_V]):
 
     def __repr__(self) -> str:
         return f"{LIST_NAMES[self._which]}({list(self.keys())!r})"
-
-
-def list_views(policy: _ListSource) -> tuple[ListView[Any], ...]:
-    """The four lists' views of a policy (the twin's), t1 first: one tuple,
-    made whole."""
-    return (ListView(policy, 0), ListView(policy, 1), ListView(policy, 2), ListView(policy, 3))
 
 
 class _Items(ItemsView[Any, _V]):

@@ -485,10 +485,10 @@ TWIN_MISS = (
 TWIN_STORE_GOAL = 1.35
 TWIN_STORE_MISS = (
     "the pure twin's store costs more than it did: a ceiling, not a speed goal. The twin is "
-    "for debugging; since the hardening rules, each of its calls takes and gives back a "
-    "busy token and checks its arguments (docs/hardening.md), which weighs most against "
-    "vLLM arc's C OrderedDict calls in a store's many short calls (1.12x to 1.34x of vLLM "
-    "arc in every run since); over 1.35x, its checks or bookkeeping grew"
+    "for debugging: vLLM arc's code, each of whose mutating calls enters a re-entry guard "
+    "(arc_cy._arc_py.mutating, docs/hardening.md), which weighs most against vLLM arc's C "
+    "OrderedDict calls in a store's many short calls (1.12x to 1.34x of vLLM arc while the "
+    "twin kept the core's busy protocol and checks); over 1.35x, its guard or bookkeeping grew"
 )
 
 

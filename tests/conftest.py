@@ -1,6 +1,7 @@
-"""Shared fixtures (every behavioural test runs on both implementations),
-GC stress, no skips under the test command (tests/run.sh), and the pure
-build's run (ARC_CY_NO_EXTENSIONS: the twin alone)."""
+"""Shared fixtures (every behavioural test runs on both implementations, a
+test of a rule of the core's own on the core alone: core_only), GC stress,
+no skips under the test command (tests/run.sh), and the pure build's run
+(ARC_CY_NO_EXTENSIONS: the twin alone)."""
 
 from __future__ import annotations
 
@@ -136,6 +137,29 @@ def compiled_only(item: pytest.Item) -> bool:
     return callspec is not None and callspec.params.get("impl") == "cython"
 
 
+# --- the core's own rules: core_only -------------------------------------------
+#
+# The compiled core keeps rules of its own (docs/hardening.md, "Rules"): its
+# busy protocol, argument and chunk checks, release order, thread guard,
+# refused copies. They are memory safety: a core that let user code move its
+# C arrays under a held pointer, or read a chunk it cannot read, could crash
+# the process. The twin cannot crash it: it is vLLM's arc.py, exposed to
+# hostile input as vLLM's ARC is, and refuses only a mutating call made while
+# another runs. So a test of a core rule (a module, a test or one of its
+# parameters marked core_only) runs on the core alone: its twin case is
+# deselected, never skipped. Behavioural tests on legal input take both.
+
+
+def twin_of_a_core_rule(item: pytest.Item) -> bool:
+    """Whether the test is a core_only test's twin case."""
+    callspec = getattr(item, "callspec", None)
+    return (
+        item.get_closest_marker("core_only") is not None
+        and callspec is not None
+        and callspec.params.get("impl") == "python"
+    )
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     if PURE:
         return f"arc_cy: a pure build ({PURE_ENV}): the twin alone, compiled-only tests deselected"
@@ -144,26 +168,34 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 PURE_DESELECTED = "arc_cy pure deselected"
 PURE_DESELECTED_KEY = pytest.StashKey[int]()
+CORE_ONLY_DESELECTED = "arc_cy core_only deselected"
+CORE_ONLY_DESELECTED_KEY = pytest.StashKey[int]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not PURE:
-        return
-    deselected = [item for item in items if compiled_only(item)]
+    twin_cases = [item for item in items if twin_of_a_core_rule(item)]
+    pure = [item for item in items if PURE and compiled_only(item)]
+    deselected = set(twin_cases + pure)
     if deselected:
-        config.hook.pytest_deselected(items=deselected)
-        items[:] = [item for item in items if not compiled_only(item)]
-    config.stash[PURE_DESELECTED_KEY] = len(deselected)
+        config.hook.pytest_deselected(items=[item for item in items if item in deselected])
+        items[:] = [item for item in items if item not in deselected]
+    config.stash[CORE_ONLY_DESELECTED_KEY] = len(twin_cases)
+    config.stash[PURE_DESELECTED_KEY] = len(pure)
     if hasattr(config, "workeroutput"):  # a pytest-xdist worker tells the controller
-        config.workeroutput[PURE_DESELECTED] = len(deselected)
+        config.workeroutput[CORE_ONLY_DESELECTED] = len(twin_cases)
+        config.workeroutput[PURE_DESELECTED] = len(pure)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
     # Every worker collects the whole suite (--dist loadfile), so each says the same.
-    count = getattr(node, "workeroutput", {}).get(PURE_DESELECTED)
-    if count is not None:
-        node.config.stash[PURE_DESELECTED_KEY] = count
+    output = getattr(node, "workeroutput", {})
+    for name, key in (
+        (PURE_DESELECTED, PURE_DESELECTED_KEY),
+        (CORE_ONLY_DESELECTED, CORE_ONLY_DESELECTED_KEY),
+    ):
+        if output.get(name) is not None:
+            node.config.stash[key] = output[name]
 
 
 @pytest.fixture(params=ALL_IMPLEMENTATIONS)
@@ -314,6 +346,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
+    count = terminalreporter.config.stash.get(CORE_ONLY_DESELECTED_KEY, 0)
+    if count:
+        terminalreporter.write_line(
+            f"arc_cy: {count} twin cases of the core's own rules deselected (core_only)"
+        )
     if PURE:
         count = terminalreporter.config.stash.get(PURE_DESELECTED_KEY, "?")
         terminalreporter.write_line(

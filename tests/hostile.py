@@ -143,6 +143,17 @@ MUTATIONS = {
 }
 
 
+def core_only_params(names, core):
+    """names as test parameters, those in core marked core_only (a case of a
+    rule the compiled core keeps alone: tests/conftest.py)."""
+    return [pytest.param(n, marks=pytest.mark.core_only) if n in core else n for n in names]
+
+
+# MUTATIONS as test parameters: setting the target is a mutating call of the
+# core's alone (the twin's target_t1_size is vLLM's plain attribute).
+MUTATION_PARAMS = core_only_params(MUTATIONS, {"target_t1_size"})
+
+
 # --- keys whose __del__ calls back into the policy -----------------------------
 
 DEL_LOG: list[str] = []

@@ -3,10 +3,12 @@ ref_cnt. A chunk is a ctypes structure with a c_int32 ref_cnt field, like
 vLLM's ChunkStatus; ref_cnt is read at the offset that attribute access
 resolves for the chunk's type at that moment (a subclass's field, a
 packed or far offset, a class changed after insert), within the chunk's
-buffer. Anything else is refused with arc_cy's message, alike in both
-implementations. Chunk types are held weakly: a type made at run time is
-freed with its last chunk, and a new type made at a freed type's address
-is checked again.
+buffer. Anything else the compiled core refuses with arc_cy's message
+(its rules 1 and 7, memory safety: core_only); the twin reads
+chunk.ref_cnt as vLLM does, and agrees with vLLM's ARC where the core does.
+Chunk types are held weakly: a type made at run time is freed with its
+last chunk, and a new type made at a freed type's address is checked
+again.
 """
 
 from __future__ import annotations
@@ -23,37 +25,35 @@ from arc_cy import _messages
 from childproc import run_json
 from helpers import (
     CTX,
-    IMPLEMENTATIONS,
     ChunkStatus,
     K,
     VllmARC,
     insert,
     keysnap,
-    load_policy_class,
     ready,
     snapshot,
 )
-from hostile import populated, unchanged
+from hostile import core_only_params, populated, unchanged
 
 pytestmark = pytest.mark.gc_stress
 
 # --- what is a chunk ------------------------------------------------------------
 
 
-def test_any_object_as_a_chunk_is_refused_alike():
-    """Every non-chunk is refused with arc_cy's message, the same in both,
-    whether or not a real chunk came before (a None chunk once passed the
-    check when it was the first chunk, the 'no type yet' marker being
-    type(None), and crashed the core's evict)."""
-    got = run_json("any_chunk.py", "--no-vllm")
-    assert got == dict.fromkeys(IMPLEMENTATIONS, got["python"])
-    for name, messages in got["python"].items():
+@pytest.mark.core_only
+def test_any_object_as_a_chunk_is_refused(impl):
+    """Every non-chunk is refused with arc_cy's message, whether or not a
+    real chunk came before (a None chunk once passed the check when it was
+    the first chunk, the 'no type yet' marker being type(None), and crashed
+    the core's evict)."""
+    got = run_json("any_chunk.py", impl, "--no-vllm")
+    for name, messages in got.items():
         assert len(set(messages)) == 1, (name, messages)
         assert messages[0].startswith(
             ("chunk must be a ctypes structure", "chunk type Ready overrides is_ready")
         ), (name, messages)
-    assert got["python"]["None"][0] == _messages.MSG_CHUNK.format("NoneType")
-    assert got["python"]["is_ready overridden"][0] == _messages.MSG_CHUNK_READY.format("Ready")
+    assert got["None"][0] == _messages.MSG_CHUNK.format("NoneType")
+    assert got["is_ready overridden"][0] == _messages.MSG_CHUNK_READY.format("Ready")
 
 
 class BitfieldInSubclass(ChunkStatus):
@@ -76,20 +76,18 @@ class RedeclaredInSubclass(ChunkStatus):
     _fields_ = [("ref_cnt", ctypes.c_int32)]
 
 
+@pytest.mark.core_only
 @pytest.mark.parametrize(
     "tp", [BitfieldInSubclass, PropertyInSubclass, CustomGetattribute], ids=lambda t: t.__name__
 )
-def test_ref_cnt_shadowed_in_a_subclass_is_refused(tp):
+def test_ref_cnt_shadowed_in_a_subclass_is_refused(policy_cls, tp):
     """Validation skipped the subclass's bitfield and accepted the
     base's plain field, but recorded the bitfield's offset; the core then
     read 4 raw bytes where vLLM reads the bitfield's value."""
     chunk = tp.__new__(tp)
-    errors = []
-    for name in IMPLEMENTATIONS:
-        policy = populated(load_policy_class(name))
-        error = unchanged(policy, lambda p: p.insert(K(9), chunk, CTX), TypeError)
-        errors.append(str(error))
-    assert errors == [_messages.MSG_CHUNK.format(tp.__qualname__)] * len(IMPLEMENTATIONS)
+    policy = populated(policy_cls)
+    error = unchanged(policy, lambda p: p.insert(K(9), chunk, CTX), TypeError)
+    assert str(error) == _messages.MSG_CHUNK.format(tp.__qualname__)
 
 
 @pytest.mark.needs_vllm
@@ -188,6 +186,7 @@ def test_vllm_reads_ref_cnt_through_the_chunks_current_type(resize):
     assert oracle is None
 
 
+@pytest.mark.core_only
 def test_ref_cnt_outside_the_buffer_is_refused(policy_cls):
     """A class whose ref_cnt lies past the instance's buffer (a smaller
     chunk given a larger class): a clear error, nothing changes."""
@@ -305,12 +304,13 @@ class NoRefCnt(ctypes.Structure):
     _fields_ = [("other", ctypes.c_int32), ("chunk_id", ctypes.c_int64)]
 
 
+@pytest.mark.core_only  # the core reads every chunk before its first change (rule 11)
 def test_a_chunk_whose_class_changes_during_touch(policy_cls):
     """touch([t1 key, ghost key]) applies the ghost hit first; the target's
     arithmetic there reassigns the t1 chunk's __class__ to one without
     ref_cnt. Its readiness was read before the first change: the call
-    completes by what it read, in both twins alike (the core raised after
-    moving the target and the ghost; the twin dropped the chunk)."""
+    completes by what it read (the core once raised after moving the
+    target and the ghost)."""
 
     def run(cls):
         policy = populated(cls)  # t1 = [2, 4, 5], t2 = [3], b1 = [0, 1]
@@ -332,7 +332,6 @@ def test_a_chunk_whose_class_changes_during_touch(policy_cls):
         return keysnap(policy), policy.target_t1_size
 
     state, target = run(policy_cls)
-    assert (state, target) == run(load_policy_class("python"))
     assert state[:4] == ([K(2), K(5)], [K(3), K(4)], [K(1), K(0)], [])
     assert target == Fraction(3, 2)
 
@@ -348,7 +347,8 @@ def test_a_chunk_whose_class_changes_during_touch(policy_cls):
 # an evict() (protected.__contains__, between two reads), and each call
 # reads the chunks after it. Both implementations then either make vLLM's
 # ARC's decisions (they read ref_cnt as attribute access now resolves it)
-# or refuse the call with arc_cy's TypeError, changing nothing.
+# or, in the core, refuse the call with arc_cy's TypeError, changing nothing
+# (the twin reads ref_cnt as vLLM does: the refusals are core_only).
 
 FIELD_AT_16 = type(
     "FieldAt16",
@@ -465,6 +465,7 @@ CHANGES = {
     ),
 }
 CHANGE_OPS = ("evict", "touch", "insert", "evict, changed while it reads")
+CHANGE_PARAMS = core_only_params(CHANGES, {n for n, (_, how) in CHANGES.items() if how == "refuse"})
 
 
 def _changed_run(policy, change, op):
@@ -516,10 +517,10 @@ def _changed_run(policy, change, op):
 
 @pytest.mark.needs_vllm
 @pytest.mark.parametrize("op", CHANGE_OPS)
-@pytest.mark.parametrize("name", list(CHANGES))
+@pytest.mark.parametrize("name", CHANGE_PARAMS)
 def test_a_chunk_type_changed_after_its_check_is_read_as_it_is_or_refused(policy_cls, name, op):
     """The policy reads ref_cnt as the chunk's type is now: each change
-    either keeps vLLM's decisions, call for call, or is refused alike (the
+    either keeps vLLM's decisions, call for call, or the core refuses it (the
     core once kept reading the offset it checked first, evicting a chunk
     whose ref_cnt had become a property vLLM and the twin read)."""
     change, expected = CHANGES[name]

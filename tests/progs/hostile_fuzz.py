@@ -2,7 +2,7 @@
 tests/childproc.py sets it).
 
     PYTHONPATH=tests python -P tests/progs/hostile_fuzz.py --mode agree|chaos \
-        --impl cython|python|plus|both --profile ci|long [--seed N] \
+        --impl cython|plus --profile ci|long [--seed N] \
         [--exclude F,..] [--strict]
 
 A hypothesis RuleBasedStateMachine drives tiny policies (capacity 0-8, a
@@ -23,15 +23,19 @@ never inside another action: none; raise (always HostileError("hostile"));
 re-enter a mutator on the policy whose call is running; re-enter a read;
 copy.deepcopy the policy (and mutate the copy); gc.collect().
 
---mode agree (--impl is ignored: it runs the core, the twin and ORACLE, an
-adapter around vLLM's ARCCachePolicy, side by side on the same objects)
+The compiled classes alone: hostile input is their rules' business
+(docs/hardening.md); the twin, vLLM's arc.py, is exposed to it as vLLM's
+ARC is.
+
+--mode agree (--impl is ignored: it runs the core and ORACLE, an adapter
+around vLLM's ARCCachePolicy, side by side on the same objects)
 compares after every step each call's result or exception (type and text)
 and the state (t1/t2 keys and chunk identity, b1, b2, target value and
 type), requires every mutator that a callback attempts while a call runs to
 be refused with arc_cy's RuntimeError (MSG_REENTRANT), and runs
-_check_invariants() on both arc_cy policies. Keys keep Python's hash/eq
-contract, and gc-hook actions and shared objects' __del__ only read (a
-shared object dies when the last of the three policies drops it).
+_check_invariants() on the core. Keys keep Python's hash/eq contract, and
+gc-hook actions and shared objects' __del__ only read (a shared object
+dies when the last of the policies drops it).
 Acting copies (MKey, MChunk: each policy its own copy of a key or chunk,
 named across them by one oid) mutate from __del__: insert (also a chunk
 that acts in turn, so releases chain), remove, touch, on_store_miss,
@@ -43,13 +47,13 @@ oracle holds what vLLM's call drops and lets go of it after, in vLLM's
 order: Oracle item 7). What each saw (list sizes, capacity, target) and
 what its action returned or raised are compared per step (G.mlog).
 
---mode chaos (per implementation, no oracle) adds contract-breaking keys,
+--mode chaos (per compiled class, no oracle) adds contract-breaking keys,
 mutating __del__ and gc-hook actions, non-chunk objects, bad n and targets,
 containers that are not iterable (HCont: `in` only), and asserts only: no
 crash, every exception one of ALLOWED, _check_invariants() after every
-step, and, on a compiled policy (cython, plus), that a call that raised (or
-an evict() that returned None) changed nothing, wherever nothing else could
-change the policy in that step (CHANGERS).
+step, and that a call that raised (or an evict() that returned None)
+changed nothing, wherever nothing else could change the policy in that
+step (CHANGERS).
 
 --impl plus (chaos mode only) runs the compiled ARC+
 (arc_cy._arc_c.ARCPlusCachePolicy: arc_cy._doc.PLUS_DOC) instead of ARC.
@@ -96,7 +100,6 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from arc_cy._arc_py import ARCCachePolicy as PyPolicy
 from arc_cy._base import order_request_keys
 from arc_cy._checks import check_capacity, check_evict_n, check_target
 from arc_cy._chunks import chunk_ref_offset
@@ -111,7 +114,7 @@ from helpers import (
     load_policy_class,
 )
 
-# None on a pure build (ARC_CY_NO_EXTENSIONS): only the twin's runs work there.
+# None on a pure build (ARC_CY_NO_EXTENSIONS): no run works there.
 CPolicy = load_policy_class("cython") if "cython" in IMPLEMENTATIONS else None
 # The compiled ARC+ (a subclass of the same ARCCore), from the core's module.
 PlusPolicy = (
@@ -1253,10 +1256,6 @@ def in_cython(fn, p):
     return fn(p)
 
 
-def in_python(fn, p):
-    return fn(p)
-
-
 def in_vllm(fn, p):
     return fn(p)
 
@@ -1265,7 +1264,7 @@ def in_plus(fn, p):
     return fn(p)
 
 
-CALL_IN = {"cython": in_cython, "python": in_python, "vllm": in_vllm, "plus": in_plus}
+CALL_IN = {"cython": in_cython, "vllm": in_vllm, "plus": in_plus}
 
 
 # --- the machine ----------------------------------------------------------
@@ -1291,7 +1290,7 @@ class HostileMachine(RuleBasedStateMachine):
         G.failures.clear()
         self.universe = min(12, capacity + extra + 1)
         self.canon = [HKey(i) for i in range(12)]
-        factories = {"cython": CPolicy, "python": PyPolicy, "vllm": Oracle, "plus": PlusPolicy}
+        factories = {"cython": CPolicy, "vllm": Oracle, "plus": PlusPolicy}
         self.policies = {name: factories[name](capacity) for name in self.impls}
         self.ref = self.policies[self.impls[-1]]
         self.plus = "plus" in self.impls
@@ -1927,7 +1926,7 @@ PROFILES = {
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=["agree", "chaos"], required=True)
-    ap.add_argument("--impl", choices=["cython", "python", "plus", "both"], default="both")
+    ap.add_argument("--impl", choices=["cython", "plus"], default="cython")
     ap.add_argument("--profile", choices=list(PROFILES), default="ci")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--max-examples", type=int, default=None)
@@ -1945,12 +1944,11 @@ def main(argv=None) -> int:
     import hypothesis.core
 
     hypothesis.core.global_force_seed = seed
-    if args.impl == "plus" and (args.mode != "chaos" or PlusPolicy is None):
-        ap.error("--impl plus: chaos mode, on a build with the compiled ARC+")
-    if args.mode == "agree":
-        runs = [("cython", "python", "vllm")]
-    else:
-        runs = [(name,) for name in (("cython", "python") if args.impl == "both" else (args.impl,))]
+    if CPolicy is None:
+        ap.error("the compiled core is needed (this is a pure build)")
+    if args.impl == "plus" and args.mode != "chaos":
+        ap.error("--impl plus: chaos mode")
+    runs = [("cython", "vllm")] if args.mode == "agree" else [(args.impl,)]
     # What the imports made (torch, vLLM: ~400k objects) goes to the
     # permanent generation: a full collection then costs microseconds, not
     # 200 ms, and gc hooks scan only what the run makes.

@@ -2,19 +2,20 @@
 on PYTHONPATH, as tests/childproc.py sets it).
 
     PYTHONPATH=tests/progs:tests python -P tests/progs/surface_fuzz.py \
-        --mode reflect|threads|hooks [--impl cython|python] [--profile ci|long] \
+        --mode reflect|threads|hooks [--profile ci|long] \
         [--seed N] [--phase top|in-call|both] [--last-call FILE]
 
 Where tests/progs/hostile_fuzz.py attacks a policy's arguments, this one
-attacks the module's own surface: what Python code can reach besides them.
+attacks the compiled module's own surface: what Python code can reach
+besides them. The compiled core alone: its memory safety is what its rules
+are for (docs/hardening.md); the twin, vLLM's arc.py, is exposed as vLLM's
+ARC is, and serves here as a reference only.
 
---mode reflect (both implementations at once): enumerates every type that
-arc_cy._arc_c and arc_cy._arc_py define or hand out (the modules' types
-and module-level functions, then the type of every iterator or view a call
-returns), user subclasses of each policy class (ARCCore and both
-ARCCachePolicy classes, whose __init__, __setattr__ and __bool__ call
-super() or not, raise, or call into the policy: the twin's own attribute
-writes run the override inside its calls) and user chunk types
+--mode reflect: enumerates every type that arc_cy._arc_c defines or hands
+out (the module's types and module-level functions, then the type of every
+iterator or view a call returns), user subclasses of each compiled policy
+class (ARCCore and ARCCachePolicy, whose __init__, __setattr__ and __bool__
+call super() or not, raise, or call into the policy) and user chunk types
 (ChunkStatus subclasses whose __bool__ or __len__ answers true or false,
 raises, or calls into the policy that holds the chunk), and every callable
 attribute of each, as dir() lists them (dunders and Cython's generated
@@ -28,20 +29,20 @@ the callable does not take; a name a positional argument already fills),
 on live objects and on half-built ones (T.__new__(T)), first every
 callable on every kind of receiver, then at random. Then: the same
 keyword calls with good values on the compiled policy and on the twin
-(the same outcome and lists after); rounds that make and use a user
+(legal input: the same outcome and lists after); rounds that make and use a user
 subclass's policy; rounds of get() on every resident key of a policy
 whose chunks are hostile (rule 2: a t1 chunk is truth-tested in the call,
 a falsy one gives None, a t2 chunk is returned untested). Then, with
 --phase in-call, the same from inside a call: a key's __eq__, a
 protected.__contains__ and a gc callback (gc.set_threshold(1)) find
 objects with gc.get_referrers(policy) and gc.get_objects() and call their
-methods. After every call from the top: the compiled policies pass
-_check_invariants() and no policy is left busy. User code that calls into
+methods. After every call from the top: the policies pass
+_check_invariants() and none is left busy. User code that calls into
 a policy (an override, a chunk's truth test) has a mutator refused while
 that policy runs a call and accepted while it runs none, a read never
 refused. Fails if a callable that the enumeration found was never called.
 
---mode threads (one implementation): three threads drive one policy with
+--mode threads: three threads drive one policy with
 keys whose __hash__ and __eq__ are Python code, at sys.setswitchinterval(1e-6),
 calling every mutator (clear() and __init__ again included) and read;
 counts the calls that overlapped another thread's call. A quarter of the
@@ -55,34 +56,29 @@ or of a thread; a list changed during iteration; KeyError from a view's
 [], ValueError for a duplicate insert); afterwards _check_invariants()
 passes and the policy works.
 
---mode hooks (one implementation): sys.settrace and sys.setprofile hooks
+--mode hooks: sys.settrace and sys.setprofile hooks
 and a SIGALRM handler (signal.setitimer, 100 us) that, at random lines and
 events inside a call, raise HostileError or KeyboardInterrupt (a
 BaseException, as a real SIGINT raises it), call a mutator (which must be
 refused) or a read. The steps are every mutator and read, __init__ called
 again on the live policy included. In three steps out of ten the hooks
-also fire inside arc_cy's finally clauses (and what they call), where the
-twin gives busy back; otherwise they skip them. Half the inserted keys are
+also fire inside the finally clauses of arc_cy's Python code that the core
+runs (and what they call); otherwise they skip them. Half the inserted keys are
 the policy's own and have a __del__ (Python code: hooks fire in it, and
 raise there too) that makes a call that changes nothing: run nested in a
 clear()'s or __init__'s release, or after a call returns, its mutator is
-accepted (refused only where a collection finalizes it inside a call, or a
-hook cut the twin's call short). After every step the policy must not be
+accepted (refused only where a collection finalizes it inside a call).
+After every step the policy must not be
 busy, must pass _check_invariants(), must work (a mutator accepted; what
 insert() puts in, get() and the t1 view find), and must equal a reference
-(vLLM's ARCCachePolicy behind hostile_fuzz's Oracle adapter; the other
-implementation without vLLM) that replays the step without hooks: unchanged
-if the step raised, applied if it returned (or if the hook raised after
-the call had finished). An exception that a hook raises inside the twin's
-own code (arc_cy's Python lines), or in a key's __hash__ or __eq__ (which
-the twin calls again while it applies a call, as vLLM does), may leave the
-twin half applied (a ghost list over a capacity set first, as vLLM's): there
-only "not busy, one set of lists, and working" is required, and both
-policies start over. What Python cannot pass on (a hook's error in a
-__del__) must be a hook's.
+(vLLM's ARCCachePolicy behind hostile_fuzz's Oracle adapter; the twin
+without vLLM) that replays the step without hooks: unchanged if the step
+raised, applied if it returned (or if the hook raised after the call had
+finished). What Python cannot pass on (a hook's error in a __del__) must be
+a hook's.
 
---mode all runs threads and hooks (each implementation) and reflect in one
-process (one import of vLLM, most of a run's time under ASan).
+--mode all runs threads, hooks and reflect in one process (one import of
+vLLM, most of a run's time under ASan).
 
 Output: a line ``COVERAGE <run> {json}`` on stdout per run that passed
 (``FAILED <run>`` for one that did not; its failures are on stderr), then
@@ -116,14 +112,14 @@ from fuzz_start import seed_run
 
 import arc_cy._arc_c as core_mod
 import arc_cy._arc_py as twin_mod
-from arc_cy import _busy, _checks, _chunks, _messages, _views
+from arc_cy import _checks, _chunks, _messages, _views
 from arc_cy._messages import MSG_DUPLICATE, MSG_MUTATED
 from helpers import HAVE_VLLM, ChunkStatus, ReqContext
 
 CPolicy = core_mod.ARCCachePolicy
+IMPLS = {"cython": CPolicy}
+# The twin: the keyword calls' reference, and the hooks' without vLLM.
 PyPolicy = twin_mod.ARCCachePolicy
-_TWIN_BUSY = _busy.Busy.__dict__["_busy"]  # the twin's busy slot (a member descriptor)
-IMPLS = {"cython": CPolicy, "python": PyPolicy}
 # --exclude (triage only): reflect-mode features switched off, so that a run
 # can get past a known crash: wrong-self, halfbuilt, restate.
 EXCLUDE: set[str] = set()
@@ -288,17 +284,7 @@ def populated(policy_cls, capacity: int = 6, keys: int = 10, hostile_chunks: boo
 def busy_now(p) -> bool | None:
     """Whether p runs a call that a mutator must be refused by (True), runs
     none (False), or cannot tell (None: a release, whose own thread's calls
-    nest, or a twin whose busy was written raw)."""
-    if isinstance(p, PyPolicy):
-        try:
-            running = _TWIN_BUSY.__get__(p).get("_busy")
-        except Exception:
-            return None
-        if running is None:
-            return False
-        # a call's token: [name, slot] (get()'s fast path: [name]); a release
-        # carries its thread and own slot as well
-        return True if type(running) is list and len(running) <= 2 else None
+    nest)."""
     if isinstance(p, core_mod.ARCCore):
         try:
             p._check_invariants()  # asserts "not busy" before anything else
@@ -433,7 +419,6 @@ def _user_subclass(base: type, label: str) -> type:
 USER_POLICIES = (
     _user_subclass(core_mod.ARCCore, "UserARCCore"),
     _user_subclass(CPolicy, "UserCompiledPolicy"),
-    _user_subclass(PyPolicy, "UserTwinPolicy"),
 )
 
 
@@ -487,7 +472,7 @@ USER_CHUNKS = {BoolChunk: ["__bool__"], LenChunk: ["__len__"]}
 
 # --- reflect mode -----------------------------------------------------------
 
-MODULES = (core_mod, twin_mod)
+MODULES = (core_mod,)
 _BIG = [2**31 - 1, 2**31, -(2**31), 2**63 - 1, 2**64, -(2**63), 10**6, 10**30]
 HOSTILE_INTS = [-1, 0, 1, 2, 3, 4, 5, 255, *_BIG]
 SCALARS = [
@@ -511,25 +496,20 @@ SCALARS = [
     frozenset(),
     object(),
 ]
-# What the twin, a Python object, lets any caller write: after one of these
-# the twin is as the call left it, which no rule constrains. It is replaced.
-RAW_WRITERS = frozenset(
-    ["__setattr__", "__delattr__", "__setstate__", "__init_subclass__", "_begin"]
-)
-
-
 _PARAMS: dict = {}
 
 
 def param_names(owner, name: str) -> list[str]:
     """The names a callable takes by keyword, as its signature gives them,
-    else as the twin's or a view's method of that name does (the compiled
-    core's methods have no signature, and take the twin's names)."""
+    else as the twin's method of that name does, or the views' source's
+    (_views._ListSource: the core's _list_* methods); the compiled core's
+    methods have no signature, and take those names."""
     key = (owner, name)
     if key in _PARAMS:
         return _PARAMS[key]
     names: list[str] = []
-    for src in (getattr(owner, name, None), getattr(PyPolicy, name, None)):
+    sources = (owner, PyPolicy, _views._ListSource)
+    for src in (getattr(o, name, None) for o in sources):
         try:
             sig = inspect.signature(src)
         except (TypeError, ValueError):
@@ -564,6 +544,11 @@ KW_NAMES = [
     "args",
     "kwargs",
 ]
+
+
+# The twins' modules: not the surface (the keyword calls make twins, which
+# a callback may find through gc).
+TWINS = ("arc_cy._arc_py", "arc_cy._plus_py")
 
 
 def _owner_name(owner) -> str:
@@ -622,7 +607,7 @@ class Surface:
         isinstance() to its object (the object itself is found as well) and
         raises ReferenceError once that dies."""
         tp = type(obj)
-        if tp in weakref.ProxyTypes:
+        if tp in weakref.ProxyTypes or tp.__module__ in TWINS:
             return False
         return tp in self.owners or tp.__module__.startswith("arc_cy") or tp in self.handed_out
 
@@ -701,7 +686,6 @@ class Reflector:
         self.rng = rng
         self.surface = Surface()
         self.policies: list = []  # (impl, policy) the fuzzer checks
-        self.tainted: set = set()  # ids of twins written raw
         self.keys = [Key(i) for i in range(8)]
         self.done = 0  # owners of surface.queue the systematic pass went through
         # the user's subclasses and chunk types: receivers like arc_cy's own
@@ -716,7 +700,7 @@ class Reflector:
     def new_zoo(self) -> None:
         s = self.surface
         self.policies = []
-        for cls in (CPolicy, core_mod.ARCCore, PyPolicy, *USER_POLICIES):
+        for cls in (CPolicy, core_mod.ARCCore, *USER_POLICIES):
             p = populated(cls, hostile_chunks=True)
             self.policies.append(p)
             s.note(p)
@@ -883,8 +867,7 @@ class Reflector:
         if (
             name == "get"
             and target is receiver
-            and isinstance(target, (core_mod.ARCCore, PyPolicy))
-            and id(target) not in self.tainted
+            and isinstance(target, core_mod.ARCCore)
             and User.getting is None
         ):
             getting = target  # its t1 chunk's truth test runs in the call
@@ -908,13 +891,6 @@ class Reflector:
         COUNTS["returned"] += 1
         if kw:
             COUNTS[f"calls_kw_{kw}_returned"] += 1
-        if name in RAW_WRITERS:  # a method, or a module's function given the twin
-            self.tainted.update(
-                id(o) for o in (target, *args, *kwargs.values()) if isinstance(o, PyPolicy)
-            )
-        if type(target) is PyPolicy and name == "__init__":
-            # (a user subclass's __init__ may not call the twin's)
-            self.tainted.discard(id(target))
         s.hand_out(result)
         s.note(result)
         if s.belongs(result) and isinstance(result, collections.abc.Iterator):
@@ -942,14 +918,6 @@ class Reflector:
                 except Exception as exc:
                     # user code in the check (a key's hash) may fail; busy may not remain
                     COUNTS["check_exc_" + type(exc).__name__] += 1
-            elif isinstance(p, PyPolicy) and id(p) not in self.tainted:
-                try:
-                    busy = _TWIN_BUSY.__get__(p).get("_busy")
-                except AttributeError:  # cleared, or made by object.__new__
-                    busy = None
-                if busy is not None:
-                    fail(f"after {label}: twin {id(p):#x} left busy with {busy!r}")
-                    self.tainted.add(id(p))
 
     # --- phases ---------------------------------------------------------------
 
@@ -986,10 +954,8 @@ class Reflector:
 
     def user_rounds(self, count: int) -> None:
         """A user subclass's policy made and used: its __init__,
-        __setattr__ (which the twin's own attribute writes run, inside its
-        calls) and __bool__ act. After each call: not busy, and the
-        compiled ones consistent (a twin cut short by its own subclass's
-        __setattr__ may be half applied, as by a hook)."""
+        __setattr__ and __bool__ act. After each call: not busy, and
+        consistent."""
         rng = self.rng
         for _ in range(count):
             cls = rng.choice(USER_POLICIES)
@@ -1035,7 +1001,7 @@ class Reflector:
         untested."""
         rng = self.rng
         for _ in range(count):
-            cls = rng.choice([CPolicy, core_mod.ARCCore, PyPolicy, *USER_POLICIES])
+            cls = rng.choice([CPolicy, core_mod.ARCCore, *USER_POLICIES])
             p = populated(cls, hostile_chunks=True)
             with User.quiet():
                 entries = [(k, c, "t1") for k, c in p.t1.items()]
@@ -1080,6 +1046,10 @@ class Reflector:
             name = rng.choice(KW_METHODS)
             names = param_names(PyPolicy, name)
             vals = [self.good_value(n) for n in names]
+            if name == "insert":
+                # a new key: a resident one the core refuses, and the twin,
+                # as vLLM's ARC, stores twice
+                vals[names.index("key")] = Key(rng.randrange(100, 10**6))
             i = rng.randrange(len(names) + 1)
             kwargs = {n: v for n, v in zip(names[i:], vals[i:]) if rng.random() < 0.9}
             args = tuple(vals[:i])
@@ -1108,7 +1078,7 @@ class Reflector:
             young = [o for o in gc.get_objects(generation=0) if self.surface.belongs(o)]
             COUNTS["in_call_found"] += len(objs) + len(young)
             for obj in objs + young:
-                if not isinstance(obj, (core_mod.ARCCore, PyPolicy)):
+                if not isinstance(obj, core_mod.ARCCore):
                     COUNTS["in_call_found_" + type(obj).__name__] += 1
             candidates = objs + young
             for _ in range(3):
@@ -1130,7 +1100,7 @@ class Reflector:
 
     def in_call_round(self, i: int) -> None:
         rng = self.rng
-        impl = rng.choice([CPolicy, PyPolicy, CPolicy, PyPolicy, *USER_POLICIES])
+        impl = rng.choice([CPolicy, CPolicy, *USER_POLICIES])
         p = populated(impl, hostile_chunks=True)
         self.surface.note(p)
         fresh = [Key(k) for k in range(10)]
@@ -1170,8 +1140,6 @@ class Reflector:
             if threshold:
                 gc.set_threshold(*old)
         COUNTS["in_call_rounds"] += 1
-        if isinstance(p, PyPolicy) and id(p) in self.tainted:
-            return
         self.check(f"in-call round {how}")
         try:
             p._check_invariants()
@@ -1194,10 +1162,6 @@ KW_METHODS = [
     "mark_evictable",
     "mark_non_evictable",
     "__init__",
-    "_list_len",
-    "_list_contains",
-    "_list_getitem",
-    "_list_iter",
 ]
 
 
@@ -1349,7 +1313,7 @@ class Dels:
                         f"{op} from a {what}'s __del__ run by its thread's clear() or "
                         f"__init__ was refused: {exc}"
                     )
-            elif expected_thread_error(exc, op, cls.impl):
+            elif expected_thread_error(exc, op):
                 COUNTS["del_refused" if is_refusal(exc) else "del_exc_" + type(exc).__name__] += 1
             elif len(cls.errors) < 20:
                 cls.errors.append(f"{op} from a {what}'s __del__: {type(exc).__name__}: {exc}")
@@ -1467,15 +1431,13 @@ def thread_op(p, op: str, rng: random.Random, universe: int, plain: bool = False
     return setattr(p, "target_t1_size", rng.randrange(4))
 
 
-def expected_thread_error(exc: BaseException, op: str, impl: str) -> bool:
+def expected_thread_error(exc: BaseException, op: str) -> bool:
     if is_refusal(exc):
         return True
     if type(exc) is RuntimeError and str(exc) == MSG_MUTATED:
         return op == "iter"
     if type(exc) is KeyError:
-        # the twin's iteration hashes each key again (hardening.md, "Where
-        # arc_cy differs"): another thread can remove it meanwhile
-        return op == "getitem" or (op == "iter" and impl == "python")
+        return op == "getitem"
     if type(exc) is ValueError:
         return op == "insert" and _msg_pattern(MSG_DUPLICATE).fullmatch(str(exc)) is not None
     return False
@@ -1503,7 +1465,7 @@ def run_threads(args, rng: random.Random) -> None:
                 thread_op(p, op, r, universe)
                 COUNTS["calls_ok"] += 1
             except BaseException as exc:
-                if expected_thread_error(exc, op, args.impl):
+                if expected_thread_error(exc, op):
                     COUNTS["refused" if is_refusal(exc) else "exc_" + type(exc).__name__] += 1
                 elif len(errors) < 20:
                     errors.append(f"{op}: {type(exc).__name__}: {exc}")
@@ -1547,13 +1509,9 @@ def run_threads(args, rng: random.Random) -> None:
 
 
 def _finally_lines(path: str) -> set[int]:
-    """Lines of path's finally clauses (a file, or the twin's wrappers that
-    arc_cy._busy generated)."""
-    if path in _busy.GENERATED:
-        tree = ast.parse(_busy.GENERATED[path])
-    else:
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read())
+    """Lines of the finally clauses of the file at path."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
     lines: set[int] = set()
     for node in ast.walk(tree):
         for stmt in getattr(node, "finalbody", []):
@@ -1561,11 +1519,9 @@ def _finally_lines(path: str) -> set[int]:
     return lines
 
 
-# arc_cy's Python code that runs in a call, by the file names its code
-# objects carry: the twin's wrappers (which take and give back busy) too
-IMPL_PATHS = frozenset(
-    [*(m.__file__ for m in (twin_mod, _busy, _checks, _chunks, _views)), *_busy.GENERATED]
-)
+# arc_cy's Python code that runs in the core's calls, by the file names its
+# code objects carry
+IMPL_PATHS = frozenset(m.__file__ for m in (_checks, _chunks, _views))
 FINALLY = {path: _finally_lines(path) for path in IMPL_PATHS}
 
 
@@ -1605,7 +1561,6 @@ class Hooks:
     in_del = False  # a DelKey's __del__ is calling back
     collecting = 0  # a collection runs (it may finalize a DelKey in any call)
     finally_ok = False  # this step's hooks may raise in arc_cy's finally clauses
-    raised_in_impl = False
     raised_at = ""  # where the step's last hook raised
     rng = random.Random(0)
 
@@ -1646,12 +1601,6 @@ class Hooks:
                 COUNTS["hook_raised"] += 1
                 if fin:
                     COUNTS["raised_in_finally"] += 1
-                # The twin hashes and compares keys again while it applies a
-                # call (hardening.md, "Where arc_cy differs"): a key that
-                # raises there may leave it half applied, as vLLM.
-                cls.raised_in_impl = (
-                    cls.raised_in_impl or where == "impl" or frame.f_code in KEY_CODE
-                )
                 code = frame.f_code
                 cls.raised_at = (
                     f"{source} hook in {code.co_name} "
@@ -1676,16 +1625,15 @@ class Hooks:
         """A DelKey's __del__: a call that changes nothing (a mutator or a
         read), which hooks may cut short. A policy releases what it drops
         once busy is given back, or nested in its clear()'s or __init__'s
-        release: the mutator is accepted, unless a hook cut the twin's own
-        call short (what it held is dropped as the exception unwinds it)."""
+        release: the mutator is accepted."""
         p = cls.policy
         if not cls.on or cls.in_action or cls.in_del or p is None:
             return
         cls.in_del = True
-        saved = cls.raised_in_impl, cls.raised_at
+        saved = cls.raised_at
         # refused: what the collector finalizes (a DelKey in a garbage cycle
         # of frames and exceptions) runs in whatever call allocated
-        may_refuse = cls.collecting or (cls.raised_in_impl and cls.impl == "python")
+        may_refuse = cls.collecting
         cls.raised_at = ""
         COUNTS["del_calls"] += 1
         name = cls.rng.choice(["evict", "remove", "touch", "store_miss", "target", "get", "in"])
@@ -1723,7 +1671,7 @@ class Hooks:
                 COUNTS["del_in_release"] += 1
         finally:
             cls.in_del = False
-            cls.raised_in_impl, cls.raised_at = saved
+            cls.raised_at = saved
 
     @classmethod
     def reenter_mutator(cls) -> None:
@@ -1833,7 +1781,7 @@ class HookRun:
 
             self.ref_cls = Oracle
         else:
-            self.ref_cls = PyPolicy if impl == "cython" else CPolicy
+            self.ref_cls = PyPolicy
         self.impl = impl
         Hooks.impl = impl
         self.start_over()
@@ -1921,7 +1869,6 @@ class HookRun:
         return "evict", True, lambda p: p.evict(n, prot)
 
     def call_hooked(self, name: str, fn, use: str):
-        Hooks.raised_in_impl = False
         Hooks.raised_at = ""
         Hooks.on = True
         HookRun.running = name
@@ -1970,28 +1917,13 @@ class HookRun:
         COUNTS[f"steps_{name}"] += 1
         if Hooks.finally_ok:
             COUNTS["steps_finally"] += 1
-        cut_short = got[0] == "raised" and Hooks.raised_in_impl and self.impl == "python"
         try:
             self.p._check_invariants()
         except BaseException as exc:
-            # A twin call cut short in its own lines may leave a ghost list
-            # over capacity (hardening.md, rule 2: an evict() before it
-            # trimmed them, an __init__ after it set a smaller capacity), as
-            # vLLM's would; never busy, never split.
-            if not (
-                cut_short
-                and type(exc) is AssertionError
-                and re.fullmatch(r"b[12] holds \d+ > cache_capacity \d+", str(exc))
-                and self.works() is None
-            ):
-                fail(
-                    f"{self.impl}: after {name} ({use}, {got[0]}, raised by the "
-                    f"{Hooks.raised_at or '?'}): {exc!r}"
-                )
-                return
-            COUNTS["twin_half_applied"] += 1
-            COUNTS["twin_half_applied_over_capacity"] += 1
-            self.start_over()
+            fail(
+                f"{self.impl}: after {name} ({use}, {got[0]}, raised by the "
+                f"{Hooks.raised_at or '?'}): {exc!r}"
+            )
             return
         now = state(self.p)
         broken = self.works()
@@ -2002,11 +1934,7 @@ class HookRun:
             )
             return
         COUNTS["works_after"] += 1
-        # (the twin's OrderedDict iteration turns a key's error into KeyError)
-        hooked = got[0] == "raised" and (
-            isinstance(got[1], HOOK_ERRORS)
-            or (Hooks.raised_in_impl and self.impl == "python" and type(got[1]) is KeyError)
-        )
+        hooked = got[0] == "raised" and isinstance(got[1], HOOK_ERRORS)
         if hooked and isinstance(got[1], KeyboardInterrupt):
             COUNTS["step_interrupted"] += 1
         if hooked:
@@ -2020,10 +1948,6 @@ class HookRun:
         if hooked:
             if now == state(self.ref):
                 COUNTS["raised_after_done"] += 1
-                return
-            if Hooks.raised_in_impl and self.impl == "python":
-                COUNTS["twin_half_applied"] += 1
-                self.start_over()
                 return
             fail(
                 f"{self.impl}: {name} raised {got[1]!r} from a {use} hook and changed the "
@@ -2079,13 +2003,7 @@ def run_hooks(args, rng: random.Random) -> None:
 RUNNERS = {"reflect": run_reflect, "threads": run_threads, "hooks": run_hooks}
 # --mode all: every mode in one process (one import of vLLM, which is most
 # of a run under ASan); the threads and hooks first, on a clean interpreter.
-ALL = [
-    ("threads", "cython"),
-    ("threads", "python"),
-    ("hooks", "cython"),
-    ("hooks", "python"),
-    ("reflect", "both"),
-]
+ALL = [("threads", "cython"), ("hooks", "cython"), ("reflect", "cython")]
 
 
 def main(argv=None) -> int:
@@ -2104,15 +2022,11 @@ def main(argv=None) -> int:
     LastCall.open(args.last_call)
     gc.collect()
     gc.freeze()  # what the imports made: collections stay cheap
-    runs = (
-        ALL
-        if args.mode == "all"
-        else [(args.mode, "both" if args.mode == "reflect" else args.impl)]
-    )
+    runs = ALL if args.mode == "all" else [(args.mode, args.impl)]
     failed = []
     for mode, impl in runs:
         COUNTS, FAILURES = Counter(), []
-        args.impl = "cython" if impl == "both" else impl
+        args.impl = impl
         name = f"{mode}-{impl}" if mode != "reflect" else mode
         print(f"surface_fuzz: {name}", file=sys.stderr, flush=True)
         start, cpu = time.monotonic(), time.process_time()
