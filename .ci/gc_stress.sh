@@ -20,4 +20,4 @@ git -C "$root" ls-files -z --cached --others --exclude-standard |
     (cd "$root" && tar --null -T - -cf -) | tar -C "$work" -xf -
 cd "$work"
 ARC_CY_ENV=${ARC_CY_GC_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/arc_cy/venv-py$pyver-gcstress} \
-    ARC_CY_GC_STRESS=1 tests/run.sh -p no:cacheprovider -n 0 -m gc_stress "$@"
+    ARC_CY_GC_STRESS=1 ARC_CY_TESTS_CORE=1 tests/run.sh -p no:cacheprovider -n 0 -m gc_stress "$@"

@@ -56,7 +56,7 @@ run() {
     env LD_PRELOAD="$preload" PYTHONMALLOC=malloc PYTHONPATH="$work" \
         ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:allocator_may_return_null=1" \
         UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-        ARC_CY_FUZZ_PROFILE=ci \
+        ARC_CY_FUZZ_PROFILE=ci ARC_CY_TESTS_CORE=1 \
         "$ARC_CY_PY" -P "$@"
 }
 

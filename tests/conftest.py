@@ -150,11 +150,17 @@ def compiled_only(item: pytest.Item) -> bool:
 # deselected, never skipped. Behavioural tests on legal input take both.
 
 
+# GC stress and the sanitizers (ARC_CY_TESTS_CORE=1: .ci/gc_stress.sh,
+# .ci/sanitize.sh) look for the core's memory errors: there every test is
+# core_only.
+CORE_LEGS = env_flag("ARC_CY_TESTS_CORE")
+
+
 def twin_of_a_core_rule(item: pytest.Item) -> bool:
     """Whether the test is a core_only test's twin case."""
     callspec = getattr(item, "callspec", None)
     return (
-        item.get_closest_marker("core_only") is not None
+        (CORE_LEGS or item.get_closest_marker("core_only") is not None)
         and callspec is not None
         and callspec.params.get("impl") == "python"
     )

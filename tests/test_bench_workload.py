@@ -18,6 +18,8 @@ import pytest
 
 from arc_cy_harness import multi_turn_workload as multi_turn
 
+pytestmark = pytest.mark.repo
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 

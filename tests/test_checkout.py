@@ -14,6 +14,8 @@ import pytest
 
 from helpers import PURE_ENV, REPO
 
+pytestmark = pytest.mark.install
+
 
 def run(
     args: list[str], env: dict[str, str] | None = None, timeout: float = 120, cwd: Path = REPO

@@ -13,6 +13,8 @@ import pytest
 
 from helpers import REPO
 
+pytestmark = pytest.mark.repo
+
 # A machine's own places: home directories, the root's, a scratch or work
 # tree, macOS's temporary folders.
 MACHINE_PATH = re.compile(

@@ -13,6 +13,8 @@ from arc_cy._env import env_flag
 from childproc import run_prog
 from helpers import REPO
 
+pytestmark = pytest.mark.install
+
 
 @pytest.mark.parametrize("value", ["", "0", "false", "no", "off", "False", " OFF ", "No"])
 def test_false_values(value: str) -> None:

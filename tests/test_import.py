@@ -16,7 +16,7 @@ import pytest
 from childproc import run_prog
 from helpers import REPO
 
-pytestmark = pytest.mark.sdist
+pytestmark = [pytest.mark.sdist, pytest.mark.install]
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,14 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from arc_cy import _doc
 from arc_cy._guard import verified
 from childproc import child_env
 from helpers import MODULES, REPO
+
+pytestmark = pytest.mark.repo
 
 
 def _version(release: str) -> tuple[int, ...]:

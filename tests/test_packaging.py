@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name
 import arc_cy
 from helpers import REPO, pyproject
 
-pytestmark = pytest.mark.sdist
+pytestmark = [pytest.mark.sdist, pytest.mark.install]
 
 LOCK_DIR = REPO / ".ci"
 PYVER = "{}.{}".format(*sys.version_info[:2])

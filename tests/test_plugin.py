@@ -17,7 +17,7 @@ import arc_cy
 from arc_cy import _env, _guard, plugin
 from helpers import PURE
 
-pytestmark = pytest.mark.needs_vllm
+pytestmark = [pytest.mark.needs_vllm, pytest.mark.install]
 
 BAD_VALUES = ("y", "2", "enable", "tru e")
 

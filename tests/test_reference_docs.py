@@ -15,6 +15,8 @@ import pytest
 
 from helpers import REPO
 
+pytestmark = pytest.mark.repo
+
 # A commit in backticks, as the docs name the tree a figure was measured on.
 PINNED = re.compile(r"`[0-9a-f]{7,40}`")
 

@@ -20,6 +20,8 @@ from arc_cy._guard.verified import SUPPORTED_VLLM
 from arc_cy_harness import vllm_overlay
 from helpers import IMPLEMENTATIONS, PURE, PURE_ENV, REGISTERED, REPO, build_requirement
 
+pytestmark = pytest.mark.install
+
 NEWEST = releases()[0]
 
 # The Cython range of pyproject.toml's [build-system] requires.

@@ -19,6 +19,8 @@ import conftest
 from conftest import skips_without_vllm
 from helpers import REPO, REQUIRE_ALL_ENV, has_null_item
 
+pytestmark = pytest.mark.repo
+
 # --- the stand-ins -----------------------------------------------------------------
 
 

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from arc_cy_harness import replay as rp
 
+pytestmark = pytest.mark.repo
+
 DATA = Path(__file__).resolve().parent.parent / "bench" / "data"
 SHIPPED = DATA / "mooncake_synthetic_trace.jsonl"
 AGENTIC = DATA / "agentic_coding_sample.jsonl"

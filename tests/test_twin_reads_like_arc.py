@@ -16,6 +16,8 @@ import pytest
 from arc_cy import _arc_py, _plus_py
 from helpers import REPO
 
+pytestmark = pytest.mark.repo
+
 VENDORED = sorted(
     (REPO / "tests" / "data" / "vllm").glob("*/vllm/v1/kv_offload/cpu/policies/arc.py")
 )
