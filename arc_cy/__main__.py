@@ -30,7 +30,6 @@ from typing import Any
 
 import arc_cy
 from arc_cy._guard import (
-    BASE_MODULE,
     LOCKSTEP_PASSED,
     OVERRIDE_ENV,
     lockstep_difference,
@@ -41,6 +40,7 @@ from arc_cy._guard import (
     verified_message,
     vllm_guard,
 )
+from arc_cy._guard.files import BASE_MODULE
 from arc_cy._guard.verified import SUPPORTED_VLLM
 
 
@@ -151,7 +151,7 @@ def _load_plugins() -> tuple[Any, list[str]]:
     logger.addHandler(capture)
     logger.setLevel(logging.INFO)
     try:
-        vllm.plugins.load_general_plugins()
+        vllm.plugins.load_general_plugins()  # type: ignore[no-untyped-call]  # vLLM's, unannotated
     finally:
         logger.removeHandler(capture)
         logger.setLevel(level)
@@ -172,17 +172,18 @@ def _check_manager() -> str:
         manager = CPUOffloadingManager(num_chunks=2, cache_policy=policy)
         ctx = ReqContext(req_id="arc_cy-self-check")
         trace: list[Any] = []
-        first = [_key(1), _key(2)]
+        first: list[Any] = [_key(1), _key(2)]
         out = manager.prepare_store(first, ctx)
         assert out is not None and out.keys_to_store == first, out
         manager.complete_store(first, ctx)
         trace.append(out.evicted_keys)
         # Full: storing a third chunk evicts the least recently stored one.
-        out = manager.prepare_store([_key(3)], ctx)
+        third: list[Any] = [_key(3)]
+        out = manager.prepare_store(third, ctx)
         assert out is not None, "store rejected"
         trace.append(out.evicted_keys)
-        manager.complete_store([_key(3)], ctx)
-        trace.append([manager.lookup(_key(i), ctx) for i in (1, 2, 3)])
+        manager.complete_store(third, ctx)
+        trace.append([manager.lookup(k, ctx) for k in [*first, *third]])
         return manager, trace
 
     manager, trace = cycle("arc_cy")

@@ -15,7 +15,9 @@ VLLM_IMPORT_ERROR: BaseException | None = None
 
 if TYPE_CHECKING:
     # Type checkers see the stand-ins, vLLM or not: same layout, same calls.
-    from ._standins import CachePolicy, ChunkStatus, order_request_keys
+    from ._standins import CachePolicy as CachePolicy
+    from ._standins import ChunkStatus as ChunkStatus
+    from ._standins import order_request_keys as order_request_keys
 
     HAVE_VLLM: bool
     VLLM_IMPORTED: bool

@@ -29,15 +29,15 @@ MAX_CAPACITY = MAX_ENTRIES // 3
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
 
 
-def check_max_entries(n: Any) -> int:
-    n = operator.index(n)
+def check_max_entries(value: Any) -> int:
+    n: int = operator.index(value)
     if not 0 <= n <= MAX_ENTRIES:
         raise ValueError(MSG_MAX_ENTRIES.format(MAX_ENTRIES, n))
     return n
 
 
-def check_evict_n(n: Any) -> int:
-    n = operator.index(n)
+def check_evict_n(value: Any) -> int:
+    n: int = operator.index(value)
     if n < 0:
         raise ValueError(MSG_NEGATIVE_N.format(n))
     return n
@@ -46,12 +46,12 @@ def check_evict_n(n: Any) -> int:
 def check_capacity(capacity: Any) -> int:
     if capacity is MISSING:
         raise missing_arguments("__init__", cache_capacity=capacity)
-    capacity = operator.index(capacity)
-    if capacity < 0:
-        raise ValueError(MSG_NEGATIVE_CAPACITY.format(capacity))
-    if capacity > MAX_CAPACITY:
-        raise ValueError(MSG_CAPACITY_MAX.format(MAX_CAPACITY, capacity))
-    return capacity
+    n: int = operator.index(capacity)
+    if n < 0:
+        raise ValueError(MSG_NEGATIVE_CAPACITY.format(n))
+    if n > MAX_CAPACITY:
+        raise ValueError(MSG_CAPACITY_MAX.format(MAX_CAPACITY, n))
+    return n
 
 
 def missing_arguments(method: str, **args: Any) -> TypeError:

@@ -75,7 +75,7 @@ class _TypeHead(ctypes.Structure):
     ]
 
 
-TAG_OFFSET: int = _TypeHead.tp_version_tag.offset  # type: ignore[attr-defined]
+TAG_OFFSET: int = _TypeHead.tp_version_tag.offset
 _type_getattribute = type.__dict__["__getattribute__"]
 _NO_NAME = "_arc_cy_no_such_attribute"
 _NO_TAG = -1  # what a type without a tag is cached with: no tag equals it

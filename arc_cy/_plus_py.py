@@ -8,7 +8,6 @@ compiled class's other rules are the core's alone (docs/hardening.md).
 
 from __future__ import annotations
 
-import numbers
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -25,7 +24,7 @@ class ARCPlusCachePolicy(CachePolicy):
     __doc__ = PLUS_DOC  # one text, both implementations' (arc_cy._doc)
 
     _running: str | None = None  # the mutating call under way (mutating())
-    target_t1_size: float | numbers.Real  # as set, or as ghost hits made it
+    target_t1_size: Any  # a float, or any Real as set (a Fraction stays exact), as in vLLM
 
     def __init__(self, cache_capacity: int) -> None:
         if vllm_guard.pending:
@@ -203,6 +202,6 @@ class ARCPlusCachePolicy(CachePolicy):
         """Raise AssertionError if a key is in two lists or a ghost list
         outgrew cache_capacity."""
         lists = (self.t1, self.t2, self.b1, self.b2)
-        assert sum(map(len, lists)) == len(set().union(*lists)), "a key in two lists"
+        assert sum(len(x) for x in lists) == len(set().union(*lists)), "a key in two lists"
         assert len(self.b1) <= self.cache_capacity, "b1 outgrew cache_capacity"
         assert len(self.b2) <= self.cache_capacity, "b2 outgrew cache_capacity"

@@ -57,5 +57,5 @@ class _Items(ItemsView[Any, _V]):
     __slots__ = ()
 
     def __iter__(self) -> Iterator[tuple[Any, _V]]:
-        view: ListView[_V] = self._mapping  # type: ignore[assignment]
+        view: ListView[_V] = self._mapping  # type: ignore[attr-defined]  # ItemsView's, untyped
         return view._policy._list_iter(view._which)

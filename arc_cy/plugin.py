@@ -52,7 +52,7 @@ def _register() -> None:
     # Everything that can fail runs before the registration, so that a
     # failure leaves the name unregistered: the implementation (its flag,
     # ARC_CY_NO_EXTENSIONS), vLLM's factory, the guard (its override flag).
-    policies = {POLICY_NAME: arc_cy.ARCCachePolicy}
+    policies: dict[str, type] = {POLICY_NAME: arc_cy.ARCCachePolicy}
     implementation = arc_cy.IMPLEMENTATION
     from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
     from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import symtable
+from typing import Any
 
 ARC_CLASS = "ARCCachePolicy"
 BASE_ROOTS = {"CachePolicy", "ChunkStatus", "order_request_keys"}  # what arc_cy takes
@@ -43,7 +44,7 @@ def _shape(node: object) -> str:
         return repr(node)
     parts = [type(node).__name__]
     for field in node._fields:
-        value = getattr(node, field, None)
+        value: Any = getattr(node, field, None)
         if field in ("kind", "type_comment") or (field == "type_params" and not value):
             continue
         if field == "body" and isinstance(node, _SCOPES) and _doc(value):
@@ -52,7 +53,7 @@ def _shape(node: object) -> str:
     return "(" + " ".join(parts) + ")"
 
 
-def _scope(stmt: ast.stmt) -> tuple[list[str], set[str]]:
+def _scope(stmt: ast.AST) -> tuple[list[str], set[str]]:
     """(the module names a statement binds, those it and its functions read)."""
     table = symtable.symtable(ast.unparse(stmt), "<judged>", "exec")
     bound = [s.get_name() for s in table.get_symbols() if s.is_local()]
@@ -102,7 +103,7 @@ def arc_code(arc_source: bytes, base_source: bytes) -> dict[str, str]:
     """Each judged object of arc.py and base.py: name -> fingerprint."""
     arc, base = ast.parse(arc_source), ast.parse(base_source)
     arc_names, base_names = _objects(arc), _objects(base)
-    [cls] = arc_names.get(ARC_CLASS) or [None]
+    [cls] = arc_names.get(ARC_CLASS) or [ast.Pass()]
     if not isinstance(cls, ast.ClassDef):
         raise ValueError(f"arc.py does not define {ARC_CLASS} once")
     out = _split("arc.py", cls, set())
@@ -143,7 +144,9 @@ def _fingerprint(nodes: list[ast.stmt]) -> str:
 
 def arc_names(arc_source: bytes) -> set[str]:
     """The names vLLM's ARC policy has: its methods and ``self.x``."""
-    [cls] = [s for s in ast.parse(arc_source).body if getattr(s, "name", "") == ARC_CLASS]
+    [cls] = [
+        s for s in ast.parse(arc_source).body if isinstance(s, ast.ClassDef) and s.name == ARC_CLASS
+    ]
     out = {ARC_CLASS} | {s.name for s in cls.body if isinstance(s, _DEFS)}
     self = (n for n in ast.walk(cls) if isinstance(n, ast.Attribute))
     return out | {n.attr for n in self if getattr(n.value, "id", None) == "self"}

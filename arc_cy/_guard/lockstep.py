@@ -12,7 +12,7 @@ import reprlib
 from typing import Any
 
 
-class _Context(dict):
+class _Context(dict[bytes, int]):
     """A request context as a policy reads it: token positions by key."""
 
     get_offload_key_position = dict.get
@@ -33,7 +33,7 @@ def _answer(policy: Any, method: str, args: tuple[Any, ...]) -> object:
 
 
 def first_difference(
-    theirs: type, ours: type, chunk_cls: type, *, seed: int = 0, steps: int = 3000
+    theirs: Any, ours: Any, chunk_cls: Any, *, seed: int = 0, steps: int = 3000
 ) -> str | None:
     """The first call after which arc_cy's policy differs from vLLM's, as
     ``call N, method(args): vLLM ..., arc_cy ...``; None if none does."""
