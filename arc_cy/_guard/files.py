@@ -31,11 +31,6 @@ class Unjudged(Exception):
     """vLLM's code cannot be judged: a file cannot be found, read or parsed."""
 
 
-def short_name(module: str) -> str:
-    """ "cpu/manager.py": a module's file under vllm/v1/kv_offload."""
-    return FILES.get(module) or module.removeprefix(KV_OFFLOAD + ".").replace(".", "/") + ".py"
-
-
 def package_dirs(package: str) -> list[str]:
     """Where a package's modules are, importing nothing: its ``__path__``
     if imported, else its parent's directories joined with its name."""
