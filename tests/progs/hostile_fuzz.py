@@ -106,6 +106,7 @@ from arc_cy._chunks import chunk_ref_offset
 from arc_cy._messages import MSG_DUPLICATE, MSG_MUTATED, MSG_NO_COPY, MSG_REENTRANT
 from arc_cy._views import ListView
 from helpers import (
+    HAVE_VLLM,
     IMPLEMENTATIONS,
     ChunkStatus,
     ReqContext,
@@ -114,6 +115,8 @@ from helpers import (
     load_policy_class,
 )
 
+# vLLM's ARC; without vLLM, the twin, which is vLLM's arc.py (arc_cy._arc_py).
+VLLM_ARC = VllmARC if HAVE_VLLM else load_policy_class("python")
 # None on a pure build (ARC_CY_NO_EXTENSIONS): no run works there.
 CPolicy = load_policy_class("cython") if "cython" in IMPLEMENTATIONS else None
 # The compiled ARC+ (a subclass of the same ARCCore), from the core's module.
@@ -889,7 +892,7 @@ class Oracle:
         if again:
             self._v.__init__(capacity)
         else:
-            self._v = VllmARC(capacity)
+            self._v = VLLM_ARC(capacity)
             self._views = [ListView(self, i) for i in range(4)]
 
     def __deepcopy__(self, memo):

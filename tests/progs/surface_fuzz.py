@@ -114,11 +114,11 @@ import arc_cy._arc_c as core_mod
 import arc_cy._arc_py as twin_mod
 from arc_cy import _checks, _chunks, _messages, _views
 from arc_cy._messages import MSG_DUPLICATE, MSG_MUTATED
-from helpers import HAVE_VLLM, ChunkStatus, ReqContext
+from helpers import ChunkStatus, ReqContext
 
 CPolicy = core_mod.ARCCachePolicy
 IMPLS = {"cython": CPolicy}
-# The twin: the keyword calls' reference, and the hooks' without vLLM.
+# The twin: the keyword calls' reference.
 PyPolicy = twin_mod.ARCCachePolicy
 # --exclude (triage only): reflect-mode features switched off, so that a run
 # can get past a known crash: wrong-self, halfbuilt, restate.
@@ -1776,12 +1776,9 @@ class HookRun:
     def __init__(self, impl: str, rng: random.Random) -> None:
         self.rng = rng
         self.cls = IMPLS[impl]
-        if HAVE_VLLM:
-            from hostile_fuzz import Oracle  # vLLM's ARC with arc_cy's divergences
+        from hostile_fuzz import Oracle  # vLLM's ARC (or the twin) with arc_cy's divergences
 
-            self.ref_cls = Oracle
-        else:
-            self.ref_cls = PyPolicy
+        self.ref_cls = Oracle
         self.impl = impl
         Hooks.impl = impl
         self.start_over()
