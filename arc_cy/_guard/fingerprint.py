@@ -14,6 +14,7 @@ that ARC inherits or reaches through ``super()``.
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
 import symtable
 from typing import Any
@@ -79,7 +80,7 @@ def _objects(tree: ast.Module) -> dict[str, list[ast.stmt]]:
 
 def _split(file: str, cls: ast.ClassDef, skip: set[str]) -> dict[str, list[ast.stmt]]:
     """A class's body less its methods, and each method not in skip."""
-    rest = ast.ClassDef(cls.name, cls.bases, cls.keywords, [], cls.decorator_list)
+    rest = copy.copy(cls)
     rest.body = [s for s in cls.body if not isinstance(s, _DEFS)]
     out: dict[str, list[ast.stmt]] = {f"{file}:{cls.name}": [rest]}
     for s in cls.body:
