@@ -4,7 +4,7 @@
 ``ARC_CY_NO_EXTENSIONS`` is true (``1``, ``true``, ``yes``, ``on``;
 ``arc_cy._env.env_flag``), which selects the pure-Python twin
 (``arc_cy._arc_py``). Both make the decisions of vLLM's ``ARCCachePolicy``
-on the vLLM code arc_cy verified (``arc_cy._verified``, ``arc_cy._guard``).
+on the vLLM code arc_cy verified (``arc_cy._guard``).
 ``arc_cy.ARCPlusCachePolicy`` (ARC+, which hits more: its docstring) is
 chosen the same way, between the core's and its twin ``arc_cy._plus_py``.
 
