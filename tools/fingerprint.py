@@ -26,7 +26,7 @@ import textwrap
 from arc_cy import _guard
 from arc_cy._guard import fingerprint as fp
 from arc_cy._guard import verified
-from arc_cy._guard.files import _MARK, FILES, KV_OFFLOAD, POLICIES_PACKAGE
+from arc_cy._guard.files import FILES, KV_OFFLOAD, find_callers
 
 
 def _tree(target: str | None) -> tuple[str, str]:
@@ -62,14 +62,9 @@ def judge(target: str | None, table: dict[str, dict]) -> bool:
         return False
     sources = {m: _read(p) for m, p in paths.items() if os.path.isfile(p)}
     arc, base = sources[_guard.ARC_MODULE], sources[_guard.BASE_MODULE]
-    policies = os.path.join(root, *POLICIES_PACKAGE.split("."))
-    for folder, _, names in os.walk(kv):
-        for name in names:
-            path = os.path.join(folder, name)
-            skip = path.startswith(policies + os.sep) or path in paths.values()
-            if name.endswith(".py") and not skip:
-                if _MARK.search(source := _read(path)):
-                    sources[path] = source
+    for path, source in find_callers([kv]).values():  # as the guard finds them
+        if path not in paths.values():
+            sources[path] = source
     code = fp.arc_code(arc, base)
     matching = [r for r in _guard.releases() if _guard.verified_code(r) == code]
     same = version if version in matching else matching[0] if matching else None

@@ -89,12 +89,12 @@ _MARK = re.compile(
 or vLLM's ARC module."""
 
 
-def find_callers() -> dict[str, tuple[str, bytes]]:
+def find_callers(roots: list[str] | None = None) -> dict[str, tuple[str, bytes]]:
     """The policy's callers, by their files: each module file of the
-    vllm/v1/kv_offload tree, outside cpu/policies, that bears a caller's
-    mark; module name -> (path, source)."""
+    vllm/v1/kv_offload tree (its folders, or roots), outside cpu/policies,
+    that bears a caller's mark; module name -> (path, source)."""
     found: dict[str, tuple[str, bytes]] = {}
-    todo = [(d, KV_OFFLOAD) for d in package_dirs(KV_OFFLOAD)]
+    todo = [(d, KV_OFFLOAD) for d in (package_dirs(KV_OFFLOAD) if roots is None else roots)]
     while todo:
         folder, package = todo.pop()
         try:
