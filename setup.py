@@ -1,7 +1,7 @@
 """Build arc_cy: the compiled ARC core, or a pure-Python package.
 
 Environment variables read at build time:
-    ARC_CY_NO_EXTENSIONS  true (1, true, yes, on; arc_cy/_env.py): build no
+    ARC_CY_NO_EXTENSIONS  true (1, true, yes, on; arc_cy/_flags.py): build no
                           extension (a pure-Python wheel). Interpreters other than CPython
                           always get that: the core reads CPython's ctypes
                           object layout.
@@ -24,8 +24,8 @@ from setuptools.command.build_py import build_py
 from setuptools.errors import CCompilerError, CompileError, ExecError, PlatformError
 
 
-def _load_env_flag():  # arc_cy/_env.py by path: the package is not importable yet
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "arc_cy", "_env.py")
+def _load_env_flag():  # arc_cy/_flags.py by path: the package is not importable yet
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "arc_cy", "_flags.py")
     spec = importlib.util.spec_from_file_location("_arc_cy_env", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -112,14 +112,14 @@ extensions = []
 if not PURE:
     extensions.append(
         Extension(
-            "arc_cy._arc_c",
-            ["arc_cy/_arc_c.pyx"],
+            "arc_cy._core.arc",
+            ["arc_cy/_core/arc.pyx"],
             depends=[
-                "arc_cy/_arc_layout.h",
-                "arc_cy/_capi.pxd",
-                "arc_cy/_nodes.pxd",
-                "arc_cy/_table.pxd",
-                "arc_cy/_work.pxd",
+                "arc_cy/_core/layout.h",
+                "arc_cy/_core/capi.pxd",
+                "arc_cy/_core/nodes.pxd",
+                "arc_cy/_core/table.pxd",
+                "arc_cy/_core/work.pxd",
             ],
             extra_compile_args=compile_args,
             extra_link_args=link_args,

@@ -13,7 +13,7 @@
 #     "address,undefined"; setup.py turns it into -fsanitize=... flags).
 #     Nothing is installed: the shared environment keeps its normal build.
 #   * pytest runs with PYTHONPATH=<tmp copy> and -P, so `import arc_cy` (and
-#     tests/helpers.py's direct import of `arc_cy._arc_c`) loads the
+#     tests/helpers.py's direct import of `arc_cy._core.arc`) loads the
 #     sanitized extension; the script checks that it did.
 #   * gcc's ASan runtime is LD_PRELOADed (the python binary is not built
 #     with ASan); PYTHONMALLOC=malloc lets ASan see every Python allocation;
@@ -61,7 +61,7 @@ run() {
 }
 
 # The sanitized build must be the one the tests import.
-run -c "import arc_cy._arc_c as m, sys; p = m.__file__; print('sanitize: testing', p, file=sys.stderr); sys.exit(not p.startswith('$work'))"
+run -c "import arc_cy._core.arc as m, sys; p = m.__file__; print('sanitize: testing', p, file=sys.stderr); sys.exit(not p.startswith('$work'))"
 
 cd "$work"
 # The hostile-input modules and the fuzzers and refcounts (the gc_stress and

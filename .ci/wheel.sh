@@ -55,7 +55,7 @@ for version in $versions; do
     # No debug info in the shared object.
     rm -rf "$work/unzipped" && mkdir "$work/unzipped"
     (cd "$work/unzipped" && "$ARC_CY_PY" -m zipfile -e "$wheel" .)
-    so=$(ls "$work"/unzipped/arc_cy/_arc_c*.so)
+    so=$(ls "$work"/unzipped/arc_cy/_core/arc*.so)
     if readelf -S "$so" | grep -q '\.debug_'; then
         echo "wheel: $so carries debug sections" >&2
         exit 1

@@ -1,12 +1,12 @@
 """arc_cy: a compiled ARC eviction policy for vLLM's CPU KV-cache offloading.
 
-``arc_cy.ARCCachePolicy`` is the compiled core (``arc_cy._arc_c``) unless
+``arc_cy.ARCCachePolicy`` is the compiled core (``arc_cy._core.arc``) unless
 ``ARC_CY_NO_EXTENSIONS`` is true (``1``, ``true``, ``yes``, ``on``;
-``arc_cy._env.env_flag``), which selects the pure-Python twin
-(``arc_cy._arc_py``). Both make the decisions of vLLM's ``ARCCachePolicy``
+``arc_cy._flags.env_flag``), which selects the pure-Python twin
+(``arc_cy._twin.arc``). Both make the decisions of vLLM's ``ARCCachePolicy``
 on the vLLM code arc_cy verified (``arc_cy._guard``).
 ``arc_cy.ARCPlusCachePolicy`` (ARC+, which hits more: its docstring) is
-chosen the same way, between the core's and its twin ``arc_cy._plus_py``.
+chosen the same way, between the core's and its twin ``arc_cy._twin.plus``.
 
 The implementation (and vLLM's base classes) load on first use of one of
 the names below, so ``import arc_cy`` alone, and ``python -m arc_cy
@@ -20,7 +20,7 @@ import platform
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from ._env import env_flag
+from ._flags import env_flag
 from ._guard.verified import SUPPORTED_VLLM
 
 __all__ = [
@@ -70,38 +70,38 @@ def _missing_core_message(error: ImportError) -> str:
 
 
 if TYPE_CHECKING:
-    from ._arc_py import ARCCachePolicy
-    from ._base import HAVE_VLLM, CachePolicy, ChunkStatus
-    from ._plus_py import ARCPlusCachePolicy
+    from ._twin.arc import ARCCachePolicy
+    from ._twin.plus import ARCPlusCachePolicy
+    from ._vllm import HAVE_VLLM, CachePolicy, ChunkStatus
 else:
 
     def __getattr__(name: str) -> Any:
         if name not in __all__:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        from . import _base
+        from . import _vllm
 
         names = globals()
         names.update(
-            HAVE_VLLM=_base.HAVE_VLLM,
-            CachePolicy=_base.CachePolicy,
-            ChunkStatus=_base.ChunkStatus,
+            HAVE_VLLM=_vllm.HAVE_VLLM,
+            CachePolicy=_vllm.CachePolicy,
+            ChunkStatus=_vllm.ChunkStatus,
         )
         if env_flag("ARC_CY_NO_EXTENSIONS"):
-            from ._arc_py import ARCCachePolicy
-            from ._plus_py import ARCPlusCachePolicy
+            from ._twin.arc import ARCCachePolicy
+            from ._twin.plus import ARCPlusCachePolicy
 
             implementation = "python"
         else:
             try:
-                from ._arc_c import ARCCachePolicy, ARCPlusCachePolicy
+                from ._core.arc import ARCCachePolicy, ARCPlusCachePolicy
 
                 implementation = "cython"
             except ImportError as exc:
                 if platform.python_implementation() == "CPython":
                     # Never silent: a CPython install is meant to have the core.
                     warnings.warn(_missing_core_message(exc), RuntimeWarning, stacklevel=2)
-                from ._arc_py import ARCCachePolicy
-                from ._plus_py import ARCPlusCachePolicy
+                from ._twin.arc import ARCCachePolicy
+                from ._twin.plus import ARCPlusCachePolicy
 
                 implementation = "python"
         names.update(

@@ -47,10 +47,10 @@ from arc_cy._guard.verified import SUPPORTED_VLLM
 def _built_with() -> str:
     """The Cython that generated the compiled core, recorded at build time."""
     try:
-        from arc_cy import _arc_c
+        from arc_cy._core import arc as core
     except ImportError as exc:
         return f"n/a (the compiled core does not import: {exc})"
-    return str(_arc_c.CYTHON_VERSION)
+    return str(core.CYTHON_VERSION)
 
 
 def _package_report() -> tuple[bool, str]:
@@ -84,17 +84,17 @@ def _package_report() -> tuple[bool, str]:
 def _vllm_report() -> tuple[bool, list[str]]:
     """(ok, lines) about the installed vLLM: importable, and its ARC code
     one that arc_cy verified?"""
-    from arc_cy import _base
+    from arc_cy import _vllm
 
-    err = _base.VLLM_IMPORT_ERROR
-    if not _base.VLLM_IMPORTED:
+    err = _vllm.VLLM_IMPORT_ERROR
+    if not _vllm.VLLM_IMPORTED:
         if err is None:
             return True, ["vLLM: not installed"]
         return False, [f"vLLM: installed but failed to import: {type(err).__name__}: {err}"]
     code = vllm_guard.result()
     assert code is not None  # vLLM imports
     version = code.version
-    if not _base.HAVE_VLLM:
+    if not _vllm.HAVE_VLLM:
         missing = getattr(err, "name", None) or ""
         if isinstance(err, ModuleNotFoundError) and (
             BASE_MODULE == missing or BASE_MODULE.startswith(missing + ".")
@@ -243,10 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"arc_cy {arc_cy.__version__}")
     try:
         module = arc_cy.ARCCachePolicy.__module__
-    except ValueError as exc:  # a mistyped flag (arc_cy._env)
+    except ValueError as exc:  # a mistyped flag (arc_cy._flags)
         print(f"implementation: NOT CHOSEN: {exc}")
         return 1
-    from arc_cy._base import HAVE_VLLM
+    from arc_cy._vllm import HAVE_VLLM
 
     print(f"implementation: {arc_cy.IMPLEMENTATION} ({module})")
     print(f"ARC_CY_NO_EXTENSIONS: {'unset' if env is None else repr(env)}")

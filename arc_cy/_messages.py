@@ -30,5 +30,5 @@ MSG_MUTATED = "ARC list changed during iteration"
 MSG_NO_ACCESSOR = "property {!r} of {!r} object has no {}"
 MSG_MISSING = "ARCCachePolicy.{}() missing {} required positional argument{}: {}"
 MSG_NO_COPY = (
-    "{} (arc_cy's compiled core) cannot be copied or pickled; arc_cy._arc_py.ARCCachePolicy can"
+    "{} (arc_cy's compiled core) cannot be copied or pickled; arc_cy._twin.arc.ARCCachePolicy can"
 )

@@ -19,13 +19,15 @@ py=${ARC_CY_PY:?source .ci/env.sh first}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/arc_cy_base.XXXXXX")
 git -C "$root" archive "$rev" arc_cy | tar -x -C "$dir"
 mv "$dir/arc_cy" "$dir/$name"
-sed -i "s/\\barc_cy\\./$name./g; s/^from arc_cy import/from $name import/" \
-    "$dir/$name"/*.py "$dir/$name"/*.pyx
+find "$dir/$name" -name '*.py' -o -name '*.pyx' -o -name '*.pxd' | xargs sed -i \
+    "s/\\barc_cy\\./$name./g; s/^from arc_cy import/from $name import/"
+# The core's module: arc_cy._core.arc since it has a folder, arc_cy._arc_c before.
+if [ -f "$dir/$name/_core/arc.pyx" ]; then module=_core.arc; else module=_arc_c; fi
 cat > "$dir/setup.py" <<PY
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-ext = Extension("$name._arc_c", ["$name/_arc_c.pyx"], include_dirs=["$name"],
+ext = Extension("$name.$module", ["$name/${module/./\/}.pyx"], include_dirs=["$(dirname "$name/${module/./\/}")"],
                 extra_compile_args=["-O3", "-g0"])
 setup(name="$name", ext_modules=cythonize([ext], language_level=3, quiet=True))
 PY

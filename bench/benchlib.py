@@ -31,8 +31,8 @@ import numpy as np
 CONTENDERS: tuple[tuple[str, str, str | None], ...] = (
     ("vllm_arc", "arc", None),
     ("vllm_lru", "lru", None),
-    ("arc_cy", "ARCCachePolicy", "arc_cy._arc_c"),
-    ("arc_cy_pure", "ARCCachePolicy", "arc_cy._arc_py"),
+    ("arc_cy", "ARCCachePolicy", "arc_cy._core.arc"),
+    ("arc_cy_pure", "ARCCachePolicy", "arc_cy._twin.arc"),
 )
 ARC_LIKE: tuple[str, ...] = ("vllm_arc", "arc_cy", "arc_cy_pure")  # must decide identically
 BASELINE = "vllm_arc"
@@ -46,7 +46,9 @@ LABELS = {
 # core each holds (package arc_cy_*) joins as a contender of that name, for
 # side-by-side A/B runs of revisions of the core. Each package is imported
 # from its directory by file location (sys.path is left as it is), so that
-# vLLM's CachePolicyFactory finds "<name>._arc_c" in sys.modules' package.
+# vLLM's CachePolicyFactory finds its core (``<name>._core.arc``, or
+# ``<name>._arc_c`` in a revision from before the core had a folder) in
+# sys.modules' package.
 
 
 def _import_base(directory: str, name: str) -> None:
@@ -65,7 +67,8 @@ for _base in filter(None, os.environ.get("ARC_CY_BENCH_BASE", "").split(":")):
     for _name in sorted(os.listdir(_base)):
         if _name.startswith("arc_cy_") and os.path.isdir(os.path.join(_base, _name)):
             _import_base(_base, _name)
-            CONTENDERS += ((_name, "ARCCachePolicy", f"{_name}._arc_c"),)
+            _core = "_core.arc" if os.path.isdir(os.path.join(_base, _name, "_core")) else "_arc_c"
+            CONTENDERS += ((_name, "ARCCachePolicy", f"{_name}.{_core}"),)
             ARC_LIKE += (_name,)
             LABELS[_name] = f"arc_cy compiled ({_name}, bench/base.sh)"
 NAMES = tuple(c[0] for c in CONTENDERS)
@@ -486,7 +489,7 @@ TWIN_STORE_GOAL = 1.35
 TWIN_STORE_MISS = (
     "the pure twin's store costs more than it did: a ceiling, not a speed goal. The twin is "
     "for debugging: vLLM arc's code, each of whose mutating calls enters a re-entry guard "
-    "(arc_cy._arc_py.mutating, docs/hardening.md), which weighs most against vLLM arc's C "
+    "(arc_cy._twin.arc.mutating, docs/hardening.md), which weighs most against vLLM arc's C "
     "OrderedDict calls in a store's many short calls (1.12x to 1.34x of vLLM arc while the "
     "twin kept the core's busy protocol and checks); over 1.35x, its guard or bookkeeping grew"
 )

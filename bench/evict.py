@@ -1,6 +1,6 @@
 """Cost of one policy.evict(n) and of the other policy calls, driving the
 policy objects directly: the installed vLLM's ARCCachePolicy and LRUCachePolicy,
-arc_cy compiled (arc_cy._arc_c) and arc_cy pure (arc_cy._arc_py).
+arc_cy compiled (arc_cy._core.arc) and arc_cy pure (arc_cy._twin.arc).
 
 Each contender has its own policy and its own ChunkStatus objects (the keys,
 32 hash bytes + 4-byte group index, are shared). Every repetition measures
@@ -79,9 +79,9 @@ def build_steady(
 
 def node_bytes() -> int:
     """The compiled core's bytes per entry node, as the core reports them."""
-    from arc_cy import _arc_c
+    from arc_cy._core import arc as core
 
-    return int(_arc_c._NODE_SIZE)
+    return int(core._NODE_SIZE)
 
 
 def scan_bytes_per_entry() -> int:

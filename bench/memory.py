@@ -48,7 +48,7 @@ def policy_class(name: str) -> type:
         return bl.policy_class(name)
     from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 
-    return CachePolicyFactory.get_cache_policy_cls("ARCPlusCachePolicy", "arc_cy._arc_c")
+    return CachePolicyFactory.get_cache_policy_cls("ARCPlusCachePolicy", "arc_cy._core.arc")
 
 
 def _trim() -> None:

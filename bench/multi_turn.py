@@ -63,6 +63,7 @@ from collections import Counter
 from typing import Any
 
 import benchlib as bl
+from arc_cy._policy import METHODS
 from arc_cy_harness.multi_turn_workload import (
     BLOCK_SIZE,
     DATA,
@@ -82,18 +83,7 @@ RUNS = (
     ("vllm_arc+timers", "arc", True),
     ("arc_cy+timers", "arc_cy", True),
 )
-POLICY_METHODS = (
-    "get",
-    "insert",
-    "remove",
-    "touch",
-    "on_store_miss",
-    "on_request_access",
-    "on_request_finished",
-    "mark_evictable",
-    "mark_non_evictable",
-    "clear",
-)
+POLICY_METHODS = tuple(name for name in METHODS if name != "evict")  # evict: timed apart
 
 
 # --- instrumentation ----------------------------------------------------------
@@ -388,7 +378,7 @@ def run_size(
     for name, policy, instrumented in RUNS:
         h = make_harness(model_dir, policy, cpu_chunks, args)
         cls = type(h.manager._policy)
-        if policy == "arc_cy" and cls.__module__ != "arc_cy._arc_c":
+        if policy == "arc_cy" and cls.__module__ != "arc_cy._core.arc":
             raise SystemExit(
                 f"'arc_cy' resolved to {cls.__module__} "
                 f"(IMPLEMENTATION={arc_cy.IMPLEMENTATION}); "

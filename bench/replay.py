@@ -15,8 +15,8 @@ flight, pinned, until they finish.
 Policies, each built by the route an operator uses: vLLM lru
 (cache_policy "lru"), vLLM arc ("arc"), arc_cy compiled (the plugin's name
 "arc_cy", after vLLM's load_general_plugins()) and arc_cy's twin
-(cache_policy_module_path "arc_cy._arc_py"), ARC+ compiled (the plugin's
-"arc_cy_plus") and its twin ("ARCPlusCachePolicy" from "arc_cy._plus_py");
+(cache_policy_module_path "arc_cy._twin.arc"), ARC+ compiled (the plugin's
+"arc_cy_plus") and its twin ("ARCPlusCachePolicy" from "arc_cy._twin.plus");
 at pool sizes given as fractions of the trace's distinct blocks (--pools),
 each at every store_threshold of --thresholds.
 
@@ -66,9 +66,9 @@ ROUTES: dict[str, tuple[str, str | None]] = {
     "vllm_lru": ("lru", None),
     "vllm_arc": ("arc", None),
     "arc_cy": ("arc_cy", None),
-    "arc_cy_pure": ("ARCCachePolicy", "arc_cy._arc_py"),
+    "arc_cy_pure": ("ARCCachePolicy", "arc_cy._twin.arc"),
     "arc_cy_plus": ("arc_cy_plus", None),
-    "arc_cy_plus_pure": ("ARCPlusCachePolicy", "arc_cy._plus_py"),
+    "arc_cy_plus_pure": ("ARCPlusCachePolicy", "arc_cy._twin.plus"),
 }
 POLICIES = tuple(ROUTES)
 PLUS, PLUS_TWIN = "arc_cy_plus", "arc_cy_plus_pure"
@@ -159,15 +159,15 @@ def check_routes() -> None:
     from vllm.plugins import load_general_plugins
     from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 
-    from arc_cy import _arc_c
+    from arc_cy._core import arc as core
 
     load_general_plugins()
     for name, compiled in (("arc_cy", "ARCCachePolicy"), (PLUS, "ARCPlusCachePolicy")):
         cls = CachePolicyFactory.get_cache_policy_cls(ROUTES[name][0])
-        if cls is not getattr(_arc_c, compiled, None):
+        if cls is not getattr(core, compiled, None):
             raise SystemExit(
                 f"replay: the policy name {ROUTES[name][0]!r} is {cls!r}, not the compiled "
-                f"arc_cy._arc_c.{compiled}: run `python -m arc_cy` to see why"
+                f"arc_cy._core.arc.{compiled}: run `python -m arc_cy` to see why"
             )
 
 
@@ -403,7 +403,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         ),
         bl.target(
             "ARC+'s twin: pool sizes and thresholds of the trace replay where ARC+ pure "
-            "(arc_cy._plus_py) decided otherwise than ARC+ compiled (hits and evicted keys, "
+            "(arc_cy._twin.plus) decided otherwise than ARC+ compiled (hits and evicted keys, "
             "call by call)",
             sum(1 for r in recs if r["decision_mismatches"].get(PLUS_TWIN)),
             "0",

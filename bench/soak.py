@@ -1,6 +1,6 @@
 """Soak test of the compiled ARC core: memory must not grow under churn.
 
-Drives ``arc_cy._arc_c.ARCCachePolicy`` (the compiled class, imported
+Drives ``arc_cy._core.arc.ARCCachePolicy`` (the compiled class, imported
 directly) through vLLM's CachePolicy API with traffic shaped like
 ``CPUOffloadingManager``'s (arc_cy_harness.traffic's PolicyTraffic, the driver
 the differential tests use too), for ``--ops`` policy calls (default 10**7) at
@@ -68,7 +68,7 @@ import psutil
 
 import arc_cy
 import benchlib as bl
-from arc_cy._arc_c import ARCCachePolicy
+from arc_cy._core.arc import ARCCachePolicy
 from arc_cy_harness import traffic
 from arc_cy_harness.traffic import Lockstep, PolicyTraffic
 

@@ -4,7 +4,7 @@ store evicting, for vLLM arc, vLLM lru, arc_cy compiled and arc_cy pure.
 
 Each contender has its own identically built vLLM CPUOffloadingManager
 (arc_cy through cache_policy="ARCCachePolicy", cache_policy_module_path=
-"arc_cy._arc_c" / "arc_cy._arc_py"). Repetitions are interleaved round-robin
+"arc_cy._core.arc" / "arc_cy._twin.arc"). Repetitions are interleaved round-robin
 (the starting contender rotates), every contender gets the same keys, and
 only the manager calls are timed (time.perf_counter_ns, gc disabled).
 

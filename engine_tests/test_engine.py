@@ -47,7 +47,7 @@ REGISTERED = re.compile(
 )
 
 CONNECTED = ("arc", "arc_cy_module_path", "arc_cy_plugin", "lockstep_compiled", "lockstep_pure")
-ARC_CY_CLASS = "arc_cy._arc_c.ARCCachePolicy"
+ARC_CY_CLASS = "arc_cy._core.arc.ARCCachePolicy"
 
 
 def kv_check(reference: dict[str, Any], run: dict[str, Any]) -> list[str]:
@@ -130,7 +130,8 @@ def test_the_workload_is_under_pressure(runs):
 
 
 @pytest.mark.parametrize(
-    ("run", "module"), [("lockstep_compiled", "arc_cy._arc_c"), ("lockstep_pure", "arc_cy._arc_py")]
+    ("run", "module"),
+    [("lockstep_compiled", "arc_cy._core.arc"), ("lockstep_pure", "arc_cy._twin.arc")],
 )
 def test_same_decisions_as_vllm_arc_in_the_engine(runs, run, module):
     """Every call the engine's manager made, made on vLLM's ARC and on arc_cy

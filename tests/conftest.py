@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from arc_cy._env import env_flag
+from arc_cy._flags import env_flag
 from arc_cy._guard import vllm_guard
 from helpers import (
     ALL_IMPLEMENTATIONS,
@@ -113,7 +113,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    core = importlib.util.find_spec("arc_cy._arc_c")
+    core = importlib.util.find_spec("arc_cy._core.arc")
     if PURE and core is not None:
         raise pytest.UsageError(
             f"{PURE_ENV} is set, but this arc_cy has its compiled core ({core.origin}): "
@@ -124,7 +124,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         raise pytest.UsageError(
             f"the arc_cy in {os.path.dirname(arc_cy.__file__)} has no compiled core "
-            "(arc_cy._arc_c): build and install it (tests/run.sh does; `python -P` keeps "
+            "(arc_cy._core.arc): build and install it (tests/run.sh does; `python -P` keeps "
             f"a source tree from shadowing it), or set {PURE_ENV}=1 to test a pure build."
         )
 

@@ -21,9 +21,10 @@ from typing import Any
 
 from packaging.requirements import Requirement
 
-from arc_cy import _base
-from arc_cy._base import ChunkStatus
-from arc_cy._env import env_flag
+from arc_cy import _vllm
+from arc_cy._flags import env_flag
+from arc_cy._policy import HOOKS
+from arc_cy._vllm import ChunkStatus
 
 
 @dataclass
@@ -42,13 +43,13 @@ class StandInReqContext:
         return self._offload_key_positions.get(key)
 
 
-if _base.HAVE_VLLM:
+if _vllm.HAVE_VLLM:
     from vllm.v1.kv_offload.base import ReqContext
 else:
     ReqContext = StandInReqContext  # type: ignore[misc]
 
 
-HAVE_VLLM = bool(_base.HAVE_VLLM)
+HAVE_VLLM = bool(_vllm.HAVE_VLLM)
 
 __all__ = [
     "CHOSEN",
@@ -193,7 +194,7 @@ ALL_IMPLEMENTATIONS = ("cython", "python")
 IMPLEMENTATIONS = ("python",) if PURE else ALL_IMPLEMENTATIONS
 # What arc_cy.ARCCachePolicy is: the core, or the twin on a pure build.
 CHOSEN = IMPLEMENTATIONS[0]
-MODULES = {"cython": "arc_cy._arc_c", "python": "arc_cy._arc_py"}
+MODULES = {"cython": "arc_cy._core.arc", "python": "arc_cy._twin.arc"}
 
 
 def load_policy_class(name: str) -> type:
@@ -204,7 +205,7 @@ def load_policy_class(name: str) -> type:
 
 
 # ARC+ (arc_cy_plus): the compiled class and its plain twin.
-PLUS_MODULES = {"cython": "arc_cy._arc_c", "python": "arc_cy._plus_py"}
+PLUS_MODULES = {"cython": "arc_cy._core.arc", "python": "arc_cy._twin.plus"}
 
 
 def load_plus_class(name: str) -> type:
@@ -217,7 +218,7 @@ REPO = Path(__file__).resolve().parents[1]
 # The installed package's directory, ending in a separator: a frame runs
 # arc_cy's code when its filename starts with it (a test for "arc_cy" in a
 # filename also matches a checkout or a temporary copy named after it).
-ARC_CY_DIR = os.path.dirname(os.path.abspath(_base.__file__)) + os.sep
+ARC_CY_DIR = os.path.dirname(os.path.abspath(_vllm.__file__)) + os.sep
 """The source tree (a checkout or an unpacked sdist) the tests came from."""
 
 
@@ -294,11 +295,7 @@ def _oracle_hooks() -> frozenset[str]:
     # The hooks the installed vLLM's ARC has: 0.30 has none of these, 0.31
     # and 0.32 lack on_request_access. A test calls only these on every
     # policy, as the release's own manager would.
-    return frozenset(
-        name
-        for name in ("on_store_miss", "on_request_access", "on_request_finished")
-        if hasattr(VllmARC, name)
-    )
+    return frozenset(name for name in HOOKS if hasattr(VllmARC, name))
 
 
 if HAVE_VLLM:  # what vLLM's ARC has: a module that imports it needs vLLM

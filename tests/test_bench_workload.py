@@ -73,9 +73,9 @@ class _Chunk(ctypes.Structure):
 
 @pytest.mark.compiled
 def test_the_core_exposes_its_node_size() -> None:
-    from arc_cy import _arc_c
+    from arc_cy._core import arc as core
 
-    size = _arc_c._NODE_SIZE
+    size = core._NODE_SIZE
     assert type(size) is int and size > 0
     if sys.maxsize > 2**32:
         assert size == 40  # two pointers, a hash, two links, a tag and a stamp
@@ -84,7 +84,7 @@ def test_the_core_exposes_its_node_size() -> None:
     # as the entries grow: its largest block is the node array.
     keys = [b"node-%d" % i for i in range(129)]
     chunks = [_Chunk(i, 0) for i in range(129)]
-    policy = _arc_c.ARCCachePolicy(1000)
+    policy = core.ARCCachePolicy(1000)
     largest = {}
     tracemalloc.start()
     try:

@@ -1,4 +1,4 @@
-"""arc_cy's boolean environment flags: one parser, arc_cy._env.env_flag,
+"""arc_cy's boolean environment flags: one parser, arc_cy._flags.env_flag,
 for the package, the build, the tests and the benchmarks."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from arc_cy._env import env_flag
+from arc_cy._flags import env_flag
 from childproc import run_prog
 from helpers import REPO
 

@@ -18,7 +18,7 @@ crash fails the run it happened in and those after it.
                     changed nothing, a call that returned agrees with an
                     unarmed shadow
     cleared-plus, nomem-plus        the same for the compiled ARC+
-                    (arc_cy._arc_c.ARCPlusCachePolicy), checked as the
+                    (arc_cy._core.arc.ARCPlusCachePolicy), checked as the
                     core is, the shadow an unarmed ARC+, with calls that
                     reach its rules: on_request_finished remembering keys
                     in b1 (new, repeated, more than the capacity: b1
@@ -110,7 +110,7 @@ MIN = {
         "ok_armed_insert_grows": 520,
         "release_fallback_clear": 20,
         "release_fallback___init__": 18,
-        # ARC+'s rules (arc_cy._doc.PLUS_DOC) under failing allocations:
+        # ARC+'s rules (arc_cy._policy.PLUS_DOC) under failing allocations:
         # on_request_finished failed with keys to remember in b1 ...
         "nomem_plus_remember": 800,
         "nomem_plus_remember_repeated": 490,  # ... one of them repeated

@@ -15,7 +15,7 @@ the run reached what it is for (the COVERAGE line's counts).
                     containers that are not iterable: no crash, allowed
                     exceptions only, _check_invariants(), and a failed
                     call changed nothing; chaos-plus runs the compiled
-                    ARC+ (arc_cy._arc_c.ARCPlusCachePolicy) and checks its
+                    ARC+ (arc_cy._core.arc.ARCPlusCachePolicy) and checks its
                     three rules where the step's keys keep the contract
 
 The compiled classes alone: hostile input is the core's rules' business
@@ -26,7 +26,7 @@ tests/progs/surface_fuzz.py attacks what Python code can reach of the core
 besides the arguments, in a child too (each test asserts what its COVERAGE
 line reached):
 
-    surface-reflect every type and callable of arc_cy._arc_c, and of user
+    surface-reflect every type and callable of arc_cy._core.arc, and of user
                     subclasses and chunk types, called with
                     hostile arguments, positionally and by keyword, from
                     the top and from inside calls (gc.get_referrers);
@@ -130,7 +130,7 @@ MIN = {
         # first-seen offers are refused while the target is 0: fewer
         # evictions pass over a protected key (13 to 82 a run)
         "evict_protected_skip": 3,
-        # ARC+'s rules (arc_cy._doc.PLUS_DOC) at work: evictions refused for
+        # ARC+'s rules (arc_cy._policy.PLUS_DOC) at work: evictions refused for
         # first-seen offers (where ARC would have evicted), keys remembered
         # in b1 by on_request_finished, ghosts that insert() took back into
         # t2, a protected that is not iterable refused (TypeError); each

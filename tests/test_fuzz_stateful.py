@@ -2,8 +2,8 @@
 (the twin alone on a pure build).
 
 A hypothesis RuleBasedStateMachine applies every operation to vLLM
-0.33.0's ARCCachePolicy (the oracle) and to ``arc_cy._arc_c`` and
-``arc_cy._arc_py`` ARCCachePolicy, with the same key objects and the same
+0.33.0's ARCCachePolicy (the oracle) and to ``arc_cy._core.arc`` and
+``arc_cy._twin.arc`` ARCCachePolicy, with the same key objects and the same
 ChunkStatus objects (ref_cnt is read live, so all three see one value),
 and after every step checks that the three agree (t1/t2 order and chunk
 identity, b1/b2 order, target_t1_size value and type, get() of every key)
@@ -55,7 +55,7 @@ from hypothesis.stateful import (
 )
 from vllm.v1.kv_offload.base import make_offload_key
 
-from arc_cy._env import env_flag
+from arc_cy._flags import env_flag
 from arc_cy_harness.traffic import Lockstep, PolicyTraffic
 from helpers import (
     IMPLEMENTATIONS,

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.sdist, pytest.mark.install]
 def test_no_extensions_variable(value, expected):
     proc = run_prog("implementation.py", env={"ARC_CY_NO_EXTENSIONS": value})
     assert proc.returncode == 0, proc.stderr
-    module = {"cython": "arc_cy._arc_c", "python": "arc_cy._arc_py"}[expected]
+    module = {"cython": "arc_cy._core.arc", "python": "arc_cy._twin.arc"}[expected]
     assert proc.stdout.split() == [expected, module]
 
 
@@ -55,13 +55,13 @@ def layout(cs) -> dict:
 
 @pytest.mark.needs_vllm
 def test_chunk_stand_in_matches_vllm_layout():
-    """Without vLLM, _base takes the stand-in ChunkStatus: same fields,
+    """Without vLLM, _vllm takes the stand-in ChunkStatus: same fields,
     sizes, offsets and initial values as vLLM's."""
     from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus as Vllm
 
-    from arc_cy import _base
+    from arc_cy import _vllm
 
-    assert _base.ChunkStatus is Vllm  # vLLM is installed here
+    assert _vllm.ChunkStatus is Vllm  # vLLM is installed here
     proc = run_prog("stand_in_layout.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout) == layout(Vllm)
@@ -104,7 +104,7 @@ def test_the_package_has_no_import_circle() -> None:
     # import nothing of arc_cy, and the check imports an implementation only
     # when it runs (its lockstep, in a function).
     package = REPO / "arc_cy"
-    files = [*package.glob("*.py"), *package.glob("*.pyx"), *package.glob("_guard/*.py")]
+    files = [p for p in package.rglob("*") if p.suffix in (".py", ".pyx")]
     modules = {
         "arc_cy."
         + ".".join(p.relative_to(package).with_suffix("").parts).removesuffix(".__init__"): p

@@ -1,16 +1,18 @@
-"""One home per fact (issue 47): the policy's docstring lives in
-arc_cy._doc, which both implementations read, and names the releases the
-table verifies; the compiled core imports nothing from the twin."""
+"""One home per fact (issues 47, 52): the policy's docstring and method list
+live in arc_cy._policy, which both implementations read; the docstring names
+the releases the table verifies, the method list is vLLM's; the compiled
+core imports nothing from the twin."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
 
 import pytest
 
-from arc_cy import _doc
+from arc_cy import _policy
 from arc_cy._guard import verified
 from childproc import child_env
 from helpers import MODULES, REPO
@@ -24,7 +26,7 @@ def _version(release: str) -> tuple[int, ...]:
 
 def test_the_docstring_has_one_home_and_names_the_verified_range(policy_cls: type) -> None:
     releases = sorted(verified.FILES, key=_version)
-    assert policy_cls.__doc__ is _doc.POLICY_DOC
+    assert policy_cls.__doc__ is _policy.POLICY_DOC
     assert f"({releases[0]} to {releases[-1]}, ``arc_cy._guard.verified``)" in policy_cls.__doc__
     # No single release is named as the one whose decisions it makes.
     assert "'s ``ARCCachePolicy``" not in policy_cls.__doc__.replace("vLLM's", "")
@@ -53,9 +55,26 @@ def test_an_implementation_imports_nothing_from_the_other(impl: str) -> None:
 
 def test_the_core_source_imports_no_twin() -> None:
     # The source too, on any build: no import or cimport names the twin.
-    source = (REPO / "arc_cy" / "_arc_c.pyx").read_text(encoding="utf-8")
+    source = (REPO / "arc_cy" / "_core" / "arc.pyx").read_text(encoding="utf-8")
     imports = [
         line for line in source.splitlines() if re.match(r"\s*(from|import|cimport)\s", line)
     ]
-    assert any("arc_cy._doc" in line for line in imports), imports
-    assert [line for line in imports if "_arc_py" in line or "_twin" in line] == []
+    assert any("arc_cy._policy" in line for line in imports), imports
+    assert [line for line in imports if "_twin" in line] == []
+
+
+def test_the_method_list_is_vllms_in_every_verified_release(policy_cls: type) -> None:
+    # _policy.METHODS, which the guard's lockstep, the tests, the fuzzers and
+    # the benchmarks derive their lists from, is what vLLM's CachePolicy has
+    # across the verified releases (as each shipped it: tests/data/vllm).
+    found: set[str] = set()
+    for release in verified.FILES:
+        path = REPO / "tests/data/vllm" / release / "vllm/v1/kv_offload/cpu/policies/base.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        (base,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "CachePolicy"]
+        found |= {n.name for n in base.body if isinstance(n, ast.FunctionDef)}
+    assert set(_policy.METHODS) == found - {"__init__"}
+    assert len(_policy.METHODS) == len(set(_policy.METHODS))
+    # Each implementation has its own of every one (none is the base's).
+    for name in _policy.METHODS:
+        assert getattr(policy_cls, name).__qualname__.split(".")[0] != "CachePolicy", name

@@ -176,7 +176,7 @@ def test_installed_metadata() -> None:
     assert "Programming Language :: Python :: Implementation :: CPython" in classifiers
     files = {str(f) for f in metadata.files("arc-cy") or ()}
     assert any(f.endswith("licenses/LICENSE") for f in files), files
-    for name in ("py.typed", "_arc_c.pyi", "_arc_py.py"):
+    for name in ("py.typed", "_core/arc.pyi", "_twin/arc.py"):
         assert f"arc_cy/{name}" in files
     assert not any(f.endswith(".c") for f in files)
 
@@ -260,8 +260,11 @@ def test_a_build_packs_only_what_it_makes(tmp_path: Path) -> None:
         ignore=shutil.ignore_patterns("*.c", "*.so", "*.html", "__pycache__"),
     )
     left = tree / "build" / "lib" / "arc_cy"
-    left.mkdir(parents=True)
-    stale = ["_removed.py", "_arc_c" + sysconfig.get_config_var("EXT_SUFFIX")]
+    (left / "_core").mkdir(parents=True)
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    # A module since removed, the core where it was before it moved, and a
+    # core left by a compiled build in this pure one.
+    stale = ["_removed.py", "_arc_c" + suffix, "_core/arc" + suffix]
     for name in stale:
         (left / name).write_bytes(b"")
     done = subprocess.run(
@@ -276,8 +279,8 @@ def test_a_build_packs_only_what_it_makes(tmp_path: Path) -> None:
     (wheel,) = (tmp_path / "out").glob("arc_cy-*.whl")
     packed = {n.removeprefix("arc_cy/") for n in zipfile.ZipFile(wheel).namelist()}
     # The build ran, and kept what it makes (the package data too).
-    kept = {"_arc_py.py", "py.typed", "_arc_c.pyi", "_arc_c.pyx", "_capi.pxd"}
-    kept |= {"_nodes.pxd", "_table.pxd", "_work.pxd"}
+    kept = {"_twin/arc.py", "py.typed", "_core/arc.pyi", "_core/arc.pyx", "_core/capi.pxd"}
+    kept |= {"_core/nodes.pxd", "_core/table.pxd", "_core/work.pxd", "_core/layout.h"}
     assert kept <= packed
     assert not packed & set(stale), sorted(packed)
     assert not any(left.joinpath(name).exists() for name in stale)

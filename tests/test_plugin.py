@@ -14,7 +14,7 @@ import re
 import pytest
 
 import arc_cy
-from arc_cy import _env, _guard, plugin
+from arc_cy import _flags, _guard, plugin
 from helpers import PURE
 
 pytestmark = [pytest.mark.needs_vllm, pytest.mark.install]
@@ -40,7 +40,7 @@ def fresh(monkeypatch):
     for name in ("ARCCachePolicy", "IMPLEMENTATION"):
         monkeypatch.delattr(arc_cy, name, raising=False)
     monkeypatch.setattr(_guard, "vllm_guard", _guard.VllmGuard())
-    for flag in _env.RUNTIME_FLAGS:
+    for flag in _flags.RUNTIME_FLAGS:
         monkeypatch.delenv(flag, raising=False)
     if PURE:  # a pure build has no core: the run's own choice stays
         monkeypatch.setenv("ARC_CY_NO_EXTENSIONS", "1")
@@ -64,11 +64,11 @@ def test_every_flag_arc_cy_reads_is_listed():
         for name in (n for n in names if n.endswith(".py")):
             with open(os.path.join(folder, name), encoding="utf-8") as f:
                 named.update(re.findall(r"[\"'](ARC_CY_[A-Z_]+)[\"']", f.read()))
-    assert named and named <= set(_env.RUNTIME_FLAGS), named - set(_env.RUNTIME_FLAGS)
+    assert named and named <= set(_flags.RUNTIME_FLAGS), named - set(_flags.RUNTIME_FLAGS)
 
 
 @pytest.mark.parametrize("value", BAD_VALUES)
-@pytest.mark.parametrize("flag", _env.RUNTIME_FLAGS)
+@pytest.mark.parametrize("flag", _flags.RUNTIME_FLAGS)
 def test_a_mistyped_flag_is_logged_not_raised(flag, value, fresh, registry, monkeypatch, caplog):
     monkeypatch.setenv(flag, value)
     if flag != "ARC_CY_NO_EXTENSIONS":

@@ -213,7 +213,7 @@ def test_both_routes_into_vllms_manager(impl: str) -> None:
     twin = CPUOffloadingManager(
         num_chunks=4,
         cache_policy="ARCPlusCachePolicy",
-        cache_policy_module_path="arc_cy._plus_py",
+        cache_policy_module_path="arc_cy._twin.plus",
     )
     assert type(twin._policy) is load_plus_class("python")
     # The manager drives it: a store, a load, a refused first-seen store.

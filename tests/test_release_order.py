@@ -14,7 +14,7 @@ import gc
 
 import pytest
 
-from arc_cy import _checks
+from arc_cy._core import arguments
 from helpers import CTX, ChunkStatus, VllmARC, keysnap, ready
 from hostile import populated
 
@@ -153,7 +153,7 @@ def test_init_again_resets_the_entry_limit(policy_cls):
     policy = populated(policy_cls)
     policy._max_entries = 10
     policy.__init__(7)
-    assert (policy._max_entries, policy.cache_capacity) == (_checks.MAX_ENTRIES, 7)
+    assert (policy._max_entries, policy.cache_capacity) == (arguments.MAX_ENTRIES, 7)
     policy._check_invariants()
 
 

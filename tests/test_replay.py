@@ -21,7 +21,7 @@ pytestmark = pytest.mark.needs_vllm
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 SHIPPED = BENCH / "data" / "mooncake_synthetic_trace.jsonl"
 # ARC+ (arc_cy_plus), by implementation: the compiled class and its twin.
-PLUS_MODULES = {"cython": "arc_cy._arc_c", "python": "arc_cy._plus_py"}
+PLUS_MODULES = {"cython": "arc_cy._core.arc", "python": "arc_cy._twin.plus"}
 
 
 def plus(impl: str) -> str:
@@ -192,15 +192,17 @@ def bench_module(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 @pytest.mark.compiled
 def test_the_replay_routes_give_the_policies_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
-    from arc_cy import _arc_c, _arc_py, _plus_py
+    from arc_cy._core import arc as core
+    from arc_cy._twin import arc as twin
+    from arc_cy._twin import plus as plus_twin
 
     bench = bench_module("replay", monkeypatch)
     bench.check_routes()  # the plugin's names are the compiled classes
     built = {name: type(bench.make_manager(name, 8, 1)._policy) for name in bench.POLICIES}
-    assert built["arc_cy"] is _arc_c.ARCCachePolicy
-    assert built["arc_cy_pure"] is _arc_py.ARCCachePolicy
-    assert built["arc_cy_plus"] is _arc_c.ARCPlusCachePolicy
-    assert built["arc_cy_plus_pure"] is _plus_py.ARCPlusCachePolicy
+    assert built["arc_cy"] is core.ARCCachePolicy
+    assert built["arc_cy_pure"] is twin.ARCCachePolicy
+    assert built["arc_cy_plus"] is core.ARCPlusCachePolicy
+    assert built["arc_cy_plus_pure"] is plus_twin.ARCPlusCachePolicy
     assert bench.TWINS == {
         "arc_cy": "vllm_arc",
         "arc_cy_pure": "vllm_arc",

@@ -126,8 +126,8 @@ def fields(stdout: str) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("no_extensions", "impl", "module"),
     [
-        pytest.param(None, "cython", "arc_cy._arc_c", marks=pytest.mark.compiled),
-        ("1", "python", "arc_cy._arc_py"),
+        pytest.param(None, "cython", "arc_cy._core.arc", marks=pytest.mark.compiled),
+        ("1", "python", "arc_cy._twin.arc"),
     ],
 )
 def test_report_and_self_check(
@@ -148,10 +148,10 @@ def test_report_and_self_check(
     if PURE:
         assert f["built with Cython"].startswith("n/a (the compiled core does not import: ")
     else:
-        from arc_cy import _arc_c
+        from arc_cy._core import arc as core
 
-        assert f["built with Cython"] == _arc_c.CYTHON_VERSION
-        assert Version(_arc_c.CYTHON_VERSION) in SpecifierSet(BUILD_CYTHON)
+        assert f["built with Cython"] == core.CYTHON_VERSION
+        assert Version(core.CYTHON_VERSION) in SpecifierSet(BUILD_CYTHON)
     assert f["package"] == str(Path(arc_cy.__file__).parent)
     version = metadata.version("vllm")
     matched = f"its ARC code is verified vLLM {version}'s"
@@ -191,7 +191,7 @@ def test_a_verified_releases_code_under_another_version(
     assert (
         f["vLLM"] == f"{version} (its ARC code is verified vLLM {installed}'s; {LOCKSTEP_PASSED})"
     )
-    assert f["plugin"] == '"arc_cy" registered -> arc_cy._arc_c.ARCCachePolicy'
+    assert f["plugin"] == '"arc_cy" registered -> arc_cy._core.arc.ARCCachePolicy'
     assert f["plugin log"].endswith(
         f"on vLLM {version}: its ARC code is verified vLLM {installed}'s"
     )
@@ -213,7 +213,7 @@ def test_refuses_a_patched_vllm(runs: dict[str, tuple[int, str, str]]) -> None:
     assert "ARC_CY_ALLOW_UNVERIFIED_VLLM=1" in f["error"]
     assert f["self-check"].startswith("not run")
     # import arc_cy itself still works: the report got this far.
-    assert f["implementation"] == "cython (arc_cy._arc_c)"
+    assert f["implementation"] == "cython (arc_cy._core.arc)"
 
 
 @pytest.mark.compiled
@@ -228,7 +228,7 @@ def test_patched_vllm_override(runs: dict[str, tuple[int, str, str]]) -> None:
         "arc_cy: using arc_cy on vLLM 0.35.0+local's unverified code because "
         f"ARC_CY_ALLOW_UNVERIFIED_VLLM is set (`ARCCachePolicy.evict` ({runs['overlay'][1]})"
     )
-    assert f["plugin"] == '"arc_cy" registered -> arc_cy._arc_c.ARCCachePolicy'
+    assert f["plugin"] == '"arc_cy" registered -> arc_cy._core.arc.ARCCachePolicy'
     assert f["plugin log"].endswith("on vLLM 0.35.0+local: UNVERIFIED code")
     # (The patched line does not change the self-check's two-chunk cycle.)
     assert f["self-check"].startswith("ok: ")
@@ -249,7 +249,7 @@ def test_from_a_source_tree(tmp_path: Path) -> None:
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 1, stdout + stderr
     f = fields(stdout)
-    assert f["implementation"] == "python (arc_cy._arc_py)"
+    assert f["implementation"] == "python (arc_cy._twin.arc)"
     installed = Path(arc_cy.__file__).parent
     assert f["package"] == (
         f"{tree / 'arc_cy'} is a source tree, which shadows the installed arc_cy "

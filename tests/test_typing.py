@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import arc_cy
-from arc_cy import _arc_py
+from arc_cy._twin import arc as arc_twin
 from helpers import IMPLEMENTATIONS
 
 HERE = Path(__file__).resolve().parent
@@ -70,7 +70,7 @@ def test_pyright_verifytypes(tmp_path: Path) -> None:
 
 
 def _stub_members() -> set[str]:
-    tree = ast.parse((PACKAGE / "_arc_c.pyi").read_text())
+    tree = ast.parse((PACKAGE / "_core" / "arc.pyi").read_text())
     core = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ARCCore")
     return {n.name for n in core.body if isinstance(n, ast.FunctionDef)}
 
@@ -80,19 +80,19 @@ def test_stub_matches_both_implementations() -> None:
     # twin keeps as vLLM's instance attributes, and the core's own.
     twin = {
         name
-        for name in vars(_arc_py.ARCCachePolicy)
+        for name in vars(arc_twin.ARCCachePolicy)
         if name == "__init__" or not name.startswith("__")
     }
     twin -= {"_adapt_to_ghost_hit", "_running", "_abc_impl"}  # the twin's own helpers
     attributes = {"cache_capacity", "target_t1_size", "t1", "t2", "b1", "b2"}
-    assert attributes <= set(vars(_arc_py.ARCCachePolicy(3)))
+    assert attributes <= set(vars(arc_twin.ARCCachePolicy(3)))
     core_own = {"_max_entries", "_list_len", "_list_contains", "_list_getitem", "_list_iter"}
     stub = _stub_members() - {"_scan_visits"}  # a counter only the core keeps
     assert stub == twin | attributes | core_own
     if "cython" not in IMPLEMENTATIONS:  # a pure build: no core to hold it
         return
-    from arc_cy import _arc_c
+    from arc_cy._core import arc as core
 
     for name in stub | {"_scan_visits"}:
-        assert hasattr(_arc_c.ARCCachePolicy, name), name
-    assert isinstance(_arc_c.CYTHON_VERSION, str)
+        assert hasattr(core.ARCCachePolicy, name), name
+    assert isinstance(core.CYTHON_VERSION, str)

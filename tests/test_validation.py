@@ -16,7 +16,8 @@ import math
 
 import pytest
 
-from arc_cy import _checks, _messages
+from arc_cy import _messages
+from arc_cy._core import arguments
 from helpers import (
     CTX,
     ChunkStatus,
@@ -200,9 +201,9 @@ def test_protected_raising(policy_cls, after):
 
 @pytest.mark.core_only  # the core's node array: int32 indices
 def test_entry_limit(policy_cls):
-    assert _checks.MAX_ENTRIES == 2**29
+    assert arguments.MAX_ENTRIES == 2**29
     policy = policy_cls(10)
-    assert policy._max_entries == _checks.MAX_ENTRIES
+    assert policy._max_entries == arguments.MAX_ENTRIES
     policy._max_entries = 4
     for i in range(4):
         policy.insert(K(i), ready(i), CTX)
@@ -217,7 +218,7 @@ def test_entry_limit(policy_cls):
     policy.insert(K(9), ready(9), CTX)
     policy._check_invariants()
     with pytest.raises(ValueError):
-        policy._max_entries = _checks.MAX_ENTRIES + 1
+        policy._max_entries = arguments.MAX_ENTRIES + 1
 
 
 @pytest.mark.parametrize("n", [10**30, 2**40, 5])
@@ -291,7 +292,7 @@ def _interface_errors(policy, interface):
 @pytest.mark.compiled
 def test_the_interfaces_own_errors_are_pythons():
     """Missing arguments and read-only (or undeletable) attributes: the core
-    said "attribute ... of 'arc_cy._arc_c.ARCCore' objects is not writable"
+    said "attribute ... of 'arc_cy._core.arc.ARCCore' objects is not writable"
     and, for del, NotImplementedError: __del__; Cython's argument errors
     read otherwise than Python's. Every method called with no arguments
     raises what the twin's method (Python's) raises, and every property set
@@ -327,12 +328,12 @@ def test_a_capacity_above_the_maximum_is_refused(policy_cls):
     """The most entries one policy holds, 2**29, make the largest capacity
     2**29 // 3 (the two ghost lists and t1 + t2 each up to capacity). A
     larger one was accepted and failed at the 2**29th entry."""
-    assert _checks.MAX_CAPACITY == 178_956_970 == _checks.MAX_ENTRIES // 3
-    assert policy_cls(_checks.MAX_CAPACITY).cache_capacity == _checks.MAX_CAPACITY
-    for bad in (_checks.MAX_CAPACITY + 1, 2**63, 10**30):
+    assert arguments.MAX_CAPACITY == 178_956_970 == arguments.MAX_ENTRIES // 3
+    assert policy_cls(arguments.MAX_CAPACITY).cache_capacity == arguments.MAX_CAPACITY
+    for bad in (arguments.MAX_CAPACITY + 1, 2**63, 10**30):
         with pytest.raises(ValueError) as info:
             policy_cls(bad)
-        assert str(info.value) == _messages.MSG_CAPACITY_MAX.format(_checks.MAX_CAPACITY, bad)
+        assert str(info.value) == _messages.MSG_CAPACITY_MAX.format(arguments.MAX_CAPACITY, bad)
         assert "178956970" in str(info.value)
     policy = populated(policy_cls)
-    unchanged(policy, lambda p: p.__init__(_checks.MAX_CAPACITY + 1), ValueError)
+    unchanged(policy, lambda p: p.__init__(arguments.MAX_CAPACITY + 1), ValueError)

@@ -57,8 +57,8 @@ STAND_IN = os.environ.get("ARC_CY_COMPAT_STAND_IN") or None
 ROUTES = {
     "plugin name": ("arc_cy", None),
     "module path": ("ARCCachePolicy", "arc_cy"),
-    "compiled core": ("ARCCachePolicy", "arc_cy._arc_c"),
-    "pure twin": ("ARCCachePolicy", "arc_cy._arc_py"),
+    "compiled core": ("ARCCachePolicy", "arc_cy._core.arc"),
+    "pure twin": ("ARCCachePolicy", "arc_cy._twin.arc"),
 }
 if PURE:  # a pure build has no core to route to
     del ROUTES["compiled core"]

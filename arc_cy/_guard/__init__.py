@@ -21,7 +21,7 @@ import warnings
 from dataclasses import dataclass
 from importlib import import_module, metadata
 
-from .._env import env_flag
+from .._flags import env_flag
 from . import files, fingerprint, verified
 from .files import ARC_MODULE, BASE_MODULE, FILES, Unjudged
 
@@ -91,16 +91,16 @@ _ARC_CY_IN_PLACE = (
 def check_vllm_code() -> CodeCheck | None:
     """Judge this process's vLLM (None where vLLM does not import). Never
     raises; reads the files afresh on every call."""
-    from .. import _base
+    from .. import _vllm
 
-    if not _base.VLLM_IMPORTED:
+    if not _vllm.VLLM_IMPORTED:
         return None
     version = vllm_version()
     enabled = gc.isenabled()
     gc.disable()  # a collection in a process with torch costs more than the check
     try:
-        if not _base.HAVE_VLLM:
-            err = _base.VLLM_IMPORT_ERROR
+        if not _vllm.HAVE_VLLM:
+            err = _vllm.VLLM_IMPORT_ERROR
             raise Unjudged(
                 "its policy module does not give arc_cy CachePolicy and ChunkStatus "
                 f"({type(err).__name__}: {err})"
@@ -214,7 +214,7 @@ LOCKSTEP_PASSED = "vLLM's ARCCachePolicy and arc_cy's decided alike in a lockste
 def lockstep_difference() -> str | None:
     """How arc_cy's ARCCachePolicy (the implementation this process
     selected) and this vLLM's first differ in a lockstep; None if never."""
-    from .._base import ChunkStatus
+    from .._vllm import ChunkStatus
     from .lockstep import first_difference
 
     differs = first_difference(

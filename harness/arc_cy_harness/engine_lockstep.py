@@ -155,8 +155,8 @@ class _Lockstep(CachePolicy):
 
 
 class LockstepCompiled(_Lockstep):
-    MODULE = "arc_cy._arc_c"
+    MODULE = "arc_cy._core.arc"
 
 
 class LockstepPure(_Lockstep):
-    MODULE = "arc_cy._arc_py"
+    MODULE = "arc_cy._twin.arc"

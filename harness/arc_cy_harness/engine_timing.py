@@ -12,11 +12,14 @@ scheduler step) append ``(time.perf_counter_ns(), POLICY_NS[0])`` to
 
 from __future__ import annotations
 
+import abc
 import importlib
 import time
 from typing import Any
 
 from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
+
+from arc_cy._policy import METHODS
 
 POLICY_NS = [0]
 STEPS: list[tuple[int, int]] = []
@@ -58,16 +61,10 @@ class _Timed(CachePolicy):
         super().__init__(cache_capacity)
         self.inner = getattr(importlib.import_module(self.MODULE), self.CLASS)(cache_capacity)
 
-    get = _timed("get")
-    insert = _timed("insert")
-    remove = _timed("remove")
-    touch = _timed("touch")
-    on_store_miss = _timed("on_store_miss")
-    on_request_finished = _timed("on_request_finished")
-    evict = _timed("evict")
-    clear = _timed("clear")
-    mark_evictable = _timed("mark_evictable")
-    mark_non_evictable = _timed("mark_non_evictable")
+
+for _name in METHODS:  # every method the manager calls, timed
+    setattr(_Timed, _name, _timed(_name))
+abc.update_abstractmethods(_Timed)
 
 
 class TimedVllmArc(_Timed):
@@ -75,4 +72,4 @@ class TimedVllmArc(_Timed):
 
 
 class TimedArcCy(_Timed):
-    MODULE, CLASS = "arc_cy._arc_c", "ARCCachePolicy"
+    MODULE, CLASS = "arc_cy._core.arc", "ARCCachePolicy"

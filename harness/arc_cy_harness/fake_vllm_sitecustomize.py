@@ -10,7 +10,7 @@ import importlib.util
 import os
 import sys
 
-from arc_cy._env import env_flag
+from arc_cy._flags import env_flag
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -43,7 +43,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-HOOKS = frozenset(("on_store_miss", "on_request_access", "on_request_finished"))
+from arc_cy._policy import HOOKS as _HOOKS
+
+HOOKS = frozenset(_HOOKS)
 
 
 class Lockstep:

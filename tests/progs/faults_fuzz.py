@@ -7,9 +7,9 @@ nothing here is vLLM's behaviour, and its import costs seconds).
         --mode cleared|nomem|all [--impl cython|plus|all] \
         [--profile ci|long] [--seed N]
 
---impl cython runs the compiled core (arc_cy._arc_c.ARCCachePolicy), plus
-the compiled ARC+ (arc_cy._arc_c.ARCPlusCachePolicy, the same core with
-arc_cy._doc.PLUS_DOC's rules), all (the default) both. The compiled classes
+--impl cython runs the compiled core (arc_cy._core.arc.ARCCachePolicy), plus
+the compiled ARC+ (arc_cy._core.arc.ARCPlusCachePolicy, the same core with
+arc_cy._policy.PLUS_DOC's rules), all (the default) both. The compiled classes
 alone: their rules 11 and 13 are memory safety (docs/hardening.md); the
 twins, vLLM's Python code, are exposed to a cleared object or a failed
 allocation as vLLM's ARC is.
@@ -108,11 +108,11 @@ import _testcapi  # noqa: E402 -- after hiding vLLM
 
 from fuzz_start import seed_run  # noqa: E402 -- after hiding vLLM
 
-from arc_cy._arc_c import ARCCachePolicy as CPolicy  # noqa: E402 -- after hiding vLLM
-from arc_cy._arc_c import ARCPlusCachePolicy as PlusPolicy  # noqa: E402 -- after hiding vLLM
-from arc_cy._base import ChunkStatus  # noqa: E402 -- after hiding vLLM
-from arc_cy._env import env_flag  # noqa: E402 -- after hiding vLLM
-from arc_cy._views import ListView  # noqa: E402 -- after hiding vLLM
+from arc_cy._core.arc import ARCCachePolicy as CPolicy  # noqa: E402 -- after hiding vLLM
+from arc_cy._core.arc import ARCPlusCachePolicy as PlusPolicy  # noqa: E402 -- after hiding vLLM
+from arc_cy._core.views import ListView  # noqa: E402 -- after hiding vLLM
+from arc_cy._flags import env_flag  # noqa: E402 -- after hiding vLLM
+from arc_cy._vllm import ChunkStatus  # noqa: E402 -- after hiding vLLM
 
 IMPLS = {"cython": CPolicy, "plus": PlusPolicy}
 CORES = (CPolicy, PlusPolicy)  # the compiled policies: rule 11 holds
@@ -652,7 +652,7 @@ class Side:
         return lists, p.cache_capacity, type(t).__name__, t, p._max_entries
 
 
-MIN_TABLE_BITS = 3  # the core's (arc_cy/_arc_c.pyx): a table of 8 slots at first
+MIN_TABLE_BITS = 3  # the core's (arc_cy/_core/arc.pyx): a table of 8 slots at first
 
 
 class Shape:
@@ -725,7 +725,7 @@ def _prepared(prepare):
 def _in_adapt(tb_names, start, stop) -> bool:
     """Whether a call failed in _adapt (a ghost hit's target arithmetic):
     its traceback names it (Cython names the frame by its qualified name,
-    arc_cy._arc_c.ARCCore._adapt), or a burst (stop 0: every allocation)
+    arc_cy._core.arc.ARCCore._adapt), or a burst (stop 0: every allocation)
     left no frame of the core in the traceback (adding one failed too)."""
     if any(n.rpartition(".")[2] == "_adapt" for n in tb_names):
         return True

@@ -56,7 +56,7 @@ changed nothing, wherever nothing else could change the policy in that
 step (CHANGERS).
 
 --impl plus (chaos mode only) runs the compiled ARC+
-(arc_cy._arc_c.ARCPlusCachePolicy: arc_cy._doc.PLUS_DOC) instead of ARC.
+(arc_cy._core.arc.ARCPlusCachePolicy: arc_cy._policy.PLUS_DOC) instead of ARC.
 There is no oracle for it: the rules draw against the policy itself, as in
 every chaos run, and where a step's keys keep the hash/eq contract and
 nothing else changed the policy, its three rules are checked as well
@@ -100,11 +100,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from arc_cy._base import order_request_keys
-from arc_cy._checks import check_capacity, check_evict_n, check_target
-from arc_cy._chunks import chunk_ref_offset
+from arc_cy._core.arguments import check_capacity, check_evict_n, check_target
+from arc_cy._core.chunks import chunk_ref_offset
+from arc_cy._core.views import ListView
 from arc_cy._messages import MSG_DUPLICATE, MSG_MUTATED, MSG_NO_COPY, MSG_REENTRANT
-from arc_cy._views import ListView
+from arc_cy._vllm import order_request_keys
 from helpers import (
     HAVE_VLLM,
     IMPLEMENTATIONS,
@@ -115,7 +115,7 @@ from helpers import (
     load_policy_class,
 )
 
-# vLLM's ARC; without vLLM, the twin, which is vLLM's arc.py (arc_cy._arc_py).
+# vLLM's ARC; without vLLM, the twin, which is vLLM's arc.py (arc_cy._twin.arc).
 VLLM_ARC = VllmARC if HAVE_VLLM else load_policy_class("python")
 # None on a pure build (ARC_CY_NO_EXTENSIONS): no run works there.
 CPolicy = load_policy_class("cython") if "cython" in IMPLEMENTATIONS else None
@@ -1423,7 +1423,7 @@ class HostileMachine(RuleBasedStateMachine):
             return False
         return not any(isinstance(k, CKey) for od in self.lists() for k in od)
 
-    # --- PlusRules: ARC+'s three rules (arc_cy._doc.PLUS_DOC), checked on the
+    # --- PlusRules: ARC+'s three rules (arc_cy._policy.PLUS_DOC), checked on the
     # plus run where the step's keys keep the contract and nothing besides
     # the call changed the policy (self.changed_by); counted in any case.
 

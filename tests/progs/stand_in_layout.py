@@ -16,10 +16,10 @@ def no_vllm(name, *args, **kwargs):
 
 
 builtins.__import__ = no_vllm
-from arc_cy import _base  # noqa: E402 -- imported with vLLM hidden
+from arc_cy import _vllm  # noqa: E402 -- imported with vLLM hidden
 
-assert not _base.HAVE_VLLM
-cs = _base.ChunkStatus
+assert not _vllm.HAVE_VLLM
+cs = _vllm.ChunkStatus
 c = cs(7)
 print(
     json.dumps(

@@ -11,7 +11,7 @@ besides them. The compiled core alone: its memory safety is what its rules
 are for (docs/hardening.md); the twin, vLLM's arc.py, is exposed as vLLM's
 ARC is, and serves here as a reference only.
 
---mode reflect: enumerates every type that arc_cy._arc_c defines or hands
+--mode reflect: enumerates every type that arc_cy._core.arc defines or hands
 out (the module's types and module-level functions, then the type of every
 iterator or view a call returns), user subclasses of each compiled policy
 class (ARCCore and ARCCachePolicy, whose __init__, __setattr__ and __bool__
@@ -110,10 +110,12 @@ from collections import Counter
 
 from fuzz_start import seed_run
 
-import arc_cy._arc_c as core_mod
-import arc_cy._arc_py as twin_mod
-from arc_cy import _checks, _chunks, _messages, _views
+import arc_cy._core.arc as core_mod
+import arc_cy._twin.arc as twin_mod
+from arc_cy import _messages
+from arc_cy._core import arguments, chunks, views
 from arc_cy._messages import MSG_DUPLICATE, MSG_MUTATED
+from arc_cy._policy import METHODS
 from helpers import ChunkStatus, ReqContext
 
 CPolicy = core_mod.ARCCachePolicy
@@ -502,13 +504,13 @@ _PARAMS: dict = {}
 def param_names(owner, name: str) -> list[str]:
     """The names a callable takes by keyword, as its signature gives them,
     else as the twin's method of that name does, or the views' source's
-    (_views._ListSource: the core's _list_* methods); the compiled core's
+    (views._ListSource: the core's _list_* methods); the compiled core's
     methods have no signature, and take those names."""
     key = (owner, name)
     if key in _PARAMS:
         return _PARAMS[key]
     names: list[str] = []
-    sources = (owner, PyPolicy, _views._ListSource)
+    sources = (owner, PyPolicy, views._ListSource)
     for src in (getattr(o, name, None) for o in sources):
         try:
             sig = inspect.signature(src)
@@ -548,7 +550,7 @@ KW_NAMES = [
 
 # The twins' modules: not the surface (the keyword calls make twins, which
 # a callback may find through gc).
-TWINS = ("arc_cy._arc_py", "arc_cy._plus_py")
+TWINS = ("arc_cy._twin.arc", "arc_cy._twin.plus")
 
 
 def _owner_name(owner) -> str:
@@ -1150,19 +1152,7 @@ class Reflector:
 
 
 # The policies' methods the keyword comparison calls.
-KW_METHODS = [
-    "insert",
-    "remove",
-    "touch",
-    "evict",
-    "get",
-    "on_store_miss",
-    "on_request_access",
-    "on_request_finished",
-    "mark_evictable",
-    "mark_non_evictable",
-    "__init__",
-]
+KW_METHODS = [name for name in METHODS if name != "clear"] + ["__init__"]  # clear takes none
 
 
 def _plain(value):
@@ -1521,7 +1511,7 @@ def _finally_lines(path: str) -> set[int]:
 
 # arc_cy's Python code that runs in the core's calls, by the file names its
 # code objects carry
-IMPL_PATHS = frozenset(m.__file__ for m in (_checks, _chunks, _views))
+IMPL_PATHS = frozenset(m.__file__ for m in (arguments, chunks, views))
 FINALLY = {path: _finally_lines(path) for path in IMPL_PATHS}
 
 

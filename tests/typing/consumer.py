@@ -11,8 +11,8 @@ from fractions import Fraction
 
 import arc_cy
 from arc_cy import ARCCachePolicy, ChunkStatus
-from arc_cy._arc_c import ARCCachePolicy as CompiledARC
-from arc_cy._arc_py import ARCCachePolicy as PureARC
+from arc_cy._core.arc import ARCCachePolicy as CompiledARC
+from arc_cy._twin.arc import ARCCachePolicy as PureARC
 
 
 def fill(policy: ARCCachePolicy | CompiledARC | PureARC, n: int) -> list[bytes]:

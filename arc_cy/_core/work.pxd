@@ -15,7 +15,7 @@ from cpython.ref cimport Py_XDECREF
 from cpython.mem cimport PyMem_Realloc, PyMem_Free
 from libc.stdint cimport int32_t
 
-from ._capi cimport (
+from .capi cimport (
     PyList_CheckExact,
     PySequence_Fast_GET_SIZE,
     PySequence_Fast_ITEMS,

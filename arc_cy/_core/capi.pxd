@@ -1,5 +1,5 @@
-# What _arc_c.pyx calls in C: CPython's API beyond Cython's own cpython.*
-# declarations, and _arc_layout.h, where every access that depends on
+# What arc.pyx calls in C: CPython's API beyond Cython's own cpython.*
+# declarations, and layout.h, where every access that depends on
 # CPython's object layout lives, with its invariants.
 
 from cpython.object cimport PyObject, PyTypeObject
@@ -27,7 +27,7 @@ cdef extern from "Python.h":
     ctypedef int (*gc_inquiry "inquiry")(PyObject *) noexcept
 
 
-cdef extern from "_arc_layout.h":
+cdef extern from "layout.h":
     int arc_ref_cnt(PyObject *chunk, PyObject *type_ref, unsigned int tag,
                     Py_ssize_t off, int32_t *out) nogil
     int arc_ref_cnt_as(PyObject *chunk, PyObject *tp, Py_ssize_t off,

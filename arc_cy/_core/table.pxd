@@ -1,5 +1,5 @@
 # The core's key table: a key's hash to its node in the node store
-# (_nodes.pxd). Open addressing, linear probing, no tombstones.
+# (nodes.pxd). Open addressing, linear probing, no tombstones.
 #
 # Invariant: `used` slots hold a node index (the others EMPTY), one for
 # each node in a list, with fold(its hash) in h32; the load stays <= 0.7;
@@ -15,8 +15,8 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
 from libc.stdint cimport int32_t, uint32_t, uint64_t
 from libc.string cimport memset
 
-from ._capi cimport PyObject_RichCompareBool, arc_prefetch
-from ._nodes cimport EMPTY, FREE, NodeStore
+from .capi cimport PyObject_RichCompareBool, arc_prefetch
+from .nodes cimport EMPTY, FREE, NodeStore
 
 
 cdef enum:

@@ -1,5 +1,5 @@
 /* Everything the compiled ARC core knows about CPython's object layout
- * beyond its documented C API. Nothing else in _arc_c.pyx reads an object
+ * beyond its documented C API. Nothing else in arc.pyx reads an object
  * by offset.
  *
  * 1. ctypes instances (ChunkStatus) are CDataObjects. Their first fields,
@@ -31,9 +31,9 @@
  *    offset is also keyed on the tag the type had when it was checked
  *    (never 0: a type without a tag is not cached, and is checked again at
  *    every read). Py_TPFLAGS_VALID_VERSION_TAG is not read: 3.13 no longer
- *    sets it, and a tag of 0 says the same. arc_cy._chunks reads the same
+ *    sets it, and a tag of 0 says the same. arc_cy._core.chunks reads the same
  *    field through ctypes, at the offset arc_tag_offset() gives
- *    (_arc_c.pyx checks the two agree at import).
+ *    (arc.pyx checks the two agree at import).
  *
  * 3. Lists handed to Python code never hold NULL items: arc_list_from
  *    fills a new list at once, with nothing that can run Python code (or a

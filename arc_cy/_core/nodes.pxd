@@ -1,7 +1,7 @@
 # The core's node store: one node per key the policy knows (in t1, t2, b1
 # or b2), in a growable array with a free list, and the four lists, doubly
 # linked through node indices. Moving an entry between lists relinks nodes;
-# it never touches the key table (_table.pxd), which maps a key's hash to
+# it never touches the key table (table.pxd), which maps a key's hash to
 # its node.
 #
 # Invariant: each list runs head -> tail by next (tail -> head by prev),
@@ -17,7 +17,7 @@ from cpython.ref cimport Py_XINCREF, Py_XDECREF
 from cpython.mem cimport PyMem_Realloc, PyMem_Free
 from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
 
-from ._capi cimport arc_prefetch, gc_visitproc
+from .capi cimport arc_prefetch, gc_visitproc
 
 
 cdef enum:

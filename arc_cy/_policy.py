@@ -1,10 +1,34 @@
-"""The policy's docstring, in one home: both implementations' ``ARCCachePolicy``
-read it (the compiled core imports nothing from the twin). The vLLM releases
-it names come from the table of verified code (``arc_cy._guard.verified``)."""
+"""The policy's interface, in one home: its methods, from which the guard's,
+the tests', the fuzzers' and the benchmarks' lists derive, and its
+docstrings, which both implementations read (the compiled core imports
+nothing from the twin). The vLLM releases the docstring names come from
+the table of verified code (``arc_cy._guard.verified``)."""
 
 from __future__ import annotations
 
 from ._guard import verified
+
+METHODS = (
+    "get",
+    "insert",
+    "remove",
+    "touch",
+    "on_store_miss",
+    "on_request_access",
+    "on_request_finished",
+    "evict",
+    "clear",
+    "mark_evictable",
+    "mark_non_evictable",
+)
+"""What vLLM's manager calls on a policy: the methods of vLLM's
+``CachePolicy`` in every verified release (0.30 to 0.33 have ``touch``,
+0.34 does not; 0.31 added ``on_store_miss`` and ``on_request_finished``,
+0.33 ``on_request_access``), in 0.33's order (the one release with all). Both implementations define
+each (tests/test_one_home.py)."""
+
+HOOKS = tuple(name for name in METHODS if name.startswith("on_"))
+"""The request hooks, which a release's ``CachePolicy`` may lack."""
 
 
 def _release_range() -> str:

@@ -1,13 +1,13 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
 # cython: auto_pickle=False, binding=False
-"""Compiled ARC core: the decisions of _arc_py, on C-level lists.
+"""Compiled ARC core: the decisions of its twin (arc_cy/_twin/arc.py), on C-level lists.
 
 Layout: the core holds three parts, each a C struct with the functions
-that own it, in a .pxd of its own: the node store (_nodes.pxd: every key
+that own it, in a .pxd of its own: the node store (nodes.pxd: every key
 the policy knows, in t1, t2, b1 or b2, has one node in a growable array;
 the four lists are doubly linked through node indices), the key table
-(_table.pxd: open addressing, a key's hash to its node) and the working
-storage (_work.pxd). Moving an entry between lists relinks two nodes and
+(table.pxd: open addressing, a key's hash to its node) and the working
+storage (work.pxd). Moving an entry between lists relinks two nodes and
 never touches the table. ARCCore holds the parts, the policy's values and
 busy; what reaches two parts (a walk that forgets, a lookup) is its own.
 
@@ -65,7 +65,7 @@ from cpython.pythread cimport PyThread_get_thread_ident
 from libc.stdint cimport int32_t, uint8_t, uint64_t
 from libc.stdlib cimport qsort
 
-from arc_cy._capi cimport (
+from arc_cy._core.capi cimport (
     PY_SSIZE_T_MAX,
     ARC_CY_CYTHON_VERSION,
     PyAnySet_CheckExact,
@@ -89,7 +89,7 @@ from arc_cy._capi cimport (
     gc_traverseproc,
     gc_visitproc,
 )
-from arc_cy._nodes cimport (
+from arc_cy._core.nodes cimport (
     B1,
     B2,
     EMPTY,
@@ -118,7 +118,7 @@ from arc_cy._nodes cimport (
     walk_next,
     walk_start,
 )
-from arc_cy._table cimport (
+from arc_cy._core.table cimport (
     Table,
     table_add,
     table_ask,
@@ -131,7 +131,7 @@ from arc_cy._table cimport (
     table_reserve,
     table_reserve_n,
 )
-from arc_cy._work cimport (
+from arc_cy._core.work cimport (
     Work,
     work_extend,
     work_free,
@@ -144,8 +144,8 @@ from arc_cy._work cimport (
     work_traverse,
 )
 
-from arc_cy._base import CachePolicy, order_request_keys
-from arc_cy._checks import (
+from arc_cy._vllm import CachePolicy, order_request_keys
+from arc_cy._core.arguments import (
     MAX_ENTRIES,
     MISSING,
     check_capacity,
@@ -154,8 +154,8 @@ from arc_cy._checks import (
     check_target,
     missing_arguments,
 )
-from arc_cy._chunks import TAG_OFFSET, TAGS_READABLE, chunk_entry, chunk_ref_offset, dead_ref
-from arc_cy._doc import PLUS_DOC, POLICY_DOC
+from arc_cy._core.chunks import TAG_OFFSET, TAGS_READABLE, chunk_entry, chunk_ref_offset, dead_ref
+from arc_cy._policy import PLUS_DOC, POLICY_DOC
 from arc_cy._guard import vllm_guard
 from arc_cy._messages import (
     MSG_CHUNK_SIZE,
@@ -166,7 +166,7 @@ from arc_cy._messages import (
     MSG_NO_COPY,
     MSG_REENTRANT,
 )
-from arc_cy._views import LIST_NAMES, ListView
+from arc_cy._core.views import LIST_NAMES, ListView
 
 # A required argument's default: its absence raises Python's own TypeError.
 cdef object NO_ARG = MISSING
@@ -288,7 +288,7 @@ cdef class ARCCore:
         Py_ssize_t capacity     # cache_capacity (check_capacity bounds it)
         object target           # int() of it is taken in evict(), as vLLM does
         Py_ssize_t max_entries  # t1 + t2 + b1 + b2 never exceed this
-        bint plus               # ARC+ (arc_cy._doc.PLUS_DOC's rules 1 to 3)
+        bint plus               # ARC+ (arc_cy._policy.PLUS_DOC's rules 1 to 3)
 
         # The running call.
         int busy                # OP_* of the running method (minus it: releasing), or 0
@@ -315,7 +315,7 @@ cdef class ARCCore:
         nodes_release(nodes, used)
 
     # --- walks: evict()'s scan, _trim and _detach ------------------------
-    # The node store walks a list (_nodes.pxd); what a walk asks for ahead
+    # The node store walks a list (nodes.pxd); what a walk asks for ahead
     # of it is the core's, since a walk that forgets touches the table too.
 
     cdef inline void _ask_ahead(self, Walk *walk, int what) noexcept:
@@ -1231,9 +1231,9 @@ def _check_layout():
     probe = (ctypes.c_char * 40)()
     if not arc_check_layout(probe, ctypes.addressof(probe), ctypes.sizeof(probe)):
         raise ImportError("arc_cy: ctypes' object layout is not the one "
-                          "_arc_layout.h expects")
+                          "layout.h expects")
     if TAGS_READABLE and TAG_OFFSET != arc_tag_offset():
-        raise ImportError("arc_cy: arc_cy._chunks reads type version tags at "
+        raise ImportError("arc_cy: arc_cy._core.chunks reads type version tags at "
                           f"{TAG_OFFSET}, PyTypeObject has them at {arc_tag_offset()}")
 
 
@@ -1249,7 +1249,7 @@ _NODE_SIZE = sizeof(Node)
 
 
 class ARCCachePolicy(ARCCore, CachePolicy):
-    __doc__ = POLICY_DOC  # one text, both implementations' (arc_cy._doc)
+    __doc__ = POLICY_DOC  # one text, both implementations' (arc_cy._policy)
 
 
 class ARCPlusCachePolicy(ARCCore, CachePolicy):

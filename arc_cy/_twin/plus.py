@@ -1,7 +1,7 @@
-"""Pure-Python twin of the compiled ARC+ policy (``arc_cy._arc_c``'s
+"""Pure-Python twin of the compiled ARC+ policy (``arc_cy._core.arc``'s
 ``ARCPlusCachePolicy``): the same decisions, written as plainly as vLLM's
 ``arc.py``, for reading and debugging. It is exposed as the ARC twin
-(``arc_cy._arc_py``) is: vLLM's lists and attributes, vLLM's errors, and
+(``arc_cy._twin.arc``) is: vLLM's lists and attributes, vLLM's errors, and
 a mutating call made while another runs refused (``mutating``). The
 compiled class's other rules are the core's alone (docs/hardening.md).
 """
@@ -12,16 +12,16 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from ._arc_py import mutating
-from ._base import CachePolicy, ChunkStatus, order_request_keys
-from ._doc import PLUS_DOC
-from ._guard import vllm_guard
+from .._guard import vllm_guard
+from .._policy import PLUS_DOC
+from .._vllm import CachePolicy, ChunkStatus, order_request_keys
+from .arc import mutating
 
 __all__ = ["ARCPlusCachePolicy"]
 
 
 class ARCPlusCachePolicy(CachePolicy):
-    __doc__ = PLUS_DOC  # one text, both implementations' (arc_cy._doc)
+    __doc__ = PLUS_DOC  # one text, both implementations' (arc_cy._policy)
 
     _running: str | None = None  # the mutating call under way (mutating())
     target_t1_size: Any  # a float, or any Real as set (a Fraction stays exact), as in vLLM

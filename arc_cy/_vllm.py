@@ -2,7 +2,7 @@
 
 arc_cy subclasses vLLM's ``CachePolicy`` and takes vLLM's ``ChunkStatus``
 and ``order_request_keys`` from here; without vLLM (or with a broken one) it
-takes those of ``_standins``, which have the same layout and calls.
+takes those of ``_vllm_standins``, which have the same layout and calls.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ VLLM_IMPORT_ERROR: BaseException | None = None
 
 if TYPE_CHECKING:
     # Type checkers see the stand-ins, vLLM or not: same layout, same calls.
-    from ._standins import CachePolicy as CachePolicy
-    from ._standins import ChunkStatus as ChunkStatus
-    from ._standins import order_request_keys as order_request_keys
+    from ._vllm_standins import CachePolicy as CachePolicy
+    from ._vllm_standins import ChunkStatus as ChunkStatus
+    from ._vllm_standins import order_request_keys as order_request_keys
 
     HAVE_VLLM: bool
     VLLM_IMPORTED: bool
@@ -43,8 +43,8 @@ else:
         if VLLM_IMPORTED:
             VLLM_IMPORT_ERROR = exc
         # `X as X`: a re-export (arc_cy and the twins import it from here).
-        from ._standins import CachePolicy as CachePolicy
-        from ._standins import ChunkStatus as ChunkStatus
+        from ._vllm_standins import CachePolicy as CachePolicy
+        from ._vllm_standins import ChunkStatus as ChunkStatus
     try:
         if not HAVE_VLLM:
             raise ImportError
@@ -52,4 +52,4 @@ else:
     except ImportError:
         # vLLM 0.30 has no order_request_keys (0.31 added it, with
         # on_request_finished); arc_cy still subclasses its CachePolicy.
-        from ._standins import order_request_keys as order_request_keys
+        from ._vllm_standins import order_request_keys as order_request_keys

@@ -8,7 +8,7 @@ base's, its bases): CPython then gives it a new version tag, which it
 keys its own attribute cache on. So is a check here: a type's offset is
 trusted while its version tag is the one it had when it was checked, and
 a type without a tag is checked again at every read. The core reads the
-tag in C (_arc_layout.h) at every read; this module reads it through
+tag in C (layout.h) at every read; this module reads it through
 ctypes when it checks a type, at the offset the core checks at import.
 """
 
@@ -20,11 +20,11 @@ import weakref
 from functools import partial
 from typing import Any
 
-from ._base import ChunkStatus
-from ._messages import MSG_CHUNK, MSG_CHUNK_READY
+from .._messages import MSG_CHUNK, MSG_CHUNK_READY
+from .._vllm import ChunkStatus
 
 # The stand-in's ChunkStatus, vLLM or not (_IS_READY knows both classes).
-from ._standins import ChunkStatus as _StandInChunkStatus
+from .._vllm_standins import ChunkStatus as _StandInChunkStatus
 
 # Chunk types whose ref_cnt offset is known: key -> (weak reference to the
 # type, its version tag when checked, offset, a view of its tag now). Weak,

@@ -20,10 +20,10 @@ from collections import OrderedDict
 from collections.abc import Container, Iterable, Iterator, Sequence
 from typing import Any
 
-from ._base import CachePolicy, ChunkStatus, order_request_keys
-from ._doc import POLICY_DOC
-from ._guard import vllm_guard
-from ._messages import MSG_REENTRANT
+from .._guard import vllm_guard
+from .._messages import MSG_REENTRANT
+from .._policy import POLICY_DOC
+from .._vllm import CachePolicy, ChunkStatus, order_request_keys
 
 __all__ = ["ARCCachePolicy", "mutating"]
 
@@ -51,7 +51,7 @@ class mutating:
 
 
 class ARCCachePolicy(CachePolicy):
-    __doc__ = POLICY_DOC  # one text, both implementations' (arc_cy._doc)
+    __doc__ = POLICY_DOC  # one text, both implementations' (arc_cy._policy)
 
     _running: str | None = None  # the mutating call under way (mutating())
     target_t1_size: Any  # a float, or any Real as set (a Fraction stays exact), as in vLLM

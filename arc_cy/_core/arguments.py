@@ -8,7 +8,7 @@ import numbers
 import operator
 from typing import Any
 
-from ._messages import (
+from .._messages import (
     MSG_CAPACITY_MAX,
     MSG_MAX_ENTRIES,
     MSG_MISSING,

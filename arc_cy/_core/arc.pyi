@@ -1,12 +1,12 @@
-# Types of the compiled core (arc_cy/_arc_c.pyx). Its methods are the pure
-# twin's (arc_cy/_arc_py.py), whose lists, target and capacity are vLLM's
+# Types of the compiled core (arc_cy/_core/arc.pyx). Its methods are the pure
+# twin's (arc_cy/_twin/arc.py), whose lists, target and capacity are vLLM's
 # instance attributes; tests/test_typing.py keeps the two in step.
 import numbers
 from collections.abc import Container, Iterable, Iterator, Sequence
 from typing import Any
 
-from ._base import CachePolicy, ChunkStatus
-from ._views import ListView
+from .._vllm import CachePolicy, ChunkStatus
+from .views import ListView
 
 CYTHON_VERSION: str
 """The Cython version that generated this module, recorded at build time."""
