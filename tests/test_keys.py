@@ -309,3 +309,36 @@ def test_documented_divergence_evict_never_compares_keys(policy_cls):
         assert got == (("ok", [0, 1]), [[], [0, 1]])
     else:
         assert got == unchanged_state
+
+
+class _Rehashing:
+    """A key whose hash changes after it is stored: it breaks the contract."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Rehashing) and other.value == self.value
+
+
+@pytest.mark.core_only
+@pytest.mark.parametrize("where", ["t1", "b1"])
+def test_the_invariant_check_finds_a_key_whose_hash_changed(policy_cls, where):
+    """The core records each key's hash in its node (the table never
+    rehashes); _check_invariants asserts each key still hashes to it, in a
+    resident list and in a ghost list alike. The twin, as vLLM's dicts,
+    keeps no hash to compare."""
+    policy = policy_cls(4)
+    key = _Rehashing(1)
+    policy.insert(key, ready(1), CTX)
+    policy.insert(K(2), ready(2), CTX)
+    if where == "b1":
+        assert policy.evict(1, set())[0][0] is key  # t1's LRU end
+    assert key in getattr(policy, where)
+    policy._check_invariants()
+    key.value = 2
+    with pytest.raises(AssertionError, match=f"in {where}: its key's hash changed"):
+        policy._check_invariants()

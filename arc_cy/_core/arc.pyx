@@ -59,7 +59,7 @@ and chunk entry by entry in insertion order (a replaced OrderedDict).
 cimport cython
 from cpython.object cimport Py_EQ, PyObject, PyTypeObject
 from cpython.type cimport PyType_IsSubtype
-from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.ref cimport Py_XDECREF
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.pythread cimport PyThread_get_thread_ident
 from libc.stdint cimport int32_t, uint8_t, uint64_t
@@ -93,7 +93,6 @@ from arc_cy._core.nodes cimport (
     B1,
     B2,
     EMPTY,
-    FREE,
     T1,
     T2,
     Node,
@@ -106,11 +105,14 @@ from arc_cy._core.nodes cimport (
     list_move,
     list_to_end,
     list_unlink,
+    node_fill,
     node_free,
     node_new,
-    nodes_reserve,
     node_set_key,
+    node_take_chunk,
+    nodes_check,
     nodes_release,
+    nodes_reserve,
     nodes_reset,
     nodes_traverse,
     stamp_of,
@@ -609,11 +611,7 @@ cdef class ARCCore:
         """ARC+: key, in no list, goes to b1's MRU end (room was reserved
         in the table and the node store)."""
         cdef int32_t i = node_new(&self.store, MAX_NODES)
-        cdef Node *node = &self.store.nodes[i]
-        Py_INCREF(<object>key)
-        node.key = key
-        node.chunk = NULL
-        node.hash = h
+        node_fill(&self.store, i, key, NULL, h)
         table_add(&self.table, i, h)
         list_link(&self.store, i, B1)
 
@@ -696,11 +694,9 @@ cdef class ARCCore:
     def __reduce__(self):
         raise TypeError(MSG_NO_COPY.format(type(self).__qualname__))
 
-    # Python's own errors for a property without a setter or deleter (the
-    # twin's), where Cython's would name ARCCore or say NotImplementedError.
-
-    # Python's own errors for a property without a setter or deleter (the
-    # twin's), where Cython's would name ARCCore or say NotImplementedError.
+    # Python's own errors for a property without a setter or deleter (a
+    # Python class's), where Cython's would name ARCCore or say
+    # NotImplementedError.
     def __setattr__(self, name, value):
         if name in _PROPERTIES and name not in _SETTABLE:
             raise AttributeError(MSG_NO_ACCESSOR.format(name, type(self).__name__, "setter"))
@@ -804,9 +800,7 @@ cdef class ARCCore:
                     raise MemoryError(MSG_FULL.format(self.max_entries))
                 table_reserve(&self.table)
                 i = node_new(&self.store, MAX_NODES)
-                node = &self.store.nodes[i]
                 table_add(&self.table, i, h)
-                node.hash = h
             else:
                 node = &self.store.nodes[i]
                 if node.where <= T2:
@@ -819,10 +813,7 @@ cdef class ARCCore:
                 work_hold(&self.work, node.key)
                 if self.plus:  # its second request: frequent (ARC+ rule 1)
                     to = T2
-            Py_INCREF(key)
-            Py_INCREF(chunk)
-            node.key = <PyObject *>key
-            node.chunk = <PyObject *>chunk
+            node_fill(&self.store, i, <PyObject *>key, <PyObject *>chunk, h)
             list_link(&self.store, i, to)
         finally:
             self._leave()
@@ -1071,8 +1062,7 @@ cdef class ARCCore:
                 i = picked[k]
                 node = &self.store.nodes[i]
                 list_move(&self.store, i, B1 if node.where == T1 else B2)
-                Py_XDECREF(node.chunk)  # the result holds it now
-                node.chunk = NULL
+                Py_XDECREF(node_take_chunk(&self.store, i))  # the result holds it
             self._trim(B1, drop1)
             self._trim(B2, drop2)
             return result
@@ -1134,43 +1124,24 @@ cdef class ARCCore:
         return _ListIter(self, which)
 
     cdef int _check(self) except -1:
+        # The node store's invariant, then what its nodes hold (user code:
+        # each key's hash is the one recorded, each chunk's type passes
+        # insert's check), the ghost lists' bound, and the table's.
         cdef int w
-        cdef int32_t i, prev, count_free = 0
-        cdef Py_ssize_t count, live = 0
+        cdef int32_t i
         cdef const NodeStore *store = &self.store
-        cdef Node *node
+        cdef Py_ssize_t live = nodes_check(store)
         for w in range(4):
-            count = 0
-            prev = EMPTY
             i = store.head[w]
             while i != EMPTY:
-                assert 0 <= i < store.used, f"bad link {i} in {LIST_NAMES[w]}"
-                node = &store.nodes[i]
-                assert node.where == w, f"node {i} in {LIST_NAMES[w]} says {node.where}"
-                assert node.prev == prev, f"node {i} has prev {node.prev}, not {prev}"
-                assert node.key is not NULL
-                assert (node.chunk is not NULL) == (w <= T2), f"node {i} chunk"
                 if w <= T2:
-                    chunk_ref_offset(type(<object>node.chunk))
-                assert PyObject_Hash(<object>node.key) == node.hash
-                assert stamp_of(node) < store.stamps, f"node {i} has a stamp from the future"
-                count += 1
-                assert count <= store.used, f"cycle in {LIST_NAMES[w]}"
-                prev = i
-                i = node.next
-            assert store.tail[w] == prev, f"{LIST_NAMES[w]} tail is wrong"
-            assert count == store.size[w], f"{LIST_NAMES[w]} has {count}, size says {store.size[w]}"
-            live += count
+                    chunk_ref_offset(type(<object>store.nodes[i].chunk))
+                assert PyObject_Hash(<object>store.nodes[i].key) == store.nodes[i].hash, (
+                    f"node {i} in {LIST_NAMES[w]}: its key's hash changed")
+                i = store.nodes[i].next
         for w in (B1, B2):
             assert store.size[w] <= self.capacity, (
                 f"{LIST_NAMES[w]} holds {store.size[w]} > cache_capacity {self.capacity}")
-        i = store.free_head
-        while i != EMPTY:
-            assert store.nodes[i].where == FREE
-            count_free += 1
-            assert count_free <= store.used, "cycle in the free list"
-            i = store.nodes[i].next
-        assert live + count_free == store.used, "nodes leaked"
         table_check(&self.table, store, live)
         return 0
 

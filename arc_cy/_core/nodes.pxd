@@ -11,6 +11,9 @@
 # on every change to list w (iterators check it); `epoch` on every change
 # to a node or the array (a probe that ran __eq__ checks it); `stamps`
 # counts the insertions into a list, the order vLLM's dicts hold entries in.
+# Only the functions here write a node or the store: a node's record (key,
+# hash, chunk) through node_fill, node_set_key and node_take_chunk, its
+# links through the list functions; nodes_check asserts the invariant.
 
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_XINCREF, Py_XDECREF
@@ -160,6 +163,29 @@ cdef inline PyObject *node_set_key(NodeStore *s, int32_t i, PyObject *key) noexc
     return old
 
 
+cdef inline void node_fill(NodeStore *s, int32_t i, PyObject *key, PyObject *chunk,
+                           Py_hash_t hash) noexcept:
+    """Node i (new, or a ghost out of its list whose old key the caller
+    took) records key, its hash and chunk (NULL for a ghost), taking a new
+    reference to each; the caller links it into a list next."""
+    cdef Node *node = &s.nodes[i]
+    Py_XINCREF(key)
+    Py_XINCREF(chunk)
+    node.key = key
+    node.chunk = chunk
+    node.hash = hash
+    s.epoch += 1
+
+
+cdef inline PyObject *node_take_chunk(NodeStore *s, int32_t i) noexcept nogil:
+    """Node i's chunk, owned, is the caller's now: the node holds none (a
+    ghost's, once it is moved to b1 or b2)."""
+    cdef PyObject *chunk = s.nodes[i].chunk
+    s.nodes[i].chunk = NULL
+    s.epoch += 1
+    return chunk
+
+
 cdef inline void node_free(NodeStore *s, int32_t i) noexcept nogil:
     """Node i (out of its list; its references taken) goes to the free list."""
     cdef Node *node = &s.nodes[i]
@@ -258,6 +284,46 @@ cdef inline int32_t walk_next(Walk *walk, const NodeStore *s) noexcept nogil:
     cdef int32_t i = walk.pos
     walk.pos = s.nodes[i].next
     return i
+
+
+# --- the check ------------------------------------------------------------
+
+cdef inline Py_ssize_t nodes_check(const NodeStore *s) except -1:
+    """Assert the invariant above (runs no user code); the number of nodes
+    in the four lists."""
+    cdef int w
+    cdef int32_t i, prev
+    cdef Py_ssize_t count, live = 0, free = 0
+    cdef const Node *node
+    for w in range(4):
+        name = ("t1", "t2", "b1", "b2")[w]
+        count = 0
+        prev = EMPTY
+        i = s.head[w]
+        while i != EMPTY:
+            assert 0 <= i < s.used, f"bad link {i} in {name}"
+            node = &s.nodes[i]
+            assert node.where == w, f"node {i} in {name} says {node.where}"
+            assert node.prev == prev, f"node {i} has prev {node.prev}, not {prev}"
+            assert node.key is not NULL, f"node {i} in {name} has no key"
+            assert (node.chunk is not NULL) == (w <= T2), f"node {i} chunk"
+            assert stamp_of(node) < s.stamps, f"node {i} has a stamp from the future"
+            count += 1
+            assert count <= s.used, f"cycle in {name}"
+            prev = i
+            i = node.next
+        assert s.tail[w] == prev, f"{name} tail is wrong"
+        assert count == s.size[w], f"{name} has {count}, size says {s.size[w]}"
+        live += count
+    i = s.free_head
+    while i != EMPTY:
+        assert 0 <= i < s.used, f"bad link {i} in the free list"
+        assert s.nodes[i].where == FREE, f"node {i} in the free list says {s.nodes[i].where}"
+        free += 1
+        assert free <= s.used, "cycle in the free list"
+        i = s.nodes[i].next
+    assert live + free == s.used, "nodes leaked"
+    return live
 
 
 # --- the collector --------------------------------------------------------
