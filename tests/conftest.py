@@ -1,31 +1,25 @@
 """Shared fixtures (every behavioural test runs on both implementations, a
 test of a rule of the core's own on the core alone: core_only), GC stress,
 no skips under the test command (tests/run.sh), and the pure build's run
-(ARC_CY_NO_EXTENSIONS: the twin alone)."""
+(ARC_CY_NO_EXTENSIONS: the twin alone). What the hooks decide of a test
+lives in helper modules, which the tests import (never this one):
+skips.py (which tests need vLLM, when a skip fails) and gc_stress.py."""
 
 from __future__ import annotations
 
-import ast
-import contextlib
-import functools
-import gc
 import importlib.util
 import os
-import sys
 
 import pytest
 
+import skips
 from arc_cy._flags import env_flag
-from arc_cy._guard import vllm_guard
-from helpers import (
-    ALL_IMPLEMENTATIONS,
-    ARC_CY_DIR,
-    PURE,
-    PURE_ENV,
-    REQUIRE_ALL_ENV,
-    has_null_item,
-    load_policy_class,
-)
+from helpers import ALL_IMPLEMENTATIONS, PURE, PURE_ENV, load_policy_class
+
+# GC stress's checks are asserts, which pytest rewrites (a failure shows the
+# values) in a helper module only if told so before the module's import.
+pytest.register_assert_rewrite("gc_stress")
+import gc_stress  # noqa: E402 -- after registering it for pytest's assert rewriting
 
 
 @pytest.fixture(scope="session")
@@ -36,35 +30,13 @@ def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("mypy-cache"))
 
 
-# --- no skips under the test command -----------------------------------------
-#
-# A test that needs vLLM is marked needs_vllm, which skips it without vLLM. A
-# module that imports vLLM at its top says so once, by
-# pytest.importorskip("vllm") before those imports: the mark is then given
-# to each of its tests here (skips_without_vllm). One that needs mypy or pyright calls
-# pytest.importorskip. A venv of arc_cy, pytest and hypothesis alone thus
-# runs the rest: the fast layer, -m "not needs_vllm". tests/run.sh sets
-# ARC_CY_TESTS_REQUIRE_ALL: there every skip, at collection or in a test, is
-# a failure, so a broken environment cannot pass by skipping.
-
-REQUIRE_ALL = env_flag(REQUIRE_ALL_ENV)
-
-
-def _no_skip(report: pytest.CollectReport | pytest.TestReport) -> None:
-    if REQUIRE_ALL and report.skipped and not hasattr(report, "wasxfail"):
-        longrepr = report.longrepr
-        why = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
-        why = why.removeprefix("Skipped: ")
-        report.outcome = "failed"
-        report.longrepr = (
-            f"skipped ({why}), and {REQUIRE_ALL_ENV} is set: the full suite may not skip"
-        )
+# --- no skips under the test command (skips.py says how) ----------------------
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(collector: pytest.Collector):
     report = yield
-    _no_skip(report)
+    skips.no_skip(report)
     return report
 
 
@@ -72,27 +44,15 @@ def pytest_make_collect_report(collector: pytest.Collector):
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     # A failure's report parses the test's source (pytest walks its ast):
     # under GC stress's hook that takes many minutes, and stresses pytest.
-    with _gc_stress_paused():
+    with gc_stress.paused():
         report = yield
-    _no_skip(report)
+    skips.no_skip(report)
     return report
-
-
-@functools.cache
-def skips_without_vllm(path: str) -> bool:
-    """Whether the module at ``path`` calls pytest.importorskip("vllm") in
-    its top-level code."""
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
-    return any(ast.unparse(node) == "pytest.importorskip('vllm')" for node in tree.body)
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     # Runs as each test is collected, so before -m selects by mark.
-    module = getattr(item, "module", None)
-    path = getattr(module, "__file__", None)
-    if path and skips_without_vllm(path) and item.get_closest_marker("needs_vllm") is None:
-        item.add_marker(pytest.mark.needs_vllm)
+    skips.mark_needs_vllm(item)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -217,111 +177,17 @@ def policy_cls(impl: str) -> type:
     return load_policy_class(impl)
 
 
-# --- GC stress: ARC_CY_GC_STRESS=1 (docs/hardening.md, "Checks") ----------
-#
-# For the hostile-input tests: a collection runs at every allocation of a
-# container (gc.set_threshold(1)), and at the start of each one a
-# gc.callbacks hook reads every young object (generations 0 and 1, where
-# anything a running method just made sits) and, every 500th collection,
-# every object gc.get_objects() returns. A list with NULL items, or a core
-# whose tp_traverse sees a half-made entry, crashes the run.
-# A list with a NULL item is read no further: it fails the test if the
-# collection started in arc_cy's code or a test's, and is counted if not
-# (CPython's own code fills some lists after tracking them).
-
-GC_STRESS = env_flag("ARC_CY_GC_STRESS")
-GC_STRESS_RUNS = {"collections": 0, "objects": 0, "policies": 0, "half_built_cpython": 0}
-GC_STRESS_HALF_BUILT: list[str] = []  # where arc_cy's or a test's code left one
-
-_OURS = (ARC_CY_DIR, os.path.dirname(os.path.abspath(__file__)) + os.sep)
-
-
-def _read(obj: object, frame) -> None:
-    # Tuples are left out: CPython fills some after tracking them, which
-    # is CPython's business, not ours.
-    if isinstance(obj, list) and has_null_item(obj):
-        where = frame.f_code.co_filename if frame is not None else "?"
-        if where.startswith(_OURS):
-            GC_STRESS_HALF_BUILT.append(f"{where}:{frame.f_lineno} ({frame.f_code.co_name})")
-        else:
-            GC_STRESS_RUNS["half_built_cpython"] += 1
-        return
-    if type(obj) in (list, dict, set, frozenset):
-        list(obj)
-    elif isinstance(obj, (list, dict, set, frozenset)):
-        list(obj.__iter__())
-    for ref in gc.get_referents(obj):  # runs tp_traverse (the core's too)
-        type(ref)
-
-
-def _gc_stress_hook(phase: str, info: dict) -> None:
-    if phase != "start":
-        return
-    runs = GC_STRESS_RUNS
-    runs["collections"] += 1
-    if runs["collections"] % 500 == 0:
-        objects = gc.get_objects()
-    else:
-        objects = gc.get_objects(generation=0) + gc.get_objects(generation=1)
-    frame = sys._getframe(1)  # what was running when the collection started
-    for obj in objects:
-        runs["objects"] += 1
-        if type(obj).__name__ == "ARCCachePolicy":
-            runs["policies"] += 1
-        try:
-            _read(obj, frame)
-        except Exception:  # a read may fail (an iterator in use); crashes may not
-            pass
-
-
-GC_STRESS_UNHOOKED: list[int] = []  # the collector's thresholds outside a stressed test
-
-
-@contextlib.contextmanager
-def _gc_stress_paused():
-    """Unhooked, at the usual thresholds, while pytest itself runs inside a
-    stressed test (its reports)."""
-    if _gc_stress_hook not in gc.callbacks:
-        yield
-        return
-    gc.callbacks.remove(_gc_stress_hook)
-    stressed = gc.get_threshold()
-    gc.set_threshold(*GC_STRESS_UNHOOKED)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*stressed)
-        gc.callbacks.append(_gc_stress_hook)
+# --- GC stress: ARC_CY_GC_STRESS=1 (gc_stress.py) ----------------------------
 
 
 @pytest.fixture(autouse=True)
 def _gc_stress(request: pytest.FixtureRequest):
-    if not GC_STRESS or request.node.get_closest_marker("gc_stress") is None:
+    if not gc_stress.GC_STRESS or request.node.get_closest_marker("gc_stress") is None:
         yield
         return
-    if vllm_guard.pending:
-        # The guard's once-per-process check, which the first policy runs,
-        # parses vLLM's source: ast's C code fills lists after making them,
-        # CPython's business as the tuples above are. Run it unhooked.
-        vllm_guard.check()
-    GC_STRESS_UNHOOKED[:] = gc.get_threshold()
-    before = dict(GC_STRESS_RUNS)
-    gc.callbacks.append(_gc_stress_hook)
-    gc.set_threshold(1)
-    try:
+    with gc_stress.stressed() as done:
         yield
-    finally:
-        gc.set_threshold(*GC_STRESS_UNHOOKED)
-        gc.callbacks.remove(_gc_stress_hook)
-    half_built = GC_STRESS_HALF_BUILT[:]
-    GC_STRESS_HALF_BUILT.clear()
-    assert not half_built, f"a list with NULL items, made under {half_built[:3]}"
-    # The hook did run, and saw objects.
-    assert GC_STRESS_RUNS["collections"] > before["collections"]
-    assert GC_STRESS_RUNS["objects"] > before["objects"]
-    request.node.user_properties.append(
-        ("gc stress", {k: GC_STRESS_RUNS[k] - before[k] for k in GC_STRESS_RUNS})
-    )
+    request.node.user_properties.append(("gc stress", done))
 
 
 # What each hostile-fuzzer run reached (test_fuzz_hostile.py) and what GC
@@ -329,7 +195,7 @@ def _gc_stress(request: pytest.FixtureRequest):
 # travel as the tests' user_properties, which pytest-xdist's workers send
 # to the process that reports.
 FUZZ_COVERAGE: dict[str, dict] = {}
-GC_STRESS_SEEN = dict.fromkeys(GC_STRESS_RUNS, 0)
+GC_STRESS_SEEN = dict.fromkeys(gc_stress.GC_STRESS_RUNS, 0)
 
 
 @pytest.fixture
@@ -362,7 +228,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.write_line(
             f"arc_cy: a pure build ({PURE_ENV}): {count} compiled-only tests deselected"
         )
-    if GC_STRESS:
+    if gc_stress.GC_STRESS:
         terminalreporter.write_line(f"GC stress: {GC_STRESS_SEEN}")
     for run, counts in FUZZ_COVERAGE.items():
         terminalreporter.write_line(f"{run}: {counts}")

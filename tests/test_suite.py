@@ -1,7 +1,8 @@
 """The test suite's own machinery: a test that needs vLLM (or mypy, pyright)
 skips without it, through pytest.importorskip; under
 ARC_CY_TESTS_REQUIRE_ALL, which tests/run.sh sets, conftest makes every skip
-a failure. And with vLLM, the tests use vLLM's own types."""
+a failure (skips.py). With vLLM, the tests use vLLM's own types. And the test
+modules import helper modules, never conftest or each other."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-import conftest
-from conftest import skips_without_vllm
+import gc_stress
 from helpers import REPO, REQUIRE_ALL_ENV, has_null_item
+from skips import mark_needs_vllm, skips_without_vllm
 
 pytestmark = pytest.mark.repo
 
@@ -169,7 +170,7 @@ def test_needs_vllm_is_said_once(name):
 
 
 class _Item:
-    """What conftest's hook reads of a collected test."""
+    """What mark_needs_vllm (conftest's hook) reads of a collected test."""
 
     def __init__(self, path: str) -> None:
         self.module = type("M", (), {"__file__": path})
@@ -187,7 +188,7 @@ def test_conftest_marks_their_tests(name):
     """Each test of such a module gets needs_vllm as it is collected, so
     that -m "not needs_vllm" deselects it (.ci/fast.sh); no other does."""
     item = _Item(str(TESTS / name))
-    conftest.pytest_itemcollected(item)
+    mark_needs_vllm(item)
     assert item.marks == (["needs_vllm"] if name in SKIPPING else [])
 
 
@@ -223,15 +224,64 @@ def test_gc_stress_counts_cpythons_half_built_lists_and_fails_ours():
     half = _half_built(list)
     space: dict = {}
     exec(compile("import sys\nframe = sys._getframe()", "<cpython>", "exec"), space)
-    before = dict(conftest.GC_STRESS_RUNS)
-    conftest._read(half, space["frame"])
-    assert conftest.GC_STRESS_RUNS["half_built_cpython"] == before["half_built_cpython"] + 1
-    assert not conftest.GC_STRESS_HALF_BUILT
+    before = dict(gc_stress.GC_STRESS_RUNS)
+    gc_stress.read(half, space["frame"])
+    assert gc_stress.GC_STRESS_RUNS["half_built_cpython"] == before["half_built_cpython"] + 1
+    assert not gc_stress.GC_STRESS_HALF_BUILT
     try:
-        conftest._read(half, sys._getframe())
-        assert conftest.GC_STRESS_HALF_BUILT == [
+        gc_stress.read(half, sys._getframe())
+        assert gc_stress.GC_STRESS_HALF_BUILT == [
             f"{__file__}:{sys._getframe().f_lineno - 2} "
             "(test_gc_stress_counts_cpythons_half_built_lists_and_fails_ours)"
         ]
     finally:
-        conftest.GC_STRESS_HALF_BUILT.clear()
+        gc_stress.GC_STRESS_HALF_BUILT.clear()
+
+
+# --- what the test modules import (issue 20) ----------------------------------------
+
+
+def _imported(tree: ast.Module) -> set[str]:
+    """What a module imports, anywhere in it, by dotted name (``from a
+    import b`` gives both ``a`` and ``a.b``: b may be a module)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _wrong_imports(source: str) -> set[str]:
+    """What a test module's source imports of conftest or of a test module."""
+    return {
+        imported
+        for imported in _imported(ast.parse(source))
+        if any(part == "conftest" or part.startswith("test_") for part in imported.split("."))
+    }
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_a_test_module_imports_no_conftest_nor_another_test_module(name):
+    """What the tests share lives in helper modules (helpers.py, hostile.py,
+    childproc.py, skips.py, gc_stress.py, ...), never in conftest.py or a
+    test module."""
+    assert not _wrong_imports((TESTS / name).read_text(encoding="utf-8"))
+
+
+def test_the_import_check_sees_them():
+    source = (
+        "import conftest\nfrom conftest import x\nimport test_plus\n"
+        "def f():\n    from test_gc import y\n"
+        "from tests import test_views\nimport helpers, skips\nfrom gc_stress import read\n"
+    )
+    assert _wrong_imports(source) == {
+        "conftest",
+        "conftest.x",
+        "test_plus",
+        "test_gc",
+        "test_gc.y",
+        "tests.test_views",
+    }
