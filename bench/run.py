@@ -48,7 +48,7 @@ def parser() -> argparse.ArgumentParser:
         "--full",
         action="store_true",
         help="the whole grid instead of the default suite (the reference runs' "
-        "headers give its wall time: about 5 minutes on 2 cores): each module's "
+        "headers give its wall time: about 12 minutes on 2 cores): each module's "
         "larger grid (bench/NAME.py --full: more capacities, batches, pinned "
         "counts and traces), and the multi-turn scheduler bench at 1M chunks "
         "besides 100K, which alone took 1,229 s in its committed run "
