@@ -1,12 +1,12 @@
-"""The policy's interface, in one home: its methods, from which the guard's,
-the tests', the fuzzers' and the benchmarks' lists derive, and its
+"""The policy's interface, in one home: its methods, from which the tests',
+the fuzzers', the harness's and the benchmarks' lists derive, and its
 docstrings, which both implementations read (the compiled core imports
 nothing from the twin). The vLLM releases the docstring names come from
 the table of verified code (``arc_cy._guard.verified``)."""
 
 from __future__ import annotations
 
-from ._guard import verified
+from ._guard import releases
 
 METHODS = (
     "get",
@@ -24,8 +24,8 @@ METHODS = (
 """What vLLM's manager calls on a policy: the methods of vLLM's
 ``CachePolicy`` in every verified release (0.30 to 0.33 have ``touch``,
 0.34 does not; 0.31 added ``on_store_miss`` and ``on_request_finished``,
-0.33 ``on_request_access``), in 0.33's order (the one release with all). Both implementations define
-each (tests/test_one_home.py)."""
+0.33 ``on_request_access``), in 0.33's order (the one release with all).
+Both implementations define each (tests/test_one_home.py)."""
 
 HOOKS = tuple(name for name in METHODS if name.startswith("on_"))
 """The request hooks, which a release's ``CachePolicy`` may lack."""
@@ -33,13 +33,10 @@ HOOKS = tuple(name for name in METHODS if name.startswith("on_"))
 
 def _release_range() -> str:
     """The oldest and the newest release the table verifies, as 'A to B'."""
-    releases = sorted(
-        verified.FILES,
-        key=lambda release: tuple(int(part) for part in release.split(".")),
-    )
-    if len(releases) == 1:
-        return releases[0]
-    return f"{releases[0]} to {releases[-1]}"
+    newest_first = releases()
+    if len(newest_first) == 1:
+        return newest_first[0]
+    return f"{newest_first[-1]} to {newest_first[0]}"
 
 
 POLICY_DOC = f"""ARC (Adaptive Replacement Cache) policy for vLLM's CPU KV offloading,

@@ -13,19 +13,15 @@ import sys
 import pytest
 
 from arc_cy import _policy
-from arc_cy._guard import verified
+from arc_cy._guard import release_key, verified
 from childproc import child_env
 from helpers import MODULES, REPO
 
 pytestmark = pytest.mark.repo
 
 
-def _version(release: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in release.split("."))
-
-
 def test_the_docstring_has_one_home_and_names_the_verified_range(policy_cls: type) -> None:
-    releases = sorted(verified.FILES, key=_version)
+    releases = sorted(verified.FILES, key=release_key)
     assert policy_cls.__doc__ is _policy.POLICY_DOC
     assert f"({releases[0]} to {releases[-1]}, ``arc_cy._guard.verified``)" in policy_cls.__doc__
     # No single release is named as the one whose decisions it makes.
@@ -64,8 +60,8 @@ def test_the_core_source_imports_no_twin() -> None:
 
 
 def test_the_method_list_is_vllms_in_every_verified_release(policy_cls: type) -> None:
-    # _policy.METHODS, which the guard's lockstep, the tests, the fuzzers and
-    # the benchmarks derive their lists from, is what vLLM's CachePolicy has
+    # _policy.METHODS, which the tests, the fuzzers, the harness and the
+    # benchmarks derive their lists from, is what vLLM's CachePolicy has
     # across the verified releases (as each shipped it: tests/data/vllm).
     found: set[str] = set()
     for release in verified.FILES:
