@@ -1,5 +1,5 @@
-"""The trace replay (arc_cy_harness.replay, bench/replay.py) through vLLM's
-real CPUOffloadingManager: hand-worked hit ratios, the optimum as a ceiling,
+"""The trace replay (arc_cy._replay, which bench/replay.py times) through
+vLLM's real CPUOffloadingManager: hand-worked hit ratios, the optimum as a ceiling,
 arc_cy deciding as vLLM arc does, call by call, compiled and pure, ARC+'s
 twin deciding as the compiled ARC+, and the replay's routes and targets."""
 
@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from arc_cy_harness import replay as rp
+from arc_cy import _replay as rp
+from arc_cy import _trace as tr
 from helpers import MODULES
 
 pytestmark = pytest.mark.needs_vllm
@@ -52,19 +53,21 @@ def manager(policy: str, pool: int, threshold: int = 1) -> Any:
 
 
 def replay(
-    policy: str, requests: list[rp.TraceRequest], pool: int, threshold: int = 1, **model: Any
+    policy: str, trace: tr.Trace, pool: int, threshold: int = 1, **model: Any
 ) -> rp.Replayer:
     return rp.Replayer(
-        manager(policy, pool, threshold), rp.block_keys(requests), store_batch=2
-    ).run(rp.schedule(requests, **model))
+        manager(policy, pool, threshold), rp.trace_keys(trace), store_batch=2, log=True
+    ).run(rp.schedule(trace, **model))
 
 
-HAND = [
-    rp.TraceRequest(0, 1536, 1, (1, 2, 3)),
-    rp.TraceRequest(1, 1536, 1, (1, 2, 4)),
-    rp.TraceRequest(2, 1024, 1, (5, 1)),
-    rp.TraceRequest(3, 2048, 1, (1, 2, 4, 6)),
-]
+HAND = tr.trace_of(
+    [
+        (0, 1536, 1, (1, 2, 3)),
+        (1, 1536, 1, (1, 2, 4)),
+        (2, 1024, 1, (5, 1)),
+        (3, 2048, 1, (1, 2, 4, 6)),
+    ]
+)
 # (in flight, store_threshold, hits), of the 12 blocks asked, worked by hand
 # with a pool that holds every block:
 #   one in flight, threshold 1: 0 + 2 (1, 2) + 0 (5 misses first: 1 is not
@@ -90,11 +93,18 @@ def test_the_hit_ratio_of_a_hand_worked_trace(
         assert not r.live  # every request finished: its loads and stores completed
 
 
+def slice_of(trace: tr.Trace, start: int, stop: int) -> tr.Trace:
+    return tr.trace_of(
+        (trace.timestamp_ms[i], trace.input_length[i], trace.output_length[i], trace.blocks(i))
+        for i in range(start, stop)
+    )
+
+
 @pytest.fixture(scope="module")
-def trace_slice() -> list[rp.TraceRequest]:
+def trace_slice() -> tr.Trace:
     """400 requests of the shipped trace: 15,744 full blocks asked, 9,207
     distinct."""
-    return rp.read_trace(str(SHIPPED))[3000:3400]
+    return slice_of(tr.read_trace(str(SHIPPED)), 3000, 3400)
 
 
 POOLS = (1500, 3000)  # where the policies' hit ratios differ
@@ -102,9 +112,9 @@ POOLS = (1500, 3000)  # where the policies' hit ratios differ
 
 @pytest.mark.parametrize("threshold", [1, 2])
 def test_the_optimum_is_a_ceiling_for_every_policy(
-    trace_slice: list[rp.TraceRequest], impl: str, threshold: int
+    trace_slice: tr.Trace, impl: str, threshold: int
 ) -> None:
-    sequence = rp.accesses(trace_slice)
+    sequence = trace_slice.accesses
     for pool in POOLS:
         best = rp.optimum_hits(sequence, pool)
         got = {
@@ -119,27 +129,30 @@ def test_the_optimum_is_a_ceiling_for_every_policy(
 
 @pytest.mark.parametrize("threshold", [1, 2])
 def test_arc_cy_decides_as_vllm_arc_call_by_call(
-    trace_slice: list[rp.TraceRequest], impl: str, threshold: int
+    trace_slice: tr.Trace, impl: str, threshold: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    keys = rp.block_keys(trace_slice)
+    bench = bench_module("replay", monkeypatch)
+    keys = rp.trace_keys(trace_slice)
     events = rp.schedule(trace_slice)
     for pool in POOLS:
-        ref = rp.Replayer(manager("arc", pool, threshold), keys, log_evictions=True).run(events)
-        got = rp.Replayer(manager(impl, pool, threshold), keys).run(events)
-        assert rp.first_difference(ref.decisions, got.decisions) is None
-        assert rp.mismatches(ref.decisions, got.decisions) == 0
+        ref = rp.Replayer(manager("arc", pool, threshold), keys, log=True)
+        evictions = bench.log_evictions(ref.m)
+        ref.run(events)
+        got = rp.Replayer(manager(impl, pool, threshold), keys, log=True).run(events)
+        assert bench.first_difference(ref.decisions, got.decisions) is None
+        assert bench.mismatches(ref.decisions, got.decisions) == 0
         # What the replay reached: hits, evictions in a tenth of the stores
         # or more, ARC's target moved by ghost hits, stores left out by
         # admission at threshold 2, requests overlapping (below).
         assert ref.hits > 0 and ref.evicted > 0
-        assert sum(1 for e in ref.evictions if e) > ref.store_calls // 10
+        assert sum(1 for e in evictions if e) > ref.store_calls // 10
         assert ref.m._policy.target_t1_size > 0
         if threshold > 1:
             assert ref.stored + ref.hits < ref.asked - 1000
         # The manager with a policy that costs nothing makes the same calls.
         free = manager("lru", pool, threshold)
-        free._policy = rp.FreePolicy(ref.evictions)
-        again = rp.Replayer(free, keys).run(events)
+        free._policy = bench.FreePolicy(evictions)
+        again = rp.Replayer(free, keys, log=True).run(events)
         assert again.decisions == ref.decisions
     live = max_in_flight(events)
     assert live > 5
@@ -153,30 +166,31 @@ def max_in_flight(events: list[tuple[int, int]]) -> int:
     return most
 
 
-def test_a_changed_decision_is_found_at_its_call() -> None:
+def test_a_changed_decision_is_found_at_its_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = bench_module("replay", monkeypatch)
     a = [("load", 0, 1), ("store", 0, (b"k1",)), ("load", 1, 0)]
-    assert rp.first_difference(a, a) is None
-    assert rp.first_difference(a, [*a[:1], ("store", 0, (b"k2",)), a[2]]) == 1
-    assert rp.first_difference(a, a[:2]) == 2
-    assert rp.mismatches(a, [("load", 0, 2), a[1]]) == 2
+    assert bench.first_difference(a, a) is None
+    assert bench.first_difference(a, [*a[:1], ("store", 0, (b"k2",)), a[2]]) == 1
+    assert bench.first_difference(a, a[:2]) == 2
+    assert bench.mismatches(a, [("load", 0, 2), a[1]]) == 2
 
 
 @pytest.mark.compiled
 @pytest.mark.parametrize("threshold", [1, 2])
 def test_arc_plus_twin_decides_as_the_compiled_arc_plus_call_by_call(
-    trace_slice: list[rp.TraceRequest], threshold: int
+    trace_slice: tr.Trace, threshold: int
 ) -> None:
-    keys = rp.block_keys(trace_slice)
+    keys = rp.trace_keys(trace_slice)
     events = rp.schedule(trace_slice)
     for pool in POOLS:
-        ref = rp.Replayer(manager(plus("cython"), pool, threshold), keys).run(events)
-        got = rp.Replayer(manager(plus("python"), pool, threshold), keys).run(events)
-        assert rp.first_difference(ref.decisions, got.decisions) is None
+        ref = rp.Replayer(manager(plus("cython"), pool, threshold), keys, log=True).run(events)
+        got = rp.Replayer(manager(plus("python"), pool, threshold), keys, log=True).run(events)
+        assert ref.decisions == got.decisions
         assert (got.hits, got.stored, got.evicted) == (ref.hits, ref.stored, ref.evicted)
         assert ref.hits > 0 and ref.evicted > 0
         # ARC+ is no drop-in for vLLM arc: it decides otherwise on purpose.
-        arc = rp.Replayer(manager("arc", pool, threshold), keys).run(events)
-        assert rp.first_difference(arc.decisions, ref.decisions) is not None
+        arc = rp.Replayer(manager("arc", pool, threshold), keys, log=True).run(events)
+        assert arc.decisions != ref.decisions
 
 
 def bench_module(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
@@ -191,15 +205,28 @@ def bench_module(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 
 @pytest.mark.compiled
-def test_the_replay_routes_give_the_policies_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_replay_routes_give_the_policies_it_names(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from arc_cy._core import arc as core
     from arc_cy._twin import arc as twin
     from arc_cy._twin import plus as plus_twin
 
     bench = bench_module("replay", monkeypatch)
     bench.check_routes()  # the plugin's names are the compiled classes
-    built = {name: type(bench.make_manager(name, 8, 1)._policy) for name in bench.POLICIES}
-    assert built["arc_cy"] is core.ARCCachePolicy
+    policies = {n: bench.make_manager(n, 8, 1, None, str(tmp_path))._policy for n in bench.POLICIES}
+    built = {name: type(policy) for name, policy in policies.items()}
+    assert built["arc_cy"] is built["arc_cy_recording"] is core.ARCCachePolicy
+    # ... and records: a finished request's line, in a new file of record_dir.
+    from vllm.v1.kv_offload.base import ReqContext
+
+    from arc_cy import _record
+
+    policies["arc_cy_recording"].on_request_finished(((b"k" * 36,),), set(), set(), ReqContext("r"))
+    for rec in list(_record._RECORDERS):
+        rec.flush()
+    (made,) = tmp_path.iterdir()
+    assert len(tr.read_trace(str(made))) == 1
     assert built["arc_cy_pure"] is twin.ARCCachePolicy
     assert built["arc_cy_plus"] is core.ARCPlusCachePolicy
     assert built["arc_cy_plus_pure"] is plus_twin.ARCPlusCachePolicy
@@ -207,6 +234,7 @@ def test_the_replay_routes_give_the_policies_it_names(monkeypatch: pytest.Monkey
         "arc_cy": "vllm_arc",
         "arc_cy_pure": "vllm_arc",
         "arc_cy_plus_pure": "arc_cy_plus",
+        "arc_cy_recording": "arc_cy",
     }
     assert bench.DEFAULT_POOLS == (0.02, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0)
     # --trace takes the shipped traces by their short names.
@@ -217,7 +245,10 @@ def test_the_replay_routes_give_the_policies_it_names(monkeypatch: pytest.Monkey
 
 def record(fraction: float, threshold: int, hits: dict[str, float], **seconds: float) -> Any:
     """A replay record with the fields the targets read."""
-    names = ("vllm_lru", "vllm_arc", "arc_cy", "arc_cy_pure", "arc_cy_plus", "arc_cy_plus_pure")
+    names = (
+        *("vllm_lru", "vllm_arc", "arc_cy", "arc_cy_pure", "arc_cy_plus", "arc_cy_plus_pure"),
+        "arc_cy_recording",
+    )
     h = {n: hits.get(n, hits["vllm_arc"]) for n in names}
     h["arc_cy_plus_pure"] = h["arc_cy_plus"]
     h["optimum"] = hits["optimum"]
@@ -232,6 +263,7 @@ def record(fraction: float, threshold: int, hits: dict[str, float], **seconds: f
         "vs_vllm_arc": vs,
         "decision_mismatches": {"arc_cy": 0, "arc_cy_pure": 0, "arc_cy_plus_pure": 0},
         "gap_closed": {"arc_cy_plus": round((h["arc_cy_plus"] - h["vllm_lru"]) / gap, 3)},
+        "recording_vs_arc_cy": 1.0,
     }
 
 

@@ -61,6 +61,9 @@ from cpython.object cimport Py_EQ, PyObject, PyTypeObject
 from cpython.type cimport PyType_IsSubtype
 from cpython.ref cimport Py_XDECREF
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from cpython.bytes cimport (
+    PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE,
+)
 from cpython.pythread cimport PyThread_get_thread_ident
 from libc.stdint cimport int32_t, uint8_t, uint64_t
 from libc.stdlib cimport qsort
@@ -69,6 +72,9 @@ from arc_cy._core.capi cimport (
     PY_SSIZE_T_MAX,
     ARC_CY_CYTHON_VERSION,
     PyAnySet_CheckExact,
+    PyList_CheckExact,
+    PySequence_Fast_ITEMS,
+    PyTuple_CheckExact,
     PyObject_GenericSetAttr,
     PyObject_Hash,
     PyObject_RichCompareBool,
@@ -76,12 +82,14 @@ from arc_cy._core.capi cimport (
     PySet_Contains,
     arc_cdata_size,
     arc_check_layout,
+    arc_decimal,
     arc_list_from,
     arc_pair,
     arc_prefetch,
     arc_ref_cnt,
     arc_ref_cnt_as,
     arc_set_gc_slots,
+    arc_siphash24,
     arc_tag_offset,
     arc_type_tag,
     arc_weak_target,
@@ -169,6 +177,7 @@ from arc_cy._messages import (
     MSG_REENTRANT,
 )
 from arc_cy._core.views import LIST_NAMES, ListView
+from arc_cy._record import record_for
 
 # A required argument's default: its absence raises Python's own TypeError.
 cdef object NO_ARG = MISSING
@@ -296,6 +305,10 @@ cdef class ARCCore:
         int busy                # OP_* of the running method (minus it: releasing), or 0
         int release_busy        # busy of a clear() or __init__ releasing, or 0
         unsigned long releaser  # and its thread, whose calls nest in it
+
+        # What reaches the policy, to ARC_CY_RECORD_TRACE (arc_cy._record),
+        # or None: each call it notes is noted after the call, not busy.
+        object recorder
 
         # Caches and counters.
         object last_type_ref    # a weak reference to the chunk type last
@@ -690,6 +703,8 @@ cdef class ARCCore:
             self._empty_lists(True)
         finally:
             self._released(outer, outer_thread)
+        if self.recorder is None:
+            self.recorder = record_for(self, keyed_ids)
 
     def __reduce__(self):
         raise TypeError(MSG_NO_COPY.format(type(self).__qualname__))
@@ -854,6 +869,8 @@ cdef class ARCCore:
                     self._adapt(i)
         finally:
             self._leave()
+        if self.recorder is not None and self.recorder.on_miss:
+            self.recorder.arrive(req_context)
 
     def touch(self, keys=NO_ARG, req_context=NO_ARG):
         cdef Py_ssize_t j, n
@@ -902,7 +919,8 @@ cdef class ARCCore:
     def on_request_access(self, keys=NO_ARG, req_context=NO_ARG):
         if keys is NO_ARG or req_context is NO_ARG:
             raise missing_arguments("on_request_access", keys=keys, req_context=req_context)
-        return None
+        if self.recorder is not None:
+            self.recorder.arrive(req_context)
 
     def on_request_finished(self, key_groups=NO_ARG, insertion_only_keys=NO_ARG,
                             reused_keys=NO_ARG, req_context=NO_ARG):
@@ -920,7 +938,8 @@ cdef class ARCCore:
                 req_context=req_context)
         self._enter(OP_FINISHED)
         try:
-            n = work_hold_keys(&self.work, order_request_keys(key_groups, req_context))
+            keys = order_request_keys(key_groups, req_context)
+            n = work_hold_keys(&self.work, keys)
             work_reserve(&self.work, n)  # for the key objects replaced
             if self.plus:
                 # found, kinds, then (8-byte aligned: 2 * n int32s) hashes
@@ -985,6 +1004,8 @@ cdef class ARCCore:
                 self._trim(B1, drop)
         finally:
             self._leave()
+        if self.recorder is not None:
+            self.recorder.finished(keys, req_context)
 
     def evict(self, n=NO_ARG, protected=NO_ARG):
         cdef Py_ssize_t want, k, vt1, n_t1 = 0, drop1, drop2
@@ -1080,6 +1101,8 @@ cdef class ARCCore:
             self.target = 0.0
         finally:
             self._released(outer, outer_thread)
+        if self.recorder is not None:
+            self.recorder.cleared()
 
     def mark_evictable(self, key=NO_ARG):
         if key is NO_ARG:
@@ -1209,6 +1232,48 @@ def _check_layout():
 
 
 _check_layout()
+
+
+def keyed_ids(keys, uint64_t k0, uint64_t k1):
+    """The recording's ids of keys, a list or tuple of bytes: SipHash-2-4 of
+    each under the key (k0, k1), its top 63 bits, as comma-separated
+    decimals (ASCII bytes). TypeError for anything else. The hashing runs
+    without the GIL, on a tuple of the keys that nothing else can change
+    (arc_cy._record.keyed_ids: the same in Python)."""
+    cdef Py_ssize_t j, n, at = 0
+    cdef char *out
+    cdef const char **data
+    cdef Py_ssize_t *size
+    cdef PyObject *key
+    if not (PyList_CheckExact(keys) or PyTuple_CheckExact(keys)):
+        raise TypeError(f"keyed_ids: a list or tuple, not {type(keys).__name__}")
+    cdef tuple held = tuple(keys)  # its own references: the keys stay alive
+    n = len(held)
+    for j in range(n):
+        key = PySequence_Fast_ITEMS(held)[j]
+        if not PyBytes_CheckExact(<object>key):
+            raise TypeError(f"keyed_ids: item {j} is {type(<object>key).__name__}, not bytes")
+    out = <char *>PyMem_Malloc(21 * n + 1)
+    data = <const char **>PyMem_Malloc(n * sizeof(char *) + 1)
+    size = <Py_ssize_t *>PyMem_Malloc(n * sizeof(Py_ssize_t) + 1)
+    try:
+        if out is NULL or data is NULL or size is NULL:
+            raise MemoryError()
+        for j in range(n):
+            key = PySequence_Fast_ITEMS(held)[j]
+            data[j] = PyBytes_AS_STRING(<object>key)
+            size[j] = PyBytes_GET_SIZE(<object>key)
+        with nogil:
+            for j in range(n):
+                if j:
+                    out[at] = 44  # ","
+                    at += 1
+                at += arc_decimal(arc_siphash24(data[j], size[j], k0, k1) >> 1, out + at)
+        return PyBytes_FromStringAndSize(out, at)
+    finally:
+        PyMem_Free(out)
+        PyMem_Free(<void *>data)
+        PyMem_Free(size)
 
 
 # The Cython that generated this module (recorded by setup.py at build time).

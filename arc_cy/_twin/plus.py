@@ -14,6 +14,7 @@ from typing import Any
 
 from .._guard import vllm_guard
 from .._policy import PLUS_DOC
+from .._record import Recorder, record_for
 from .._vllm import CachePolicy, ChunkStatus, order_request_keys
 from .arc import mutating
 
@@ -24,6 +25,7 @@ class ARCPlusCachePolicy(CachePolicy):
     __doc__ = PLUS_DOC  # one text, both implementations' (arc_cy._policy)
 
     _running: str | None = None  # the mutating call under way (mutating())
+    _recorder: Recorder | None = None  # ARC_CY_RECORD_TRACE's (arc_cy._record)
     target_t1_size: Any  # a float, or any Real as set (a Fraction stays exact), as in vLLM
 
     def __init__(self, cache_capacity: int) -> None:
@@ -37,6 +39,7 @@ class ARCPlusCachePolicy(CachePolicy):
             # key -> None (only care about presence)
             self.b1: OrderedDict[Any, None] = OrderedDict()
             self.b2: OrderedDict[Any, None] = OrderedDict()
+        self._recorder = record_for(self)  # ARC_CY_RECORD_TRACE, or None
 
     def get(self, key: Any) -> ChunkStatus | None:
         return self.t1.get(key) or self.t2.get(key)
@@ -74,6 +77,8 @@ class ARCPlusCachePolicy(CachePolicy):
         with mutating(self, "on_store_miss"):
             for key in reversed(list(keys)):
                 self._adapt_to_ghost_hit(key)
+        if self._recorder is not None and self._recorder.on_miss:
+            self._recorder.arrive(req_context)
 
     def touch(self, keys: Iterable[Any], req_context: Any) -> None:
         with mutating(self, "touch"):
@@ -91,7 +96,8 @@ class ARCPlusCachePolicy(CachePolicy):
                     self._adapt_to_ghost_hit(key)
 
     def on_request_access(self, keys: Iterable[Any], req_context: Any) -> None:
-        return
+        if self._recorder is not None:
+            self._recorder.arrive(req_context)
 
     def on_request_finished(
         self,
@@ -101,7 +107,8 @@ class ARCPlusCachePolicy(CachePolicy):
         req_context: Any,
     ) -> None:
         with mutating(self, "on_request_finished"):
-            for key in reversed(order_request_keys(key_groups, req_context)):
+            keys = order_request_keys(key_groups, req_context)
+            for key in reversed(keys):
                 if key in insertion_only_keys:
                     # A store is not a frequency hit: recency only.
                     if key in self.t1:
@@ -118,6 +125,8 @@ class ARCPlusCachePolicy(CachePolicy):
                     self.b1[key] = None
             for _ in range(len(self.b1) - self.cache_capacity):
                 self.b1.popitem(last=False)
+        if self._recorder is not None:
+            self._recorder.finished(keys, req_context)
 
     def clear(self) -> None:
         with mutating(self, "clear"):
@@ -126,6 +135,8 @@ class ARCPlusCachePolicy(CachePolicy):
             self.b1.clear()
             self.b2.clear()
             self.target_t1_size = 0.0
+        if self._recorder is not None:
+            self._recorder.cleared()
 
     def evict(self, n: int, protected: set[Any]) -> list[tuple[Any, ChunkStatus]] | None:
         with mutating(self, "evict"):
