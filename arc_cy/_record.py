@@ -24,6 +24,7 @@ import collections
 import errno
 import math
 import os
+import sys
 import threading
 import time
 import weakref
@@ -31,13 +32,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__
-from ._flags import env_flag
+from ._flags import RECORDING
 from ._guard import logger, vllm_version
 from ._trace import FORMAT, encode_line
 from ._vllm import CachePolicy
 
-ENV = "ARC_CY_RECORD_TRACE"
-MAX_MB_ENV = "ARC_CY_RECORD_MAX_MB"
+ENV, MAX_MB_ENV = RECORDING
 MAX_MB = 4096
 """The default size limit: about a day of a busy server (40 requests a
 second, each of about 100 blocks the CPU tier sees: 1.2 KB a line)."""
@@ -123,7 +123,7 @@ def _int(value: object) -> int | None:
     return value if type(value) is int and value >= 0 else None
 
 
-def _lengths(keys: list[Any], ctx: Any, per_key: bool) -> tuple[int, int, int | None]:
+def _lengths(keys: Sequence[Any], ctx: Any, per_key: bool) -> tuple[int, int, int | None]:
     """(input tokens, output tokens, tokens per key) of a finished request:
     vLLM's counts where its context has them (0.34), else the end position
     of its last key (keys are in prefix order); with per_key, the gcd of its
@@ -149,22 +149,24 @@ class Recorder:
     the caller's thread; its lines made and written by a daemon thread that
     opens the file on the first one."""
 
-    def __init__(self, path: str, limit: int, policy: Any, ids: KeyedIds) -> None:
+    def __init__(
+        self, path: str, limit: int, policy: Any, capacity: int, ids: KeyedIds
+    ) -> None:
         self.path, self.limit, self.ids = path, limit, ids
         self.on = True
         self.closing = False
         self.policy_name = type(policy).__name__
-        self.capacity = policy.cache_capacity
+        self.capacity = capacity
         key = os.urandom(16)  # the ids' key: new for each recording, never written
         self.k0, self.k1 = int.from_bytes(key[:8], "little"), int.from_bytes(key[8:], "little")
         self.start = time.monotonic_ns()
         # What the writer makes lines of: (keys, arrival ns, input and
         # output tokens, tokens per key), and counts of the keys queued and
-        # taken (each counter has one thread that writes it).
+        # written (each counter has one thread that writes it).
         self.lines: collections.deque[tuple[Sequence[Any], int, int, int, int | None]] = (
             collections.deque()
         )
-        self.keys_queued = self.keys_taken = 0
+        self.keys_queued = self.keys_written = 0
         self.written = 0  # bytes
         self.header = True  # the caller's thread: tokens per key, for the first line
         self.headed = False  # the writer's: the first line is made
@@ -219,7 +221,7 @@ class Recorder:
         except Exception as exc:
             self.stop(f"{type(exc).__name__}: {exc}")
             return
-        if self.keys_queued - self.keys_taken > BACKLOG:
+        if self.keys_queued - self.keys_written > BACKLOG:
             self.stop(f"the disk has not taken the last {BACKLOG:,} keys' lines")
             return
         self.lines.append((keys, at, input_length, output_length, per_key))
@@ -233,13 +235,19 @@ class Recorder:
         self.closing = True
         self.wake.set()
 
-    def flush(self, timeout: float = 5.0) -> None:
-        """Wait until what is queued is written (at most timeout seconds)."""
+    def flush(self, stall: float = 5.0) -> None:
+        """Wait until what is queued is written, unless the writer makes no
+        progress for stall seconds (a disk that does not answer)."""
         if self.thread is None or os.getpid() != self.pid:
             return  # nothing written yet, or a forked child's copy
         self.wake.set()
-        deadline = time.monotonic() + timeout
-        while self.on and self.keys_taken < self.keys_queued and time.monotonic() < deadline:
+        taken, since = self.keys_written, time.monotonic()
+        while self.on and self.keys_written < self.keys_queued:
+            if self.keys_written != taken:
+                taken, since = self.keys_written, time.monotonic()
+            elif time.monotonic() - since > stall:
+                return
+            self.wake.set()
             time.sleep(0.002)
 
     def _write(self) -> None:
@@ -257,17 +265,18 @@ class Recorder:
         try:
             while self.on:
                 batch: list[bytes] = []
-                size, full = self.written, False
+                size, keys, full = self.written, 0, False
                 while self.lines:
                     line = self._line(*self.lines[0])
                     if size + len(line) > self.limit:
                         full = True
                         break
-                    self.keys_taken += len(self.lines.popleft()[0])
+                    keys += len(self.lines.popleft()[0])
                     batch.append(line)
                     size += len(line)
                 if batch:
                     self._write_lines(fd, batch)
+                    self.keys_written += keys
                 if full:
                     self.stop(f"it reached its size limit, {self.limit >> 20} MiB ({MAX_MB_ENV})")
                 elif self.closing:
@@ -347,27 +356,23 @@ def _limit() -> int:
 
 
 def _fastest_ids() -> KeyedIds:
-    """The compiled core's keyed_ids where it is built and not switched off
-    (ARC_CY_NO_EXTENSIONS), else this module's: the same ids."""
+    """The compiled core's keyed_ids where the core is in use (imported),
+    else this module's: the same ids."""
+    compiled = getattr(sys.modules.get("arc_cy._core.arc"), "keyed_ids", None)
+    return keyed_ids if compiled is None else compiled
+
+
+def record_for(policy: Any, capacity: int, ids: KeyedIds | None = None) -> Recorder | None:
+    """The recorder of a new policy of cache_capacity capacity when
+    ARC_CY_RECORD_TRACE is set, else None; ids makes a line's ids (default:
+    the fastest built). It never raises: what goes wrong is one WARNING,
+    and None."""
+    path = None
     try:
-        if not env_flag("ARC_CY_NO_EXTENSIONS"):
-            from ._core.arc import keyed_ids as compiled
-
-            return compiled  # type: ignore[no-any-return]
-    except (ImportError, ValueError):
-        pass
-    return keyed_ids
-
-
-def record_for(policy: Any, ids: KeyedIds | None = None) -> Recorder | None:
-    """The recorder of a new policy when ARC_CY_RECORD_TRACE is set, else
-    None; ids makes a line's ids (default: the fastest built). Never
-    raises: what goes wrong is one WARNING, and None."""
-    template = os.environ.get(ENV, "")
-    if not template:
-        return None
-    path = template.replace("{pid}", str(os.getpid()))
-    try:
+        template = os.environ.get(ENV, "")
+        if not template:
+            return None
+        path = template.replace("{pid}", str(os.getpid()))
         if not hasattr(CachePolicy, FINISHED):
             raise RuntimeError(
                 f"vLLM {vllm_version()}'s manager never calls {FINISHED} (0.31.0 and later "
@@ -375,10 +380,13 @@ def record_for(policy: Any, ids: KeyedIds | None = None) -> Recorder | None:
             )
         if os.path.lexists(path):
             raise FileExistsError("it exists (never overwritten)")
-        rec = Recorder(path, _limit(), policy, ids or _fastest_ids())
+        rec = Recorder(path, _limit(), policy, capacity, ids or _fastest_ids())
         weakref.finalize(policy, rec.close)
+        logger.info("arc_cy: recording what reaches the CPU cache policy to %s", path)
+        return rec
     except Exception as exc:
-        logger.warning("arc_cy: not recording to %s: %s. The policy goes on.", path, exc)
+        try:
+            logger.warning("arc_cy: not recording to %s: %s. The policy goes on.", path, exc)
+        except Exception:  # out of memory, or a logging handler that fails
+            pass
         return None
-    logger.info("arc_cy: recording what reaches the CPU cache policy to %s", path)
-    return rec

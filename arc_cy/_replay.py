@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import math
 import os
 import sys
 import time
@@ -72,10 +73,10 @@ def schedule(
     it finishes (at equal times, finishes first, but never a request's own
     before its start)."""
     n = len(trace)
+    events: list[tuple[int, int]] = []
     if inflight is not None:
         if inflight < 1:
             raise ValueError("inflight must be at least 1")
-        events: list[tuple[int, int]] = []
         for i in range(n):
             if i >= inflight:
                 events.append((1, i - inflight))
@@ -85,7 +86,7 @@ def schedule(
     if prefill_tps <= 0 or decode_ms < 0:
         raise ValueError("prefill_tps must be positive and decode_ms non-negative")
     # Arrivals are in order; finishes come off a heap: O(n log in-flight).
-    events, ends = [], []
+    ends: list[tuple[float, int]] = []
     ts, ins, outs = trace.timestamp_ms, trace.input_length, trace.output_length
     for i in range(n):
         start = float(ts[i])
@@ -485,19 +486,10 @@ def plot(
         raise SystemExit("replay: --plot needs matplotlib: pip install 'arc_cy[plot]'") from None
     pools = sorted({r["pool_chunks"] for r in recs})
     fig, ax = plt.subplots(figsize=(8, 5))
+    ratio = {(r["pool_chunks"], r["store_threshold"]): r["hit_ratio"] for r in recs}
     for route in routes:
         for t in thresholds:
-            ys = [
-                next(
-                    (
-                        r["hit_ratio"].get(route)
-                        for r in recs
-                        if r["pool_chunks"] == p and r["store_threshold"] == t
-                    ),
-                    None,
-                )
-                for p in pools
-            ]
+            ys = [ratio.get((p, t), {}).get(route, math.nan) for p in pools]
             ax.plot(
                 pools,
                 ys,

@@ -116,7 +116,8 @@ def _count(line: int, obj: dict[str, Any], name: str) -> int:
         raise TraceError(
             f"line {line}: {name!r} must be a non-negative integer below 2**63, not {value!r:.60}"
         )
-    return value  # type: ignore[return-value]
+    assert isinstance(value, int)
+    return value
 
 
 def _object(line: int, raw: bytes) -> dict[str, Any]:

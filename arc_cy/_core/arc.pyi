@@ -65,3 +65,5 @@ class ARCCachePolicy(ARCCore, CachePolicy):  # type: ignore[override]
 
 class ARCPlusCachePolicy(ARCCore, CachePolicy):  # type: ignore[override]
     pass
+
+def keyed_ids(keys: Sequence[bytes], k0: int, k1: int) -> bytes: ...

@@ -220,6 +220,13 @@ cdef enum:
     # duplicate in the request's keys), in its `found`.
     SEEN = -3
 
+# What a call tells the recorder once it returned (ARCCore._note).
+cdef enum:
+    NOTE_ACCESS = 0
+    NOTE_MISS = 1
+    NOTE_FINISHED = 2
+    NOTE_CLEARED = 3
+
 # Sets of lists, as bit masks of (1 << where), for table_find.
 cdef enum:
     IN_T = (1 << T1) | (1 << T2)
@@ -307,7 +314,7 @@ cdef class ARCCore:
         unsigned long releaser  # and its thread, whose calls nest in it
 
         # What reaches the policy, to ARC_CY_RECORD_TRACE (arc_cy._record),
-        # or None: each call it notes is noted after the call, not busy.
+        # or None: told after a call returns (_note).
         object recorder
 
         # Caches and counters.
@@ -664,6 +671,20 @@ cdef class ARCCore:
                     return i
         return EMPTY
 
+    cdef void _note(self, int what, object keys, object req_context) noexcept:
+        """Tell the recorder what returned: after the call, not busy. What
+        fails there is the recorder's own (arc_cy._record): never the
+        caller's, who got the call's result."""
+        try:
+            if what == NOTE_FINISHED:
+                self.recorder.finished(keys, req_context)
+            elif what == NOTE_CLEARED:
+                self.recorder.cleared()
+            elif what == NOTE_ACCESS or self.recorder.on_miss:
+                self.recorder.arrive(req_context)
+        except Exception:
+            pass
+
     # --- the API: making the policy --------------------------------------
 
     def __cinit__(self, *args, **kwargs):
@@ -703,8 +724,11 @@ cdef class ARCCore:
             self._empty_lists(True)
         finally:
             self._released(outer, outer_thread)
-        if self.recorder is None:
-            self.recorder = record_for(self, keyed_ids)
+        if self.recorder is None:  # one a policy, kept if called again
+            try:
+                self.recorder = record_for(self, self.capacity, keyed_ids)
+            except Exception:  # out of memory to ask: made, not recording
+                pass
 
     def __reduce__(self):
         raise TypeError(MSG_NO_COPY.format(type(self).__qualname__))
@@ -869,8 +893,8 @@ cdef class ARCCore:
                     self._adapt(i)
         finally:
             self._leave()
-        if self.recorder is not None and self.recorder.on_miss:
-            self.recorder.arrive(req_context)
+        if self.recorder is not None:
+            self._note(NOTE_MISS, None, req_context)
 
     def touch(self, keys=NO_ARG, req_context=NO_ARG):
         cdef Py_ssize_t j, n
@@ -920,7 +944,7 @@ cdef class ARCCore:
         if keys is NO_ARG or req_context is NO_ARG:
             raise missing_arguments("on_request_access", keys=keys, req_context=req_context)
         if self.recorder is not None:
-            self.recorder.arrive(req_context)
+            self._note(NOTE_ACCESS, None, req_context)
 
     def on_request_finished(self, key_groups=NO_ARG, insertion_only_keys=NO_ARG,
                             reused_keys=NO_ARG, req_context=NO_ARG):
@@ -1005,7 +1029,7 @@ cdef class ARCCore:
         finally:
             self._leave()
         if self.recorder is not None:
-            self.recorder.finished(keys, req_context)
+            self._note(NOTE_FINISHED, keys, req_context)
 
     def evict(self, n=NO_ARG, protected=NO_ARG):
         cdef Py_ssize_t want, k, vt1, n_t1 = 0, drop1, drop2
@@ -1102,7 +1126,7 @@ cdef class ARCCore:
         finally:
             self._released(outer, outer_thread)
         if self.recorder is not None:
-            self.recorder.cleared()
+            self._note(NOTE_CLEARED, None, None)
 
     def mark_evictable(self, key=NO_ARG):
         if key is NO_ARG:

@@ -39,7 +39,8 @@ class ARCPlusCachePolicy(CachePolicy):
             # key -> None (only care about presence)
             self.b1: OrderedDict[Any, None] = OrderedDict()
             self.b2: OrderedDict[Any, None] = OrderedDict()
-        self._recorder = record_for(self)  # ARC_CY_RECORD_TRACE, or None
+        if self._recorder is None:
+            self._recorder = record_for(self, cache_capacity)
 
     def get(self, key: Any) -> ChunkStatus | None:
         return self.t1.get(key) or self.t2.get(key)
