@@ -149,9 +149,7 @@ class Recorder:
     the caller's thread; its lines made and written by a daemon thread that
     opens the file on the first one."""
 
-    def __init__(
-        self, path: str, limit: int, policy: Any, capacity: int, ids: KeyedIds
-    ) -> None:
+    def __init__(self, path: str, limit: int, policy: Any, capacity: int, ids: KeyedIds) -> None:
         self.path, self.limit, self.ids = path, limit, ids
         self.on = True
         self.closing = False

@@ -470,7 +470,10 @@ def table(recs: list[dict[str, Any]], routes: Sequence[str], thresholds: Sequenc
         cells.append(f"{any_rec['hit_ratio']['optimum']:.3f}")
         rows.append(cells)
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    fmt = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+
+    def fmt(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) for c, w in zip(cells, widths))
+
     return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows)])
 
 
@@ -592,7 +595,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
     if any(not 0 < f <= 1 for f in args.pools or ()) or any(c < 1 for c in args.chunks or ()):
         raise SystemExit("replay: --pools are fractions in (0, 1], --chunks at least 1")
     if any(t < 1 for t in args.thresholds) or args.jobs < 1:

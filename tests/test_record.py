@@ -401,7 +401,9 @@ def test_recording_changes_no_decision(
     twin = {"arc_cy": "arc_cy._twin.arc", "arc_cy_plus": "arc_cy._twin.plus"}[policy]
     module = {"cython": "arc_cy._core.arc", "python": twin}[impl]
     cls = "ARCPlusCachePolicy" if policy == "arc_cy_plus" else "ARCCachePolicy"
-    trace = tr.read_trace(str(Path(__file__).parents[1] / "bench/data/mooncake_synthetic_trace.jsonl"))
+    trace = tr.read_trace(
+        str(Path(__file__).parents[1] / "bench/data/mooncake_synthetic_trace.jsonl")
+    )
     part = tr.trace_of(
         (trace.timestamp_ms[i], trace.input_length[i], trace.output_length[i], trace.blocks(i))
         for i in range(1000)
