@@ -6,7 +6,6 @@ WARNING, recording off, the policy going on."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
