@@ -6,6 +6,8 @@ twin deciding as the compiled ARC+, and the replay's routes and targets."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -310,3 +312,138 @@ def test_the_replay_judges_arc_plus_against_vllms_best_setting_at_each_pool(
     rows = bench.targets(result)
     assert [r["measured"] for r in rows[:2]] == [0, 1]
     assert [r["status"] for r in rows[:2]] == ["PASS", "MISS"]
+
+
+# --- python -m arc_cy replay ----------------------------------------------------
+
+
+def replay_command(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-P", "-m", "arc_cy", "replay", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def write_part(trace: tr.Trace, path: Path, stop: int) -> None:
+    """The first stop requests of a Mooncake trace, as a Mooncake trace."""
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "timestamp": trace.timestamp_ms[i],
+                    "input_length": trace.input_length[i],
+                    "output_length": trace.output_length[i],
+                    "hash_ids": list(trace.blocks(i)),
+                }
+            )
+            + "\n"
+            for i in range(stop)
+        )
+    )
+
+
+def test_the_replay_command_answers_the_operator(tmp_path: Path) -> None:
+    shipped = tr.read_trace(str(SHIPPED))
+    path = tmp_path / "part.jsonl"
+    write_part(shipped, path, 1500)
+    out, png = tmp_path / "out.json", tmp_path / "out.png"
+    args = [str(path), "--pools", "0.05,0.25", "--json", str(out), "--plot", str(png)]
+    proc = replay_command(*args, "--jobs", "2")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    recs = result["replay"]
+    part = tr.read_trace(str(path))
+    pools = [round(f * part.distinct()) for f in (0.05, 0.25)]
+    got = [(r["pool_chunks"], r["store_threshold"]) for r in recs]
+    assert got == [(pools[0], 1), (pools[0], 2), (pools[1], 1), (pools[1], 2)]
+    routes = {"vllm_lru", "vllm_arc", "arc_cy", "arc_cy_plus", "optimum"}
+    assert all(set(r["hit_ratio"]) == routes for r in recs)
+    # arc_cy decides as vLLM arc: the same hits; the optimum is a ceiling.
+    for r in recs:
+        h = r["hit_ratio"]
+        assert h["arc_cy"] == h["vllm_arc"] and max(h.values()) == h["optimum"] > 0
+    # Each cell is the package's replay of that policy, run here alone.
+    cell = recs[2]
+    again = rp.Replayer(manager("lru", cell["pool_chunks"], 1), rp.trace_keys(part)).run(
+        rp.schedule(part)
+    )
+    assert cell["hits"]["vllm_lru"] == again.hits and cell["blocks"] == again.asked
+    # One process gives what two do.
+    one = tmp_path / "one.json"
+    assert (
+        replay_command(
+            str(path), "--pools", "0.05,0.25", "--jobs", "1", "--json", str(one)
+        ).returncode
+        == 0
+    )
+    assert [r["hit_ratio"] for r in json.loads(one.read_text())["replay"]] == [
+        r["hit_ratio"] for r in recs
+    ]
+    # The table, and one line a pool size that answers the operator.
+    lines = proc.stdout.splitlines()
+    assert lines[1].split()[:3] == ["pool", "(chunks)", "vLLM"]
+    answers = [line for line in lines if line.startswith("At ")]
+    assert answers == result["recommendation"] and len(answers) == 2
+    assert all(("run " in a and "x." in a) or "keep vLLM's default" in a for a in answers)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "replay: 18/18" in proc.stderr  # progress, cell by cell
+
+
+def test_a_malformed_trace_is_refused_by_line_and_nothing_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    good = '{"timestamp": 1, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2]}\n'
+    path.write_text(good + good + '{"timestamp": 2, "hash_ids": [1]}\n')
+    out = tmp_path / "out.json"
+    proc = replay_command(str(path), "--json", str(out), "--plot", str(tmp_path / "p.png"))
+    assert proc.returncode == 1
+    assert f"replay: {path}: line 3: no 'input_length', 'output_length'" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]
+
+
+@pytest.mark.compiled
+def test_a_recording_of_the_shipped_trace_replays_to_its_hit_ratios(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 58: the shipped trace replayed through vLLM's manager with
+    arc_cy recording, then the recording replayed by the command, gives the
+    shipped trace's hit ratios, policy by policy, pool by pool, at both
+    thresholds. Requests one at a time: with requests in flight together,
+    vLLM's manager hands the policy none of a request's keys whose store
+    another request has in flight (docs/usage.md, "Recording your
+    traffic")."""
+    from arc_cy import _record
+
+    shipped = tr.read_trace(str(SHIPPED))
+    recording = tmp_path / "recording.jsonl"
+    monkeypatch.setenv(_record.ENV, str(recording))
+    pool = round(0.05 * shipped.distinct())
+    m = _plugin_manager("arc_cy", pool)
+    monkeypatch.delenv(_record.ENV)
+    rp.Replayer(m, rp.trace_keys(shipped)).run(rp.schedule(shipped, inflight=1))
+    for rec in list(_record._RECORDERS):
+        rec.flush()
+    header = tr.read_trace(str(recording)).recording
+    assert header is not None and header["cache_capacity"] == pool
+    results = []
+    for path in (SHIPPED, recording):
+        out = tmp_path / f"{path.stem}.json"
+        proc = replay_command(
+            str(path), "--inflight", "1", "--pools", "0.02,0.25", "--json", str(out)
+        )
+        assert proc.returncode == 0, proc.stderr
+        results.append(json.loads(out.read_text())["replay"])
+    assert [len(r) for r in results] == [4, 4]
+    for shipped_rec, recorded in zip(*results):
+        assert recorded["pool_chunks"] == shipped_rec["pool_chunks"]
+        assert recorded["hit_ratio"] == shipped_rec["hit_ratio"]
+
+
+def _plugin_manager(name: str, pool: int) -> Any:
+    """A manager of vLLM's, built by the policy name an operator sets."""
+    import vllm.plugins
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    vllm.plugins.load_general_plugins()
+    return CPUOffloadingManager(num_chunks=pool, cache_policy=name)

@@ -347,3 +347,35 @@ def test_bench_run_refuses_a_trace_it_would_not_replay(args: list[str], error: s
     proc = subprocess.run([sys.executable, "-P", str(run), *args], capture_output=True, text=True)
     assert proc.returncode == 2
     assert error in proc.stderr
+
+
+def rec(pool: int, threshold: int, **hits: float) -> dict[str, object]:
+    return {"pool_chunks": pool, "store_threshold": threshold, "hit_ratio": hits}
+
+
+def test_the_answer_names_the_best_setting_only_past_the_margin() -> None:
+    recs = [
+        rec(100, 1, vllm_lru=0.200, vllm_arc=0.210, arc_cy=0.210, arc_cy_plus=0.230, optimum=0.5),
+        rec(100, 2, vllm_lru=0.240, vllm_arc=0.220, arc_cy=0.220, arc_cy_plus=0.220, optimum=0.5),
+        rec(200, 1, vllm_lru=0.400, vllm_arc=0.405, arc_cy=0.405, arc_cy_plus=0.390, optimum=0.6),
+        rec(200, 2, vllm_lru=0.300, vllm_arc=0.300, arc_cy=0.300, arc_cy_plus=0.300, optimum=0.6),
+        rec(300, 1, vllm_lru=0.400, vllm_arc=0.500, arc_cy=0.500, arc_cy_plus=0.450, optimum=0.6),
+    ]
+    assert rp.recommend(recs, 100) == (
+        'At 100 chunks: run vLLM lru ("eviction_policy": "lru", "store_threshold": 2): hit '
+        "ratio 0.240 against vLLM's default (lru, store_threshold 1) 0.200, 1.20x."
+    )
+    # 0.405 is 1.25% above 0.400: within the margin.
+    assert rp.recommend(recs, 200).startswith("At 200 chunks: keep vLLM's default")
+    # arc_cy before vLLM arc at the same hits (the same decisions, faster).
+    assert 'run arc_cy ("eviction_policy": "arc_cy")' in rp.recommend(recs, 300)
+
+
+def test_a_recordings_pools_spread_around_its_own() -> None:
+    header = {"cache_capacity": 1000}
+    trace = tr.trace_of([(0, 512, 1, (1,))], recording=header)
+    assert rp.pools_for(trace, 3000, None, None) == [250, 500, 1000, 2000, 3000]
+    assert rp.pools_for(trace, 3000, [0.5], None) == [1500]  # asked: as asked
+    assert rp.pools_for(trace, 3000, None, [7, 7, 9]) == [7, 9]
+    plain = tr.trace_of([(0, 512, 1, (1,))])
+    assert rp.pools_for(plain, 1000, None, None) == [20, 50, 100, 250, 500, 1000]
