@@ -48,6 +48,8 @@ memory they hold is bounded."""
 FINISHED = "on_request_finished"
 PERIOD = 0.1
 """Seconds between the writer's looks at the lines waiting."""
+BATCH = 256
+"""Lines the writer makes and writes at a time."""
 IN_FLIGHT = 1 << 20
 """Requests in flight past which their arrivals are forgotten (a caller
 that never finishes them): their lines take their finish's time."""
@@ -123,25 +125,32 @@ def _int(value: object) -> int | None:
     return value if type(value) is int and value >= 0 else None
 
 
-def _lengths(keys: Sequence[Any], ctx: Any, per_key: bool) -> tuple[int, int, int | None]:
-    """(input tokens, output tokens, tokens per key) of a finished request:
-    vLLM's counts where its context has them (0.34), else the end position
-    of its last key (keys are in prefix order); with per_key, the gcd of its
-    keys' end positions (else None)."""
+def _lengths(keys: Sequence[Any], ctx: Any, per_key: bool) -> tuple[int, int, int, int | None]:
+    """(input tokens, output tokens, loadable keys, tokens per key) of a
+    finished request. Its counts are vLLM's where its context has them
+    (0.34): then a key that ends past its prompt's last token but one is not
+    loadable (vLLM computes a prompt's last token, so it never looks that
+    key up). Else the input is the end position of its last key (keys are
+    in prefix order), and every key is loadable. With per_key, the gcd of
+    its keys' end positions (else None)."""
     position = getattr(ctx, "get_offload_key_position", None)
     try:
         prompt = _int(getattr(ctx, "num_prompt_tokens", None))
         total = _int(getattr(ctx, "num_tokens", None)) if prompt is not None else None
     except Exception:  # vLLM's, for a request the scheduler no longer has
         prompt = total = None
-    if prompt is None and position is not None:
-        prompt = _int(position(keys[-1]))
+    loadable = len(keys)
+    if prompt is None:
+        prompt = (_int(position(keys[-1])) if position is not None else None) or 0
+    elif position is not None:
+        while loadable and (_int(position(keys[loadable - 1])) or 0) > prompt - 1:
+            loadable -= 1
     gcd = None
     if per_key and position is not None:
         ends = [e for e in map(_int, map(position, keys)) if e]
         gcd = math.gcd(*ends) if ends else None
-    output = total - prompt if total is not None and prompt is not None and total >= prompt else 0
-    return prompt or 0, output, gcd
+    output = total - prompt if total is not None and total >= prompt else 0
+    return prompt, output, loadable, gcd
 
 
 class Recorder:
@@ -159,9 +168,10 @@ class Recorder:
         self.k0, self.k1 = int.from_bytes(key[:8], "little"), int.from_bytes(key[8:], "little")
         self.start = time.monotonic_ns()
         # What the writer makes lines of: (keys, arrival ns, input and
-        # output tokens, tokens per key), and counts of the keys queued and
-        # written (each counter has one thread that writes it).
-        self.lines: collections.deque[tuple[Sequence[Any], int, int, int, int | None]] = (
+        # output tokens, the device's hits, loadable keys, tokens per key),
+        # and counts of the keys queued and written (each counter has one
+        # thread that writes it).
+        self.lines: collections.deque[tuple[Sequence[Any], int, int, int, int, int, int | None]] = (
             collections.deque()
         )
         self.keys_queued = self.keys_written = 0
@@ -172,6 +182,9 @@ class Recorder:
         # policy: at most one per request (popped as it finishes, all of
         # them as the cache is cleared, whose requests never finish here).
         self.arrivals: dict[Any, int] = {}
+        # The keys loads pinned since the requests in flight arrived (at
+        # most IN_FLIGHT: a request's are forgotten as it finishes).
+        self.pins: set[Any] = set()
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
         self.pid = os.getpid()
@@ -198,14 +211,25 @@ class Recorder:
             except Exception:  # no context, or no req_id: its finish's time serves
                 pass
 
+    def pinned(self, key: Any) -> None:
+        """mark_non_evictable returned: a load pinned key."""
+        if self.on:
+            try:
+                if len(self.pins) >= IN_FLIGHT:
+                    self.pins.clear()
+                self.pins.add(key)
+            except Exception:  # an unhashable key: its request's line says less
+                pass
+
     def cleared(self) -> None:
         """clear() returned: the requests in flight never finish here."""
         self.arrivals.clear()
+        self.pins.clear()
 
-    def finished(self, keys: Sequence[Any], ctx: Any) -> None:
+    def finished(self, keys: Sequence[Any], reused: Any, ctx: Any) -> None:
         """on_request_finished returned, with the request's keys in prefix
-        order (order_request_keys'): its line, made and written by the
-        writer."""
+        order (order_request_keys') and the keys it reused: its line, made
+        and written by the writer."""
         if not self.on:
             return
         try:
@@ -214,7 +238,17 @@ class Recorder:
                 return  # nothing of it reached the CPU tier
             if at is None:
                 at = _monotonic_ns()
-            input_length, output_length, per_key = _lengths(keys, ctx, self.header)
+            # The device's hits: the leading keys it reused without a load.
+            # vLLM's connector offers them for store only when it loaded
+            # nothing, and never looks them up in the CPU tier.
+            device, pins = 0, self.pins
+            for key in keys:
+                if key in pins or key not in reused:
+                    break
+                device += 1
+            for key in keys:
+                pins.discard(key)
+            input_length, output_length, loadable, per_key = _lengths(keys, ctx, self.header)
             self.header = False
         except Exception as exc:
             self.stop(f"{type(exc).__name__}: {exc}")
@@ -222,7 +256,7 @@ class Recorder:
         if self.keys_queued - self.keys_written > BACKLOG:
             self.stop(f"the disk has not taken the last {BACKLOG:,} keys' lines")
             return
-        self.lines.append((keys, at, input_length, output_length, per_key))
+        self.lines.append((keys, at, input_length, output_length, device, loadable, per_key))
         self.keys_queued += len(keys)
         if self.thread is None:
             self.thread = threading.Thread(target=self._write, name="arc_cy-record", daemon=True)
@@ -262,19 +296,21 @@ class Recorder:
             return
         try:
             while self.on:
-                batch: list[bytes] = []
-                size, keys, full = self.written, 0, False
-                while self.lines:
-                    line = self._line(*self.lines[0])
-                    if size + len(line) > self.limit:
-                        full = True
-                        break
-                    keys += len(self.lines.popleft()[0])
-                    batch.append(line)
-                    size += len(line)
-                if batch:
-                    self._write_lines(fd, batch)
-                    self.keys_written += keys
+                full = False
+                while self.lines and not full:
+                    batch: list[bytes] = []
+                    size, keys = self.written, 0
+                    while self.lines and len(batch) < BATCH:
+                        line = self._line(*self.lines[0])
+                        if size + len(line) > self.limit:
+                            full = True
+                            break
+                        keys += len(self.lines.popleft()[0])
+                        batch.append(line)
+                        size += len(line)
+                    if batch:
+                        self._write_lines(fd, batch)
+                        self.keys_written += keys
                 if full:
                     self.stop(f"it reached its size limit, {self.limit >> 20} MiB ({MAX_MB_ENV})")
                 elif self.closing:
@@ -293,6 +329,8 @@ class Recorder:
         at: int,
         input_length: int,
         output_length: int,
+        device: int,
+        loadable: int,
         per_key: int | None,
     ) -> bytes:
         """A request's line (the file's first carries the header)."""
@@ -312,7 +350,12 @@ class Recorder:
                 "policy": self.policy_name,
             }
         ms = max(0, at - self.start) // 1_000_000
-        return encode_line(ms, input_length, output_length, ids, header)
+        extra = {}
+        if device:
+            extra["device_hits"] = device
+        if loadable < len(keys):
+            extra["loadable"] = loadable
+        return encode_line(ms, input_length, output_length, ids, header, extra)
 
     def _write_lines(self, fd: int, lines: list[bytes]) -> None:
         """Write the lines whole: a failed write is cut back to the last

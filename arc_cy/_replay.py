@@ -120,6 +120,7 @@ class Replayer:
         store_batch: int = STORE_BATCH,
         tokens_per_key: int = 512,
         log: bool = False,
+        trace: Trace | None = None,
     ) -> None:
         from vllm.v1.kv_offload.base import LookupResult, ReqContext
 
@@ -127,6 +128,8 @@ class Replayer:
         self.keys = keys
         self.store_batch = store_batch
         self.tokens_per_key = tokens_per_key
+        # A recording's counts of each request's leading ids (arc_cy._trace.COUNTS).
+        self.counts = (trace.device_hits, trace.loadable) if trace is not None else None
         # vLLM 0.30 (no on_request_finished): its scheduler touches a
         # request's keys after its lookups and after a store that allocated.
         self.touch = None if hasattr(manager, "on_request_finished") else manager.touch
@@ -157,17 +160,20 @@ class Replayer:
             per_key = self.tokens_per_key
             for j, k in enumerate(keys):
                 position(k, (j + 1) * per_key)
+        device, loadable = (
+            (0, len(keys)) if self.counts is None else (self.counts[0][i], self.counts[1][i])
+        )
         HIT, lookup, touch = self._HIT, m.lookup, self.touch
         t0 = pc()
         m.on_new_request(ctx)
         hits = 0
-        for k in keys:
+        for k in keys[device:loadable]:
             if lookup(k, ctx) is not HIT:
                 break
             hits += 1
         if touch is not None:
             touch(keys, ctx)
-        loaded = keys[:hits]
+        loaded = keys[device : device + hits]
         if loaded:
             m.prepare_load(loaded, ctx)
         spent = pc() - t0
@@ -175,7 +181,9 @@ class Replayer:
             self.decisions.append(("load", i, hits))
         stores = []
         batch = self.store_batch
-        for b in range(hits, len(keys), batch):
+        # As vLLM's connector offers them: from the first key not loaded,
+        # the device's hits too when nothing was loaded.
+        for b in range(device + hits if hits else 0, len(keys), batch):
             t0 = pc()
             out = m.prepare_store(keys[b : b + batch], ctx)
             spent += pc() - t0
@@ -197,7 +205,7 @@ class Replayer:
                     spent += pc() - t0
         self.manager_ns += spent
         self.start_ns.append(spent)
-        self.asked += len(keys)
+        self.asked += len(keys) - device
         self.hits += hits
         self.live[i] = (ctx, loaded, stores)
 
@@ -224,12 +232,10 @@ def trace_keys(trace: Trace) -> Callable[[int], list[bytes]]:
     return lambda i: [block_key(h) for h in blocks(i)]
 
 
-def optimum_hits(sequence: Sequence[int], capacity: int) -> int:
-    """Belady's MIN with bypass: the most hits any cache of ``capacity``
-    blocks can have on ``sequence`` (a block is a hit when it is resident as
-    it is asked). It knows the future, ignores pins and prefix order, and
-    may leave a block out. Memory: 8 bytes an access, and the heap is kept
-    within twice the resident blocks."""
+def next_uses(sequence: Sequence[int]) -> array[int]:
+    """For each access, the index of its block's next access (len(sequence)
+    if none): 8 bytes an access, and a dict of the distinct blocks while it
+    runs."""
     n = len(sequence)
     nxt = array("q", bytes(8 * n))
     last: dict[int, int] = {}
@@ -237,7 +243,18 @@ def optimum_hits(sequence: Sequence[int], capacity: int) -> int:
         b = sequence[i]
         nxt[i] = last.get(b, n)
         last[b] = i
-    del last
+    return nxt
+
+
+def optimum_hits(sequence: Sequence[int], capacity: int, nxt: Sequence[int] | None = None) -> int:
+    """Belady's MIN with bypass: the most hits any cache of ``capacity``
+    blocks can have on ``sequence`` (a block is a hit when it is resident as
+    it is asked). It knows the future, ignores pins and prefix order, and
+    may leave a block out. ``nxt``: next_uses(sequence), if made already;
+    the heap is kept within twice the resident blocks."""
+    n = len(sequence)
+    if nxt is None:
+        nxt = next_uses(sequence)
     resident: dict[int, int] = {}  # block -> its next use
     heap: list[tuple[int, int]] = []  # (-next use, block), stale entries skipped
     hits = 0
@@ -287,7 +304,7 @@ def _cell(task: tuple[str, int, int]) -> dict[str, Any]:
     trace: Trace = _JOB["trace"]
     t = time.perf_counter()
     if route == "optimum":
-        hits = optimum_hits(trace.accesses, pool)
+        hits = optimum_hits(trace.accesses, pool, _JOB.get("nxt"))
         return {
             "route": route,
             "pool": pool,
@@ -297,7 +314,9 @@ def _cell(task: tuple[str, int, int]) -> dict[str, Any]:
             "seconds": time.perf_counter() - t,
         }
     per_key = (trace.recording or {}).get("tokens_per_key") or 512
-    r = Replayer(make_manager(route, pool, threshold), trace_keys(trace), tokens_per_key=per_key)
+    r = Replayer(
+        make_manager(route, pool, threshold), trace_keys(trace), tokens_per_key=per_key, trace=trace
+    )
     r.run(_JOB["events"])
     return {
         "route": route,
@@ -627,7 +646,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     pools = pools_for(trace, distinct, args.pools, args.chunks)
     routes = check_routes(tuple(ROUTES))
-    _JOB.update(trace=trace, events=events)
+    # What every cell reads, made once before the workers fork.
+    _JOB.update(trace=trace, events=events, nxt=next_uses(trace.accesses))
     tasks = [(r, p, t) for p in pools for r in routes for t in args.thresholds]
     tasks += [("optimum", p, 0) for p in pools]
     cells = run_cells(tasks, args.jobs, progress)

@@ -27,6 +27,12 @@ from typing import Any
 TOKENS_PER_BLOCK = 512  # a Mooncake trace's block: one hash id, one offload key
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 HEADER = "arc_cy_recording"  # the recording's field, on its first line
+COUNTS = ("device_hits", "loadable")
+"""A recording's fields of a line, each a count of the line's leading ids:
+``device_hits``, those the device's prefix cache served (never looked up
+in the CPU tier; offered for store when nothing was loaded), default 0;
+``loadable``, those the CPU tier may load (a key past the prompt's last
+token but one is not looked up), default all."""
 FORMAT = 1  # the recording format's version, HEADER's "format"
 LIMIT = 2**63  # every number is a non-negative integer below this (an int64)
 
@@ -53,6 +59,8 @@ class Trace:
         "output_length",
         "starts",
         "accesses",
+        "device_hits",
+        "loadable",
     )
 
     def __init__(self, path: str, digest: str, recording: dict[str, Any] | None) -> None:
@@ -63,6 +71,8 @@ class Trace:
         self.output_length = array("q")
         self.starts = array("q", [0])  # request i's blocks: accesses[starts[i]:starts[i + 1]]
         self.accesses = array("q")
+        self.device_hits = array("q")  # COUNTS, each request's
+        self.loadable = array("q")
 
     def __len__(self) -> int:
         return len(self.timestamp_ms)
@@ -73,7 +83,15 @@ class Trace:
     def distinct(self) -> int:
         return len(set(self.accesses))
 
-    def _add(self, timestamp: int, input_length: int, output_length: int, ids: list[int]) -> None:
+    def _add(
+        self,
+        timestamp: int,
+        input_length: int,
+        output_length: int,
+        ids: list[int],
+        device_hits: int = 0,
+        loadable: int | None = None,
+    ) -> None:
         self.timestamp_ms.append(timestamp)
         self.input_length.append(input_length)
         self.output_length.append(output_length)
@@ -82,6 +100,8 @@ class Trace:
             ids = ids[: input_length // TOKENS_PER_BLOCK]
         self.accesses.extend(ids)
         self.starts.append(len(self.accesses))
+        self.device_hits.append(min(device_hits, len(ids)))
+        self.loadable.append(len(ids) if loadable is None else min(loadable, len(ids)))
 
     def _sort(self) -> None:
         """Arrival order: a recording is written as requests finish."""
@@ -94,7 +114,7 @@ class Trace:
         for i in order:
             self.accesses.extend(accesses[starts[i] : starts[i + 1]])
             self.starts.append(len(self.accesses))
-        for name in ("timestamp_ms", "input_length", "output_length"):
+        for name in ("timestamp_ms", "input_length", "output_length", "device_hits", "loadable"):
             old = getattr(self, name)
             setattr(self, name, array("q", (old[i] for i in order)))
 
@@ -204,11 +224,15 @@ def read_trace(path: str) -> Trace:
             if trace is None:
                 header = _header(number, obj[HEADER]) if HEADER in obj else None
                 trace = Trace(path, "", header)
+            ids = _ids(number, obj)
+            counts = [_count(number, obj, name) if name in obj else None for name in COUNTS]
             trace._add(
                 _count(number, obj, "timestamp"),
                 _count(number, obj, "input_length"),
                 _count(number, obj, "output_length"),
-                _ids(number, obj),
+                ids,
+                counts[0] or 0,
+                counts[1],
             )
     except TraceError as exc:
         raise TraceError(f"{path}: {exc}") from None
@@ -248,18 +272,14 @@ def encode_line(
     output_length: int,
     ids: bytes,
     header: dict[str, Any] | None = None,
+    counts: dict[str, int] | None = None,
 ) -> bytes:
     """One request's line: ``ids`` are its hash ids, comma-separated ASCII
-    decimals; ``header`` (a recording's first line) its HEADER field."""
-    extra = (
-        b""
-        if header is None
-        else b', "%s": %s'
-        % (
-            HEADER.encode(),
-            json.dumps(header, sort_keys=True).encode(),
-        )
-    )
+    decimals; ``header`` (a recording's first line) its HEADER field;
+    ``counts`` the recording's fields of the line (COUNTS)."""
+    extra = b"".join(b', "%s": %d' % (k.encode(), v) for k, v in (counts or {}).items())
+    if header is not None:
+        extra += b', "%s": %s' % (HEADER.encode(), json.dumps(header, sort_keys=True).encode())
     return b'{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": [%s]%s}\n' % (
         timestamp_ms,
         input_length,

@@ -226,6 +226,7 @@ cdef enum:
     NOTE_MISS = 1
     NOTE_FINISHED = 2
     NOTE_CLEARED = 3
+    NOTE_PINNED = 4
 
 # Sets of lists, as bit masks of (1 << where), for table_find.
 cdef enum:
@@ -671,13 +672,15 @@ cdef class ARCCore:
                     return i
         return EMPTY
 
-    cdef void _note(self, int what, object keys, object req_context) noexcept:
+    cdef void _note(self, int what, object keys, object reused, object req_context) noexcept:
         """Tell the recorder what returned: after the call, not busy. What
         fails there is the recorder's own (arc_cy._record): never the
         caller's, who got the call's result."""
         try:
             if what == NOTE_FINISHED:
-                self.recorder.finished(keys, req_context)
+                self.recorder.finished(keys, reused, req_context)
+            elif what == NOTE_PINNED:
+                self.recorder.pinned(keys)
             elif what == NOTE_CLEARED:
                 self.recorder.cleared()
             elif what == NOTE_ACCESS or self.recorder.on_miss:
@@ -894,7 +897,7 @@ cdef class ARCCore:
         finally:
             self._leave()
         if self.recorder is not None:
-            self._note(NOTE_MISS, None, req_context)
+            self._note(NOTE_MISS, None, None, req_context)
 
     def touch(self, keys=NO_ARG, req_context=NO_ARG):
         cdef Py_ssize_t j, n
@@ -944,7 +947,7 @@ cdef class ARCCore:
         if keys is NO_ARG or req_context is NO_ARG:
             raise missing_arguments("on_request_access", keys=keys, req_context=req_context)
         if self.recorder is not None:
-            self._note(NOTE_ACCESS, None, req_context)
+            self._note(NOTE_ACCESS, None, None, req_context)
 
     def on_request_finished(self, key_groups=NO_ARG, insertion_only_keys=NO_ARG,
                             reused_keys=NO_ARG, req_context=NO_ARG):
@@ -1029,7 +1032,7 @@ cdef class ARCCore:
         finally:
             self._leave()
         if self.recorder is not None:
-            self._note(NOTE_FINISHED, keys, req_context)
+            self._note(NOTE_FINISHED, keys, reused_keys, req_context)
 
     def evict(self, n=NO_ARG, protected=NO_ARG):
         cdef Py_ssize_t want, k, vt1, n_t1 = 0, drop1, drop2
@@ -1126,7 +1129,7 @@ cdef class ARCCore:
         finally:
             self._released(outer, outer_thread)
         if self.recorder is not None:
-            self._note(NOTE_CLEARED, None, None)
+            self._note(NOTE_CLEARED, None, None, None)
 
     def mark_evictable(self, key=NO_ARG):
         if key is NO_ARG:
@@ -1136,7 +1139,8 @@ cdef class ARCCore:
     def mark_non_evictable(self, key=NO_ARG):
         if key is NO_ARG:
             raise missing_arguments("mark_non_evictable", key=key)
-        return None
+        if self.recorder is not None:
+            self._note(NOTE_PINNED, key, None, None)
 
     # --- views and checks ------------------------------------------------
 

@@ -150,7 +150,7 @@ class ARCCachePolicy(CachePolicy):
                 elif key in reused_keys and key in self.t2:
                     self.t2.move_to_end(key)
         if self._recorder is not None:
-            self._recorder.finished(keys, req_context)
+            self._recorder.finished(keys, reused_keys, req_context)
 
     def clear(self) -> None:
         with mutating(self, "clear"):
@@ -237,7 +237,8 @@ class ARCCachePolicy(CachePolicy):
         return
 
     def mark_non_evictable(self, key: Any) -> None:
-        return
+        if self._recorder is not None:
+            self._recorder.pinned(key)
 
     def _check_invariants(self) -> None:
         """Raise AssertionError if a key is in two lists or a ghost list

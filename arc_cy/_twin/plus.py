@@ -127,7 +127,7 @@ class ARCPlusCachePolicy(CachePolicy):
             for _ in range(len(self.b1) - self.cache_capacity):
                 self.b1.popitem(last=False)
         if self._recorder is not None:
-            self._recorder.finished(keys, req_context)
+            self._recorder.finished(keys, reused_keys, req_context)
 
     def clear(self) -> None:
         with mutating(self, "clear"):
@@ -208,7 +208,8 @@ class ARCPlusCachePolicy(CachePolicy):
         return
 
     def mark_non_evictable(self, key: Any) -> None:
-        return
+        if self._recorder is not None:
+            self._recorder.pinned(key)
 
     def _check_invariants(self) -> None:
         """Raise AssertionError if a key is in two lists or a ghost list
