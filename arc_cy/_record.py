@@ -168,29 +168,30 @@ class Recorder:
         self.k0, self.k1 = int.from_bytes(key[:8], "little"), int.from_bytes(key[8:], "little")
         self.start = time.monotonic_ns()
         # What the writer makes lines of: (keys, arrival ns, input and
-        # output tokens, the device's hits, loadable keys, tokens per key),
+        # output tokens, the device's hits, loadable keys, order, tokens
+        # per key),
         # and counts of the keys queued and written (each counter has one
         # thread that writes it).
-        self.lines: collections.deque[tuple[Sequence[Any], int, int, int, int, int, int | None]] = (
-            collections.deque()
-        )
+        self.lines: collections.deque[
+            tuple[Sequence[Any], int, int, int, int, int, tuple[int, int, int], int | None]
+        ] = collections.deque()
         self.keys_queued = self.keys_written = 0
         self.written = 0  # bytes
         self.header = True  # the caller's thread: tokens per key, for the first line
         self.headed = False  # the writer's: the first line is made
-        # req_id -> arrival (monotonic ns) of each request in flight that reached the
-        # policy: at most one per request (popped as it finishes, all of
-        # them as the cache is cleared, whose requests never finish here).
-        self.arrivals: dict[Any, int] = {}
-        # The keys loads pinned since the requests in flight arrived (at
-        # most IN_FLIGHT: a request's are forgotten as it finishes).
-        self.pins: set[Any] = set()
+        # req_id -> (arrival, monotonic ns; its first store of a miss in the
+        # order) of each request in flight that reached the policy: popped
+        # as it finishes, all of them as the cache is cleared (their
+        # requests never finish here). seq counts those firsts and finishes.
+        self.arrivals: dict[Any, tuple[int, int | None]] = {}
+        self.seq = 0
+        # The keys loads pinned since the requests in flight arrived, each
+        # with its place in the order (at most IN_FLIGHT: a request's are
+        # forgotten as it finishes).
+        self.pins: dict[Any, int] = {}
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
         self.pid = os.getpid()
-        # A request's first call with its context: on_request_access on vLLM
-        # 0.33 and later (every load and store), else on_store_miss.
-        self.on_miss = not hasattr(CachePolicy, "on_request_access")
         _RECORDERS.add(self)
 
     def stop(self, why: str) -> None:
@@ -199,17 +200,39 @@ class Recorder:
             logger.warning("arc_cy: not recording to %s: %s. The policy goes on.", self.path, why)
 
     def arrive(self, ctx: Any) -> None:
-        """on_request_access (or, where on_miss says, on_store_miss) returned:
-        the request's arrival, if this is its first such call."""
+        """on_request_access returned (vLLM 0.33 and later): the request's
+        arrival, if this is its first call."""
         if self.on:
             try:
                 rid = ctx.req_id
                 if rid not in self.arrivals:
-                    if len(self.arrivals) >= IN_FLIGHT:
-                        self.arrivals.clear()
-                    self.arrivals[rid] = _monotonic_ns()
+                    self._first(rid, None)
             except Exception:  # no context, or no req_id: its finish's time serves
                 pass
+
+    def missed(self, ctx: Any) -> None:
+        """on_store_miss returned: the request's first store of a miss, its
+        stores' place in the order, and its arrival if nothing came
+        before."""
+        if self.on:
+            try:
+                rid = ctx.req_id
+                seen = self.arrivals.get(rid)
+                if seen is None:
+                    self._first(rid, self._next())
+                elif seen[1] is None:
+                    self.arrivals[rid] = (seen[0], self._next())
+            except Exception:  # no context, or no req_id: its finish's time serves
+                pass
+
+    def _first(self, rid: Any, order: int | None) -> None:
+        if len(self.arrivals) >= IN_FLIGHT:
+            self.arrivals.clear()
+        self.arrivals[rid] = (_monotonic_ns(), order)
+
+    def _next(self) -> int:
+        self.seq += 1
+        return self.seq
 
     def pinned(self, key: Any) -> None:
         """mark_non_evictable returned: a load pinned key."""
@@ -217,7 +240,7 @@ class Recorder:
             try:
                 if len(self.pins) >= IN_FLIGHT:
                     self.pins.clear()
-                self.pins.add(key)
+                self.pins[key] = self._next()
             except Exception:  # an unhashable key: its request's line says less
                 pass
 
@@ -233,21 +256,24 @@ class Recorder:
         if not self.on:
             return
         try:
-            at = self.arrivals.pop(getattr(ctx, "req_id", None), None)
+            at, start = self.arrivals.pop(getattr(ctx, "req_id", None), (None, None))
             if not keys:
                 return  # nothing of it reached the CPU tier
+            finish = self._next()
             if at is None:
                 at = _monotonic_ns()
             # The device's hits: the leading keys it reused without a load.
             # vLLM's connector offers them for store only when it loaded
             # nothing, and never looks them up in the CPU tier.
-            device, pins = 0, self.pins
+            device, pins, loaded = 0, self.pins, None
             for key in keys:
                 if key in pins or key not in reused:
                     break
                 device += 1
             for key in keys:
-                pins.discard(key)
+                at_pin = pins.pop(key, None)
+                if at_pin is not None and (loaded is None or at_pin < loaded):
+                    loaded = at_pin
             input_length, output_length, loadable, per_key = _lengths(keys, ctx, self.header)
             self.header = False
         except Exception as exc:
@@ -256,7 +282,9 @@ class Recorder:
         if self.keys_queued - self.keys_written > BACKLOG:
             self.stop(f"the disk has not taken the last {BACKLOG:,} keys' lines")
             return
-        self.lines.append((keys, at, input_length, output_length, device, loadable, per_key))
+        store = finish if start is None else start
+        order = (store if loaded is None else min(loaded, store), store, finish)
+        self.lines.append((keys, at, input_length, output_length, device, loadable, order, per_key))
         self.keys_queued += len(keys)
         if self.thread is None:
             self.thread = threading.Thread(target=self._write, name="arc_cy-record", daemon=True)
@@ -331,6 +359,7 @@ class Recorder:
         output_length: int,
         device: int,
         loadable: int,
+        order: tuple[int, int, int],
         per_key: int | None,
     ) -> bytes:
         """A request's line (the file's first carries the header)."""
@@ -350,7 +379,7 @@ class Recorder:
                 "policy": self.policy_name,
             }
         ms = max(0, at - self.start) // 1_000_000
-        extra = {}
+        extra: dict[str, Any] = {"order": list(order)}
         if device:
             extra["device_hits"] = device
         if loadable < len(keys):

@@ -68,12 +68,24 @@ def schedule(
     prefill_tps: float = 10_000.0,
     decode_ms: float = 20.0,
     inflight: int | None = None,
+    recorded: bool = False,
 ) -> list[tuple[int, int]]:
-    """The replay's events in order: ``(0, i)`` request i starts, ``(1, i)``
-    it finishes (at equal times, finishes first, but never a request's own
-    before its start)."""
+    """The replay's events in order: ``(0, i)`` request i starts (its
+    lookups, load and stores), ``(1, i)`` it finishes (at equal times,
+    finishes first, but never a request's own before its start).
+    ``recorded``: in a recording's own order (arc_cy._trace.ORDER), where
+    a request's start is its lookups and load, and ``(2, i)`` its stores;
+    ``inflight=N``: request i finishes as request i + N starts; else by the
+    timestamps and lengths."""
     n = len(trace)
     events: list[tuple[int, int]] = []
+    if recorded:
+        places = (trace.order_load, trace.order_store, trace.order_finish)
+        # A request's events at one place (a load that pinned nothing, a
+        # request that stored nothing) come in its own order.
+        placed = [(at[i], rank, i) for rank, at in zip((0, 1, 2), places) for i in range(n)]
+        placed.sort()
+        return [((0, 2, 1)[rank], i) for _, rank, i in placed]
     if inflight is not None:
         if inflight < 1:
             raise ValueError("inflight must be at least 1")
@@ -121,6 +133,7 @@ class Replayer:
         tokens_per_key: int = 512,
         log: bool = False,
         trace: Trace | None = None,
+        done: bool = False,
     ) -> None:
         from vllm.v1.kv_offload.base import LookupResult, ReqContext
 
@@ -128,6 +141,11 @@ class Replayer:
         self.keys = keys
         self.store_batch = store_batch
         self.tokens_per_key = tokens_per_key
+        # done: each transfer completes before the request's next call, as
+        # in an engine; else a request's loads and stores stay pinned until
+        # it finishes.
+        self.done = done
+        self.split = False  # run(): a recorded order places each request's stores apart
         # A recording's counts of each request's leading ids (arc_cy._trace.COUNTS).
         self.counts = (trace.device_hits, trace.loadable) if trace is not None else None
         # vLLM 0.30 (no on_request_finished): its scheduler touches a
@@ -135,7 +153,9 @@ class Replayer:
         self.touch = None if hasattr(manager, "on_request_finished") else manager.touch
         self._HIT = LookupResult.HIT
         self._ctx = ReqContext
-        self.live: dict[int, tuple[Any, list[bytes], list[list[bytes]]]] = {}
+        # request -> (its context, its loads and stores in flight, its
+        # offer, its place in start_ns)
+        self.live: dict[int, tuple[Any, list[bytes], list[list[bytes]], list[bytes], int]] = {}
         self.log = log
         self.decisions: list[tuple[str, int, Any]] = []
         self.asked = self.hits = 0
@@ -144,16 +164,18 @@ class Replayer:
         self.start_ns = array("q")
 
     def run(self, events: Sequence[tuple[int, int]]) -> Replayer:
-        start, finish = self.start, self.finish
+        """Each event: 0 starts request i (its stores too, unless a 2, its
+        stores, comes later: a recorded order), 1 finishes it."""
+        self.split = any(kind == 2 for kind, _ in events)
+        calls = (self.start, self.finish, self.store)
         for kind, i in events:
-            if kind == 0:
-                start(i)
-            else:
-                finish(i)
+            calls[kind](i)
         return self
 
     def start(self, i: int) -> None:
-        m, keys, pc, log = self.m, self.keys(i), time.perf_counter_ns, self.log
+        """Request i's lookups and load; its stores too unless split (a
+        recorded order places them apart)."""
+        m, keys, pc = self.m, self.keys(i), time.perf_counter_ns
         ctx = self._ctx(f"req-{i}")
         position = getattr(ctx, "set_offload_key_position", None)
         if position is not None:  # vLLM 0.31 and later: the prefix order
@@ -176,42 +198,55 @@ class Replayer:
         loaded = keys[device : device + hits]
         if loaded:
             m.prepare_load(loaded, ctx)
+            if self.done:
+                m.complete_load(loaded, ctx)
         spent = pc() - t0
-        if log:
+        self.manager_ns += spent
+        self.start_ns.append(spent)
+        if self.log:
             self.decisions.append(("load", i, hits))
-        stores = []
-        batch = self.store_batch
+        self.asked += len(keys) - device
+        self.hits += hits
         # As vLLM's connector offers them: from the first key not loaded,
         # the device's hits too when nothing was loaded.
-        for b in range(device + hits if hits else 0, len(keys), batch):
+        offer = keys[device + hits if hits else 0 :]
+        self.live[i] = (ctx, [] if self.done else loaded, [], offer, len(self.start_ns) - 1)
+        if not self.split:
+            self.store(i)
+
+    def store(self, i: int) -> None:
+        """Request i's stores, in batches."""
+        m, pc, log, touch = self.m, time.perf_counter_ns, self.log, self.touch
+        ctx, loaded, stores, offer, at = self.live[i]
+        batch, spent = self.store_batch, 0
+        for b in range(0, len(offer), batch):
             t0 = pc()
-            out = m.prepare_store(keys[b : b + batch], ctx)
-            spent += pc() - t0
+            out = m.prepare_store(offer[b : b + batch], ctx)
             self.store_calls += 1
             if out is None:
+                spent += pc() - t0
                 self.store_failures += 1
                 if log:
                     self.decisions.append(("store", i, None))
                 continue
+            if out.keys_to_store:
+                self.stored += len(out.keys_to_store)
+                if self.done:
+                    m.complete_store(out.keys_to_store, ctx)
+                else:
+                    stores.append(out.keys_to_store)
+                if touch is not None:
+                    touch(self.keys(i), ctx)
+            spent += pc() - t0
             if log:
                 self.decisions.append(("store", i, tuple(out.evicted_keys)))
             self.evicted += len(out.evicted_keys)
-            if out.keys_to_store:
-                stores.append(out.keys_to_store)
-                self.stored += len(out.keys_to_store)
-                if touch is not None:
-                    t0 = pc()
-                    touch(keys, ctx)
-                    spent += pc() - t0
         self.manager_ns += spent
-        self.start_ns.append(spent)
-        self.asked += len(keys) - device
-        self.hits += hits
-        self.live[i] = (ctx, loaded, stores)
+        self.start_ns[at] += spent  # a request's start: its lookups, load and stores
 
     def finish(self, i: int) -> None:
         m, pc = self.m, time.perf_counter_ns
-        ctx, loaded, stores = self.live.pop(i)
+        ctx, loaded, stores, _, _ = self.live.pop(i)
         t0 = pc()
         if loaded:
             m.complete_load(loaded, ctx)
@@ -302,6 +337,7 @@ def make_manager(route: str, pool: int, threshold: int) -> Any:
 def _cell(task: tuple[str, int, int]) -> dict[str, Any]:
     route, pool, threshold = task
     trace: Trace = _JOB["trace"]
+    done: bool = _JOB.get("done", False)
     t = time.perf_counter()
     if route == "optimum":
         hits = optimum_hits(trace.accesses, pool, _JOB.get("nxt"))
@@ -315,7 +351,11 @@ def _cell(task: tuple[str, int, int]) -> dict[str, Any]:
         }
     per_key = (trace.recording or {}).get("tokens_per_key") or 512
     r = Replayer(
-        make_manager(route, pool, threshold), trace_keys(trace), tokens_per_key=per_key, trace=trace
+        make_manager(route, pool, threshold),
+        trace_keys(trace),
+        tokens_per_key=per_key,
+        trace=trace,
+        done=done,
     )
     r.run(_JOB["events"])
     return {
@@ -580,6 +620,19 @@ def parser() -> argparse.ArgumentParser:
         help="store_threshold values (default 1,2)",
     )
     ap.add_argument(
+        "--timestamps",
+        action="store_true",
+        help="overlap a recording's requests by their timestamps and lengths, not in the "
+        "order the policy saw their events (a recording's default)",
+    )
+    ap.add_argument(
+        "--transfers",
+        choices=("done", "held"),
+        help="done: a load or store completes before the request's next call, as in an engine "
+        "(a recording's default); held: a request's loads and stores stay pinned until it "
+        "finishes (a trace's default, bench/replay.py's model)",
+    )
+    ap.add_argument(
         "--inflight",
         type=int,
         help="a fixed number of requests in flight (request "
@@ -630,10 +683,16 @@ def main(argv: list[str] | None = None) -> int:
     distinct = trace.distinct()
     if not distinct:
         raise SystemExit("replay: the trace asks no full block")
-    events = schedule(
-        trace, prefill_tps=args.prefill_tps, decode_ms=args.decode_ms, inflight=args.inflight
-    )
     rec = trace.recording
+    recorded = args.inflight is None and not args.timestamps and rec is not None and trace.ordered()
+    events = schedule(
+        trace,
+        prefill_tps=args.prefill_tps,
+        decode_ms=args.decode_ms,
+        inflight=args.inflight,
+        recorded=recorded,
+    )
+    done = (args.transfers or ("done" if rec is not None else "held")) == "done"
     progress(
         f"replay: {os.path.basename(args.trace)}: {len(trace):,} requests, "
         f"{len(trace.accesses):,} blocks asked, {distinct:,} distinct"
@@ -647,7 +706,7 @@ def main(argv: list[str] | None = None) -> int:
     pools = pools_for(trace, distinct, args.pools, args.chunks)
     routes = check_routes(tuple(ROUTES))
     # What every cell reads, made once before the workers fork.
-    _JOB.update(trace=trace, events=events, nxt=next_uses(trace.accesses))
+    _JOB.update(trace=trace, events=events, done=done, nxt=next_uses(trace.accesses))
     tasks = [(r, p, t) for p in pools for r in routes for t in args.thresholds]
     tasks += [("optimum", p, 0) for p in pools]
     cells = run_cells(tasks, args.jobs, progress)
@@ -675,6 +734,8 @@ def main(argv: list[str] | None = None) -> int:
                 "recording": rec,
             },
             "model": {
+                "order": "recorded" if recorded else "inflight" if args.inflight else "timestamps",
+                "transfers": "done" if done else "held",
                 "inflight": args.inflight,
                 "prefill_tps": args.prefill_tps,
                 "decode_ms": args.decode_ms,

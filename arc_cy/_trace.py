@@ -27,6 +27,11 @@ from typing import Any
 TOKENS_PER_BLOCK = 512  # a Mooncake trace's block: one hash id, one offload key
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 HEADER = "arc_cy_recording"  # the recording's field, on its first line
+ORDER = "order"
+"""A recording's field of a line: where the request looked up and loaded,
+where it stored, and where it finished, in the order of the policy's
+events, which the replay follows (its first load's pin, else its stores';
+its first store of a miss, else its finish; its finish)."""
 COUNTS = ("device_hits", "loadable")
 """A recording's fields of a line, each a count of the line's leading ids:
 ``device_hits``, those the device's prefix cache served (never looked up
@@ -61,6 +66,9 @@ class Trace:
         "accesses",
         "device_hits",
         "loadable",
+        "order_load",
+        "order_store",
+        "order_finish",
     )
 
     def __init__(self, path: str, digest: str, recording: dict[str, Any] | None) -> None:
@@ -73,6 +81,9 @@ class Trace:
         self.accesses = array("q")
         self.device_hits = array("q")  # COUNTS, each request's
         self.loadable = array("q")
+        self.order_load = array("q")  # ORDER, each request's (-1: none)
+        self.order_store = array("q")
+        self.order_finish = array("q")
 
     def __len__(self) -> int:
         return len(self.timestamp_ms)
@@ -91,6 +102,7 @@ class Trace:
         ids: list[int],
         device_hits: int = 0,
         loadable: int | None = None,
+        order: tuple[int, int, int] = (-1, -1, -1),
     ) -> None:
         self.timestamp_ms.append(timestamp)
         self.input_length.append(input_length)
@@ -102,6 +114,13 @@ class Trace:
         self.starts.append(len(self.accesses))
         self.device_hits.append(min(device_hits, len(ids)))
         self.loadable.append(len(ids) if loadable is None else min(loadable, len(ids)))
+        self.order_load.append(order[0])
+        self.order_store.append(order[1])
+        self.order_finish.append(order[2])
+
+    def ordered(self) -> bool:
+        """Whether every request has its place in the recorded order."""
+        return len(self) > 0 and min(self.order_load) >= 0
 
     def _sort(self) -> None:
         """Arrival order: a recording is written as requests finish."""
@@ -114,7 +133,9 @@ class Trace:
         for i in order:
             self.accesses.extend(accesses[starts[i] : starts[i + 1]])
             self.starts.append(len(self.accesses))
-        for name in ("timestamp_ms", "input_length", "output_length", "device_hits", "loadable"):
+        for name in self.__slots__[4:]:
+            if name in ("starts", "accesses"):
+                continue
             old = getattr(self, name)
             setattr(self, name, array("q", (old[i] for i in order)))
 
@@ -172,6 +193,15 @@ def _ids(line: int, obj: dict[str, Any]) -> list[int]:
             f"line {line}: hash id {dup} appears twice (a request's prefix blocks are distinct)"
         )
     return ids
+
+
+def _order(line: int, obj: dict[str, Any]) -> tuple[int, int, int]:
+    value = obj[ORDER]
+    if not (isinstance(value, list) and len(value) == 3 and all(map(_number, value))):
+        raise TraceError(f"line {line}: {ORDER!r} must be three non-negative integers")
+    if not value[0] <= value[1] <= value[2]:
+        raise TraceError(f"line {line}: {ORDER!r} is not in order (load, store, finish)")
+    return value[0], value[1], value[2]
 
 
 HEADER_FIELDS: dict[str, Any] = {
@@ -233,6 +263,7 @@ def read_trace(path: str) -> Trace:
                 ids,
                 counts[0] or 0,
                 counts[1],
+                _order(number, obj) if ORDER in obj else (-1, -1, -1),
             )
     except TraceError as exc:
         raise TraceError(f"{path}: {exc}") from None
@@ -272,12 +303,14 @@ def encode_line(
     output_length: int,
     ids: bytes,
     header: dict[str, Any] | None = None,
-    counts: dict[str, int] | None = None,
+    counts: dict[str, Any] | None = None,
 ) -> bytes:
     """One request's line: ``ids`` are its hash ids, comma-separated ASCII
     decimals; ``header`` (a recording's first line) its HEADER field;
-    ``counts`` the recording's fields of the line (COUNTS)."""
-    extra = b"".join(b', "%s": %d' % (k.encode(), v) for k, v in (counts or {}).items())
+    ``counts`` the recording's fields of the line (COUNTS, ORDER)."""
+    extra = b"".join(
+        b', "%s": %s' % (k.encode(), json.dumps(v).encode()) for k, v in (counts or {}).items()
+    )
     if header is not None:
         extra += b', "%s": %s' % (HEADER.encode(), json.dumps(header, sort_keys=True).encode())
     return b'{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": [%s]%s}\n' % (

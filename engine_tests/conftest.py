@@ -49,7 +49,9 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> Any:
             {
                 "name": name,
                 "extra_config": connector(
-                    reports / name, eviction_policy="ARCCachePolicy", cache_policy_module_path="arc_cy"
+                    reports / name,
+                    eviction_policy="ARCCachePolicy",
+                    cache_policy_module_path="arc_cy",
                 ),
                 "workload": workload,
                 "record": str(reports / name / "recording.jsonl"),

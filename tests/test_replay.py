@@ -429,9 +429,11 @@ def test_a_recording_of_the_shipped_trace_replays_to_its_hit_ratios(
     results = []
     for path in (SHIPPED, recording):
         out = tmp_path / f"{path.stem}.json"
+        # The shipped trace's model (held transfers), which its recording ran on.
         proc = replay_command(
-            str(path), "--inflight", "1", "--pools", "0.02,0.25", "--json", str(out)
-        )
+            str(path), "--inflight", "1", "--transfers", "held", "--pools", "0.02,0.25",
+            "--json", str(out),
+        )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         results.append(json.loads(out.read_text())["replay"])
     assert [len(r) for r in results] == [4, 4]
@@ -447,3 +449,35 @@ def _plugin_manager(name: str, pool: int) -> Any:
 
     vllm.plugins.load_general_plugins()
     return CPUOffloadingManager(num_chunks=pool, cache_policy=name)
+
+
+def test_a_recordings_counts_and_done_transfers_are_the_engines_model() -> None:
+    """device_hits: never looked up, offered for store only when nothing
+    was loaded; loadable: no lookup past it; done: a request's own loads
+    are evictable by its stores (held: pinned until it finishes)."""
+    recording = {"cache_capacity": 2, "tokens_per_key": 16}
+    # 1 stores A, B. 2: A was the device's (not looked up, so no hit), its
+    # lookup of B hits; A, B not offered (a load happened): C stored.
+    trace = tr.trace_of([(0, 48, 0, (1, 2)), (1, 48, 0, (1, 2, 3))], recording)
+    trace.device_hits[1] = 1
+    r = rp.Replayer(manager("arc", 3), rp.trace_keys(trace), trace=trace, log=True)
+    r.run(rp.schedule(trace, inflight=1))
+    assert [d for d in r.decisions if d[0] == "load"] == [("load", 0, 0), ("load", 1, 1)]
+    assert (r.hits, r.asked, r.stored) == (1, 4, 3)
+    # Nothing loaded: the device's keys are offered (A, B ready: reused).
+    trace.loadable[1] = 1  # and B may not be looked up: 0 hits
+    r = rp.Replayer(manager("arc", 3), rp.trace_keys(trace), trace=trace).run(
+        rp.schedule(trace, inflight=1)
+    )
+    assert (r.hits, r.stored) == (0, 3)
+    a, b, c = rp.trace_keys(trace)(1)
+    assert set(r.m._policy.t2) == {a, b} and list(r.m._policy.t1) == [c]  # A, B reused
+    # A pool of 2, full with 1's B, A (its finish leaves A the least
+    # recent in t1): 2 loads A and stores C. Held, A is pinned: B goes.
+    # Done, A's load is over: A goes.
+    plain = tr.trace_of([(0, 1024, 0, (2, 1)), (1, 1024, 0, (1, 3))])
+    b, a = rp.trace_keys(plain)(0)
+    for done, victim in ((False, b), (True, a)):
+        r = rp.Replayer(manager("arc", 2), rp.trace_keys(plain), done=done, log=True)
+        r.run(rp.schedule(plain, inflight=1))
+        assert r.decisions[2:] == [("load", 1, 1), ("store", 1, (victim,))], done

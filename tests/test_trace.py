@@ -379,3 +379,40 @@ def test_a_recordings_pools_spread_around_its_own() -> None:
     assert rp.pools_for(trace, 3000, None, [7, 7, 9]) == [7, 9]
     plain = tr.trace_of([(0, 512, 1, (1,))])
     assert rp.pools_for(plain, 1000, None, None) == [20, 50, 100, 250, 500, 1000]
+
+
+def test_a_recordings_order_is_its_schedule(tmp_path: Path) -> None:
+    # a looked up and loaded at 1, stored at 3 and finished at 6; b loaded
+    # nothing (its lookups at its stores, 2), finished at 4; c stored
+    # nothing either (all of it at 5).
+    lines = [
+        tr.encode_line(5, 64, 0, b"3", RECORDING, {"order": [5, 5, 5]}),
+        tr.encode_line(2, 64, 0, b"2", None, {"order": [2, 2, 4]}),
+        tr.encode_line(1, 64, 0, b"1", None, {"order": [1, 3, 6], "device_hits": 1, "loadable": 1}),
+    ]
+    path = tmp_path / "rec.jsonl"
+    path.write_bytes(b"".join(lines))
+    trace = tr.read_trace(str(path))
+    assert trace.ordered() and list(trace.device_hits) == [1, 0, 0]
+    assert list(trace.loadable) == [1, 1, 1]
+    assert rp.schedule(trace, recorded=True) == [
+        (0, 0), (0, 1), (2, 1), (2, 0), (1, 1), (0, 2), (2, 2), (1, 2), (1, 0),
+    ]  # fmt: skip
+    # Without the order on every line, there is no recorded schedule.
+    assert not tr.read_trace(write(tmp_path, [line()])).ordered()
+
+
+@pytest.mark.parametrize(
+    ("fields", "what"),
+    [
+        ({"order": [3, 4]}, "'order' must be three non-negative integers"),
+        ({"order": [3, 4, -1]}, "'order' must be three non-negative integers"),
+        ({"order": [5, 4, 6]}, "'order' is not in order"),
+        ({"device_hits": -1}, "'device_hits' must be a non-negative integer"),
+        ({"loadable": "2"}, "'loadable' must be a non-negative integer"),
+    ],
+)
+def test_a_recordings_line_fields_are_checked(tmp_path: Path, fields: dict, what: str) -> None:
+    path = write(tmp_path, [line(), line(timestamp=11, **fields)])
+    with pytest.raises(tr.TraceError, match=f"line 2: {what}"):
+        tr.read_trace(path)

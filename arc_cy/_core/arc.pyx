@@ -683,7 +683,9 @@ cdef class ARCCore:
                 self.recorder.pinned(keys)
             elif what == NOTE_CLEARED:
                 self.recorder.cleared()
-            elif what == NOTE_ACCESS or self.recorder.on_miss:
+            elif what == NOTE_MISS:
+                self.recorder.missed(req_context)
+            else:
                 self.recorder.arrive(req_context)
         except Exception:
             pass

@@ -103,8 +103,8 @@ class ARCCachePolicy(CachePolicy):
         with mutating(self, "on_store_miss"):
             for key in reversed(list(keys)):
                 self._adapt_to_ghost_hit(key)
-        if self._recorder is not None and self._recorder.on_miss:
-            self._recorder.arrive(req_context)
+        if self._recorder is not None:
+            self._recorder.missed(req_context)
 
     def touch(self, keys: Iterable[Any], req_context: Any) -> None:
         with mutating(self, "touch"):
