@@ -108,9 +108,13 @@ BEFORE = "\n\nclass ChunkStatus"
 SAME = {
     "comments": ("arc", ("(CachePolicy):\n", "(CachePolicy):  # a comment\n")),
     "a-string-prefix": ("base", ('"""Return one head-to-tail', 'u"""Return one head-to-tail')),
-    # issue 53's repros: a function named like a local of order_request_keys,
-    # and a default on an abstract method that ARC overrides
-    "an-unrelated-function": ("base", (BEFORE, "\n\ndef positions():\n    return 1\n" + BEFORE)),
+    # issues 53 and 59: an unrelated function in vLLM's style (annotated,
+    # defaulted) named like a local of order_request_keys, and a default on
+    # an abstract method that ARC overrides
+    "an-unrelated-function": (
+        "base",
+        (BEFORE, "\n\ndef positions(keys: list[OffloadKey], n: int = 0) -> int:\n    return n\n" + BEFORE),
+    ),
     "a-default-arc-overrides": ("base", ("set[OffloadKey]\n", "set[OffloadKey], d: int = 0\n")),
 }
 CHANGED = {
@@ -125,6 +129,12 @@ CHANGED = {
         {"len"},
     ),
     "a-decorated-function": ("base", (BEFORE, "\n\n@print\ndef f():\n    pass\n" + BEFORE), {"f"}),
+    "a-default-that-calls": ("base", (BEFORE, "\n\ndef f(x: int = print()):\n    pass\n" + BEFORE), {"f"}),
+    "an-annotation-that-rebinds": (
+        "base",
+        (BEFORE, "\n\ndef f(x: (ChunkStatus := int)) -> None:\n    pass\n" + BEFORE),
+        {"f", "ChunkStatus"},
+    ),
     "a-reached-helper": (
         "base",
         (
@@ -156,13 +166,18 @@ def test_what_arc_runs_or_reads_is_judged_object_by_object(case: str) -> None:
     assert changed == {f"base.py:{o}" for o in objects}
 
 
-USES = {
-    "an-attribute": ("len(self._policy.t1)", {"t1"}),
-    "a-computed-name": ("getattr(self._policy, name)", {"getattr"}),
-    "a-string-name": ("getattr(self._policy, 'b2')", {"getattr", "b2"}),
-    "a-class-pattern": ("match p:\n        case object(t2=x):\n            pass", {"t2"}),
-    "a-keyword": ("f(target_t1_size=1)", {"target_t1_size"}),
-    "a-docstring-is-not-a-use": ('"""t1 and b2 of the policy."""', set()),
+USES = {  # a use is its kind and the name
+    "a-read": ("len(self._policy.t1)", {"read:t1"}),
+    "a-call": ("self._policy.touch([])", {"call:touch"}),
+    "a-write": ("self._policy.target_t1_size += 1", {"write:target_t1_size"}),
+    "a-delete": ("del self._policy.b1", {"delete:b1"}),
+    "a-computed-name": ("getattr(self._policy, name)", {"call:getattr"}),
+    "a-string-name": ("getattr(self._policy, 'b2')", {"call:getattr", "string:b2"}),
+    "a-policy-name": ('if name == "arc":\n        pass', {"string:arc"}),
+    "a-class-pattern": ("match p:\n        case object(t2=x):\n            pass", {"read:t2"}),
+    "a-keyword": ("f(target_t1_size=1)", {"keyword:target_t1_size"}),
+    "a-docstring-is-not-a-use": ('"""t1 and b2 of the policy, "arc"."""', set()),
+    "a-local-name-is-not-a-use": ("t1 = touch = 1", set()),
 }
 
 

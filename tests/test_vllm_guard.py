@@ -1,15 +1,17 @@
 """The vLLM code guard (arc_cy._guard) on the installed vLLM and on copies
-of its files, edited, under another version: each judged by both routes,
-the plugin's name and the module path (which builds the implementation
-under test through the copy's own ``CPUOffloadingManager``)."""
+of its files (or of a verified release's, tests/data/vllm), edited, under
+another version: each judged by both routes, the plugin's name and the
+module path (which builds the implementation under test through the
+copy's own ``CPUOffloadingManager``)."""
 
 from __future__ import annotations
 
-import importlib.abc
+import compileall
 import importlib.util
 import logging
 import marshal
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -30,12 +32,14 @@ import arc_cy
 from arc_cy import _guard, plugin
 from arc_cy._guard import DEPRECATED_OVERRIDE_ENV, OVERRIDE_ENV, lockstep, vllm_guard
 from arc_cy._guard.files import ARC_MODULE, BASE_MODULE, CPU_MANAGER, TIERING_MANAGER
-from helpers import CHOSEN, IMPLEMENTATIONS, MODULES, REGISTERED
+from arc_cy_harness import vllm_overlay
+from helpers import CHOSEN, IMPLEMENTATIONS, MODULES, REGISTERED, REPO
 
 JUDGED = (BASE_MODULE, ARC_MODULE, CPU_MANAGER, TIERING_MANAGER)  # in import order
 PACKAGES = sorted({m.rpartition(".")[0] for m in JUDGED} | {"vllm.v1.kv_offload"})
 REAL = {m: Path(str(importlib.util.find_spec(m).origin)) for m in JUDGED}  # type: ignore[union-attr]
 INSTALLED = metadata.version("vllm")
+DATA = REPO / "tests" / "data" / "vllm"
 
 # One comparison of evict's decision: T1 only when strictly over its target.
 EVICT_COMPARISON = (
@@ -53,9 +57,11 @@ FIELD_ORDER = (
 ORDERED_DICT = ("from collections import OrderedDict", "from typing import OrderedDict")
 
 
-def _edit(source: str, old: str, new: str) -> str:
-    assert source.count(old) == 1, f"{old!r} is not once in the file"
-    return source.replace(old, new)
+def _edit(source: str, *pairs: str) -> str:
+    for old, new in zip(pairs[::2], pairs[1::2]):
+        assert source.count(old) == 1, f"{old!r} is not once in the file"
+        source = source.replace(old, new)
+    return source
 
 
 # --- the fake vLLMs -------------------------------------------------------------
@@ -63,9 +69,10 @@ def _edit(source: str, old: str, new: str) -> str:
 
 class Guard:
     """One test's vLLM: the installed one under another version, its judged
-    modules replaced by copies in a temporary tree (edited or not), executed
-    as vLLM imports them; vLLM's registry without arc_cy, the guard not yet
-    run, no override; and the module path the module-path route builds."""
+    modules replaced by copies (edited or not; of the installed files, or
+    of a verified release's) in a temporary tree, executed as vLLM imports
+    them; vLLM's registry without arc_cy, the guard not yet run, no
+    override; and the module path the module-path route builds."""
 
     def __init__(self, mp: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, root: Path):
         self.monkeypatch, self.caplog, self.root = mp, caplog, root
@@ -78,18 +85,17 @@ class Guard:
         mp.delenv(DEPRECATED_OVERRIDE_ENV, raising=False)
         reset_guard(mp)
 
-    def write(self, edits: dict | None = None, appended: dict | None = None) -> Guard:
+    def write(self, edits: dict | None = None, appended: dict | None = None, tree=None) -> Guard:
         for module in JUDGED:
-            source = REAL[module].read_text()
-            if edits and module in edits:
-                source = _edit(source, *edits[module])
+            file = tree / Path(*module.split(".")).with_suffix(".py") if tree else REAL[module]
+            source = _edit(file.read_text(), *(edits or {}).get(module, ()))
             path = self.root.joinpath(*module.split(".")).with_suffix(".py")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(source + (appended or {}).get(module, ""))
             self.files[module] = path
         return self
 
-    def install(self, version: str, **changes: dict) -> Guard:
+    def install(self, version: str, **changes) -> Guard:
         return self.write(**changes).load(version)
 
     def load(self, version: str) -> Guard:
@@ -113,9 +119,8 @@ class Guard:
 
 
 def reset_guard(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in (("pending", True), ("_result", None), ("_checked", False)):
-        monkeypatch.setattr(vllm_guard, name, value)
-    monkeypatch.setattr(vllm_guard, "_warned", False)
+    for name in ("pending", "plus_pending", "_result", "_checked", "_warned"):
+        monkeypatch.setattr(vllm_guard, name, name.endswith("pending") or None)
 
 
 @pytest.fixture
@@ -149,23 +154,24 @@ class Routes:
 
 
 def routes(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, module_path: str
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    module_path: str,
+    policy: str = "ARCCachePolicy",
 ) -> Routes:
     """Both routes on the vLLM in sys.modules, each in a fresh process's
     state (the guard not yet run)."""
     reset_guard(monkeypatch)
     records = register(caplog)
     assert len(records) == 1, [r.getMessage() for r in records]
-    registered = "arc_cy" in CachePolicyFactory._registry
-    assert (records[0].levelno == logging.INFO) == registered
+    registered = ("arc_cy_plus" if "Plus" in policy else "arc_cy") in CachePolicyFactory._registry
+    assert (records[0].levelno == logging.INFO) == ("arc_cy" in CachePolicyFactory._registry)
     CachePolicyFactory._registry.pop("arc_cy", None)
     CachePolicyFactory._registry.pop("arc_cy_plus", None)
     reset_guard(monkeypatch)
     manager_cls = sys.modules[CPU_MANAGER].CPUOffloadingManager
     try:
-        manager = manager_cls(
-            num_chunks=4, cache_policy="ARCCachePolicy", cache_policy_module_path=module_path
-        )
+        manager = manager_cls(num_chunks=4, cache_policy=policy, cache_policy_module_path=module_path)
     except RuntimeError as exc:
         built: str | None = str(exc)
     else:
@@ -206,6 +212,33 @@ def test_the_installed_vllm_registers_by_its_files_hashes(guard_each: Guard) -> 
     accepted(guard_each.routes(), INSTALLED, INSTALLED)
 
 
+@pytest.mark.parametrize("pyc", [False, True], ids=["no-pyc", "pyc"])
+def test_the_hash_path_compiles_nothing(pyc: bool, tmp_path: Path) -> None:
+    # Issue 59: with no .pyc (uv installs none), the stale-bytecode check
+    # compiled every imported judged module. 0.34.0's files, as shipped, in
+    # an overlay (arc_cy_harness.vllm_overlay) written before the process.
+    for module in JUDGED:
+        file = Path(*module.split(".")).with_suffix(".py")
+        (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(DATA / "0.34.0" / file, tmp_path / file)
+    shutil.copy(vllm_overlay.SITECUSTOMIZE, tmp_path / "sitecustomize.py")
+    assert not pyc or compileall.compile_dir(tmp_path / "vllm", quiet=1)
+    code = (
+        "import importlib, builtins, arc_cy._guard as g\n"
+        f"for m in {JUDGED}: importlib.import_module(m)\n"
+        "def compile(*a, **k): raise AssertionError('compiled')\n"
+        "builtins.compile = g.files.compile = compile\n"
+        "r = g.check_vllm_code(); print(r.verified_as, r.problems)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "FAKE_VLLM_OVERLAY": "1"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.stdout.splitlines()[-1:] == [f"{INSTALLED} ()"], proc.stdout + proc.stderr
+    assert any(tmp_path.rglob("*.pyc")) == pyc
+
+
 # --- release day: the code judged, the callers scanned, the claim run --------------
 
 
@@ -229,10 +262,13 @@ def test_release_day_unchanged_arc_code_registers_after_a_lockstep(
             ),
         },
         appended={
-            # issue 53's repros: an unrelated function named like a local of
-            # order_request_keys; a default on a method that ARC overrides
-            BASE_MODULE: "\n\ndef positions():\n    return 1\n",
-            CPU_MANAGER: "\n\ndef _resident(manager, key):\n    return manager._policy.get(key)\n",
+            # issues 53 and 59, in vLLM's style: an unrelated, annotated and
+            # defaulted function named like a local of order_request_keys; a
+            # caller's helper that reads what a verified caller reads
+            BASE_MODULE: "\n\ndef positions(keys: list[OffloadKey], start: int = 0) -> int:\n"
+            "    return len(keys) + start\n",
+            CPU_MANAGER: "\n\ndef _resident(manager: CPUOffloadingManager, key: OffloadKey) "
+            "-> ChunkStatus | None:\n    return manager._policy.get(key)\n",
         },
     )
     accepted(guard_each.routes(), "0.35.0", INSTALLED)
@@ -274,7 +310,7 @@ def test_a_changed_object_is_refused_by_name(
 
 
 def test_a_new_method_is_refused_by_name(guard: Guard) -> None:
-    new = "\n    def pin(self, key):\n        self.t1.move_to_end(key)\n"
+    new = "\n    def pin(self, key: OffloadKey) -> None:\n        self.t1.move_to_end(key)\n"
     guard.fake.install("0.35.0", appended={ARC_MODULE: new})
     assert refused(guard.routes()).endswith(
         f"`ARCCachePolicy.pin` ({guard.fake.files[ARC_MODULE]}) is not in verified vLLM "
@@ -282,36 +318,80 @@ def test_a_new_method_is_refused_by_name(guard: Guard) -> None:
     )
 
 
-REACHES = {
-    "arc-only-state": ("len(manager._policy.t1)", "t1"),
-    "arc-only-method": ("manager._policy._adapt_to_ghost_hit(key)", "_adapt_to_ghost_hit"),
-    "arc_cy-only": ("manager._policy._check_invariants()", "_check_invariants"),
-    "a-method-arc-lost": ("manager._policy.touch([key], None)", "touch"),
-    "computed-name": ("getattr(manager._policy, key)", "getattr"),
-    "string-name": ("operator.attrgetter('b2')(manager._policy)", "attrgetter"),
-    "class-pattern": ("match manager._policy:\n        case object(t2=x): pass", "t2"),
-    "vllms-class": ("isinstance(manager._policy, ARCCachePolicy)", "ARCCachePolicy"),
+REACHES = {  # what a caller does with a policy that no verified caller does
+    "arc-only-state": ("len(manager._policy.t1)", "reads 't1'"),
+    "arc-only-method": ("manager._policy._adapt_to_ghost_hit(key)", "calls '_adapt_to_ghost_hit'"),
+    "arc_cy-only": ("manager._policy._check_invariants()", "calls '_check_invariants'"),
+    "a-method-arc-lost": ("manager._policy.touch([key], None)", "calls 'touch'"),
+    "computed-name": ("getattr(manager._policy, key)", "calls 'getattr'"),
+    "string-name": ("operator.attrgetter('b2')(manager._policy)", "calls 'attrgetter'"),
+    "class-pattern": ("match manager._policy:\n        case object(t2=x): pass", "reads 't2'"),
+    "vllms-class": ("isinstance(manager._policy, ARCCachePolicy)", "reads 'ARCCachePolicy'"),
+    # issue 59: a use the verified callers make of the name, of another kind
+    "a-write": ("manager._policy.cache_capacity = len(key)", "writes 'cache_capacity'"),
+    "a-delete": ("del manager._policy.target_t1_size", "deletes 'target_t1_size'"),
+    "a-policy-name": ('assert manager.name != "arc"', "has the string 'arc'"),
 }
 
 
 @pytest.mark.parametrize("caller", [CPU_MANAGER, TIERING_MANAGER], ids=["cpu", "tiering"])
 @pytest.mark.parametrize("reach", sorted(REACHES))
-def test_a_caller_that_asks_more_than_a_verified_caller_is_refused(
+def test_a_caller_that_does_more_than_a_verified_caller_is_refused(
     reach: str, caller: str, guard: Guard
 ) -> None:
-    line, name = REACHES[reach]
-    guard.fake.install("0.35.0", appended={caller: f"\n\ndef _probe(manager, key):\n    {line}\n"})
+    line, does = REACHES[reach]
+    probe = f"\n\ndef _probe(manager: CPUOffloadingManager, key: OffloadKey) -> None:\n    {line}\n"
+    guard.fake.install("0.35.0", appended={caller: probe})
     message = refused(guard.routes())
     path = guard.fake.files[caller]
     lines = path.read_text().splitlines()
-    number = max(i for i, text in enumerate(lines, 1) if name in text)
+    number = max(i for i, text in enumerate(lines, 1) if does.split("'")[1] in text)
     assert message.startswith(
         f"arc_cy: vLLM 0.35.0's ARC code is verified vLLM {INSTALLED}'s, but "
     )
-    assert (
-        f"{path}:{number} uses {name!r}, which no caller of verified vLLM {INSTALLED}'s ARC code"
-        in message
-    )
+    assert f"{path}:{number} {does}, which no caller of verified vLLM {INSTALLED}'s" in message
+
+
+# Issue 59: today's CPU manager (0.34.0's) with one change each, which
+# needs what arc_cy's core refuses, or treats vLLM's "arc" as no other
+# policy: (its edit, what the refusal says, and what the lockstep alone,
+# through the manager, finds).
+NEEDS = {
+    "a-resize": (
+        ("    def get_stats(", "    def resize(self, num_chunks: int) -> None:\n"
+         "        self._policy.cache_capacity = num_chunks\n\n    def get_stats("),
+        "writes 'cache_capacity'",
+        None,  # no scheduler calls it: the caller scan alone refuses it
+    ),
+    "a-duplicate-insert": (
+        ("if chunk is None:\n                keys_to_store", "if chunk is None or chunk.is_ready:"
+         "\n                keys_to_store"),
+        ", prepare_store(",
+        "'raises ValueError'",
+    ),
+    "a-negative-n": (
+        ("if num_chunks_to_evict > 0:", "if True:"), ", prepare_store(", "'raises ValueError'"
+    ),
+    "arc-treated-specially": (
+        ("policy_cls(cache_capacity=num_chunks)", "policy_cls(cache_capacity=num_chunks)\n"
+         "        self._policy_name: str = cache_policy", "if new_store_misses:",
+         'if new_store_misses and self._policy_name == "arc":'),
+        "has the string 'arc'",
+        "left t1, t2, b1, b2, target_t1_size",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NEEDS))
+def test_a_caller_that_needs_what_arc_cy_refuses_is_refused(case: str, guard_each: Guard) -> None:
+    edits, said, found = NEEDS[case]
+    guard_each.fake.install("0.35.0", edits={CPU_MANAGER: edits})
+    assert said in refused(guard_each.routes())
+    guard_each.monkeypatch.setenv(OVERRIDE_ENV, "1")  # the lockstep alone, on the refused vLLM
+    differs = lockstep.first_difference(guard_each.module_path)
+    assert (differs is None) == (found is None), differs
+    assert differs is None or differs.startswith("through vLLM's CPUOffloadingManager, call ")
+    assert differs is None or found in differs
 
 
 def test_a_caller_moved_in_the_tree_is_judged(guard: Guard) -> None:
@@ -329,8 +409,8 @@ def test_a_caller_moved_in_the_tree_is_judged(guard: Guard) -> None:
     guard.monkeypatch.delitem(sys.modules, CPU_MANAGER)
     result = _guard.check_vllm_code()
     assert result is not None and result.problems == (
-        f"{moved}:{len(moved.read_text().splitlines())} uses 't1', which no caller of "
-        f"verified vLLM {INSTALLED}'s ARC code uses",
+        f"{moved}:{len(moved.read_text().splitlines())} reads 't1', which no caller of "
+        f"verified vLLM {INSTALLED}'s ARC code does",
     )
 
 
@@ -348,29 +428,37 @@ def test_decisions_that_differ_are_refused_naming_the_first_call(guard_each: Gua
     guard_each.monkeypatch.setattr(arc, "ARCCachePolicy", Other)
     message = refused(guard_each.routes())
     assert message.startswith(
-        "arc_cy: vLLM 0.35.0's ARC code is verified vLLM "
-        f"{INSTALLED}'s, but arc_cy's ARCCachePolicy decides otherwise than this vLLM's: call "
+        f"arc_cy: vLLM 0.35.0's ARC code is verified vLLM {INSTALLED}'s, but arc_cy decides "
+        "otherwise than this vLLM's ARC through vLLM's CPUOffloadingManager, call "
     )
-    assert ", evict(" in message and "in vLLM," in message and message.endswith("in arc_cy.")
+    assert ", prepare_store(" in message and '"arc" answered ' in message
 
 
-def test_the_lockstep_reaches_what_it_compares(monkeypatch: pytest.MonkeyPatch) -> None:
-    arc = importlib.import_module(ARC_MODULE)
-    seen: dict[str, int] = dict.fromkeys(("evicted", "failed", "b1-hit", "b2-hit", "t2-full"), 0)
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_the_lockstep_reaches_what_it_compares(impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, int] = dict.fromkeys(
+        ("evicted", "failed", "b1-hit", "b2-hit", "t2-full", "removed", "finished", "cleared"), 0
+    )
+    arc = sys.modules[ARC_MODULE].ARCCachePolicy
 
-    class Counted(arc.ARCCachePolicy):  # type: ignore[name-defined,misc]
-        def evict(self, n, protected):  # type: ignore[no-untyped-def]
-            result = super().evict(n, protected)
-            seen["evicted" if result else "failed"] += 1
+    def counted(name: str, what=lambda self, result, *args: name):  # type: ignore[no-untyped-def]
+        real = getattr(arc, name)
+
+        def method(self, *args):  # type: ignore[no-untyped-def]
+            result = real(self, *args)
+            seen[what(self, result, *args)] += 1
+            seen["t2-full"] += len(self.t2) >= 8
             return result
 
-        def _adapt_to_ghost_hit(self, key):  # type: ignore[no-untyped-def]
-            seen["b1-hit" if key in self.b1 else "b2-hit"] += key in self.b1 or key in self.b2
-            seen["t2-full"] += len(self.t2) >= 6
-            return super()._adapt_to_ghost_hit(key)
+        monkeypatch.setattr(arc, name, method)
 
-    assert lockstep.first_difference(Counted, arc_cy.ARCCachePolicy, arc_cy.ChunkStatus) is None
-    assert min(seen.values()) > 50, seen
+    counted("evict", lambda self, result, *a: "evicted" if result else "failed")
+    counted("_adapt_to_ghost_hit", lambda self, hit, key: "b1-hit" if key in self.b1 else "b2-hit")
+    counted("remove", lambda *a: "removed")
+    counted("on_request_finished", lambda *a: "finished")
+    counted("clear", lambda *a: "cleared")
+    assert lockstep.first_difference(MODULES[impl]) is None
+    assert min(seen.values()) >= 5, seen  # over the CPU manager and the primary tier
 
 
 # --- what runs is what was judged --------------------------------------------------
@@ -452,6 +540,25 @@ def test_arc_cy_put_in_place_of_vllms_arc_is_said_once(guard_each: Guard, policy
     )
 
 
+# --- a hook the manager never calls ------------------------------------------------
+
+
+def test_arc_plus_is_not_built_where_the_manager_never_calls_its_hook(guard_each: Guard) -> None:
+    # Issue 59: vLLM 0.30.0's own files, whose manager never calls
+    # on_request_finished: ARC+ would never admit a block once the pool is
+    # full. Both routes refuse it with one message; ARC is unaffected.
+    guard_each.fake.install("0.30.0", tree=DATA / "0.30.0")
+    r = routes(guard_each.monkeypatch, guard_each.caplog, guard_each.module_path, "ARCPlusCachePolicy")
+    why = (
+        "ARC+ (\"arc_cy_plus\", ARCPlusCachePolicy) learns in on_request_finished, which vLLM "
+        "0.30.0's manager never calls: it would stop admitting blocks once the pool is full. "
+        'Use "arc_cy" instead, or "ARCCachePolicy" with "cache_policy_module_path": "arc_cy"'
+    )
+    assert not r.registered and r.built == f"arc_cy: {why}."
+    assert r.log.endswith(f"its ARC code is verified vLLM 0.30.0's; not 'arc_cy_plus': {why}.")
+    accepted(guard_each.routes(), "0.30.0", "0.30.0")
+
+
 # --- the override, once per process, and no vLLM -----------------------------------
 
 
@@ -516,6 +623,7 @@ def test_without_vllm_nothing_is_checked() -> None:
         "g._judge = boom\n"
         f"for m in {[MODULES[name] for name in IMPLEMENTATIONS]}:\n"
         "    importlib.import_module(m).ARCCachePolicy(2)\n"
+        "    importlib.import_module(m).ARCPlusCachePolicy(2)\n"
         "assert not arc_cy.HAVE_VLLM and not g.vllm_guard.pending\n"
         "print('ok', g.vllm_guard.result())\n"
     )
