@@ -19,10 +19,10 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass
-from importlib import import_module, metadata
+from importlib import metadata
 
 from .._flags import env_flag
-from . import files, fingerprint, verified
+from . import files, fingerprint, lockstep, verified
 from .files import ARC_MODULE, BASE_MODULE, FILES, Unjudged
 
 OVERRIDE_ENV = "ARC_CY_ALLOW_UNVERIFIED_VLLM"
@@ -75,6 +75,7 @@ class CodeCheck:
     version: str
     verified_as: str | None = None  # the verified release whose ARC code this is
     problems: tuple[str, ...] = ()  # each reason to refuse it, as the operator reads it
+    by_hash: bool = False  # accepted by its files' hashes: no lockstep ran
 
     @property
     def ok(self) -> bool:
@@ -114,11 +115,11 @@ def check_vllm_code() -> CodeCheck | None:
             gc.enable()
 
 
-def _stale(sources: dict[str, tuple[str, bytes]]) -> list[str]:
+def _stale(sources: dict[str, tuple[str, bytes]], since: float | None = None) -> list[str]:
     return [
         f"the code that runs for {path} is not its source's: {why}"
         for module, (path, source) in sources.items()
-        if (why := files.not_its_source(module, path, source))
+        if (why := files.not_its_source(module, path, source, since))
     ]
 
 
@@ -133,24 +134,24 @@ def _judge(version: str) -> CodeCheck:
             sources[module] = (path, files.read(path))
         elif module in (ARC_MODULE, BASE_MODULE):
             raise Unjudged(f"{module} cannot be found")
-    # Hash first: a verified release's files, as it shipped them.
+    # Hash first: a verified release's files, as it shipped them, compared
+    # with what runs without compiling anything (files._written).
     digests = {FILES[m]: hashlib.sha256(s).hexdigest() for m, (_, s) in sources.items()}
     for release in releases():
         if verified.FILES[release] == digests:
-            return CodeCheck(version, release, tuple(_stale(sources)))
+            try:
+                return CodeCheck(version, release, tuple(_stale(sources, files.started())), True)
+            except files.Uncompared:
+                break
     return _release_day(version, sources)
 
 
-def _selected() -> tuple[type, type]:
-    """arc_cy's ARCCachePolicy and ARCPlusCachePolicy as the package selects
-    them, read when the check runs: the guard imports no implementation."""
-    package = sys.modules["arc_cy"]
-    return package.ARCCachePolicy, package.ARCPlusCachePolicy
-
-
 def _arc_cy_names() -> set[str]:
-    """The names arc_cy's policies have, Python's own aside."""
-    return {n for cls in _selected() for n in dir(cls) if not n.startswith("__")}
+    """The names arc_cy's policies have, Python's own aside (the classes the
+    package selects, read when the check runs: the guard imports none)."""
+    package = sys.modules["arc_cy"]
+    classes = package.ARCCachePolicy, package.ARCPlusCachePolicy
+    return {n for cls in classes for n in dir(cls) if not n.startswith("__")}
 
 
 def _release_day(version: str, sources: dict[str, tuple[str, bytes]]) -> CodeCheck:
@@ -173,15 +174,20 @@ def _release_day(version: str, sources: dict[str, tuple[str, bytes]]) -> CodeChe
     allowed = {n for r in (matching or [nearest]) for n in verified.USES[r].split()}
     for path, uses in callers.items():
         problems += [
-            f"{path}:{line} uses {name!r}, which no caller of verified vLLM {nearest}'s ARC "
-            "code uses"
-            for name, line in sorted(uses.items(), key=lambda u: u[1])
-            if name not in allowed
+            f"{path}:{line} {_DOES[kind]} {name!r}, which no caller of verified vLLM "
+            f"{nearest}'s ARC code does"
+            for use, line in sorted(uses.items(), key=lambda u: u[1])
+            if use not in allowed
+            for kind, _, name in [use.partition(":")]
         ]
     problems += _stale(sources)
     if not problems and (differs := lockstep_difference()):
         problems.append(differs)
     return CodeCheck(version, nearest if matching else None, tuple(problems))
+
+
+_DOES = {"read": "reads", "call": "calls", "write": "writes", "delete": "deletes"}
+_DOES.update(keyword="passes the keyword", string="has the string")
 
 
 def _nearest(code: dict[str, str]) -> str:
@@ -208,29 +214,43 @@ def _changes(
     return out
 
 
-LOCKSTEP_PASSED = "vLLM's ARCCachePolicy and arc_cy's decided alike in a lockstep of 3000 calls"
+LOCKSTEP_PASSED = (
+    'its CPUOffloadingManager and tiering CPU primary tier decided alike with "arc" and with '
+    f"arc_cy by both routes, {lockstep.REQUESTS} requests in lockstep"
+)
 
 
 def lockstep_difference() -> str | None:
-    """How arc_cy's ARCCachePolicy (the implementation this process
-    selected) and this vLLM's first differ in a lockstep; None if never."""
-    from .._vllm import ChunkStatus
-    from .lockstep import first_difference
+    """How a manager of this vLLM with arc_cy (the implementation this
+    process selected) first differs from one with vLLM's ARC; None if never."""
+    differs = lockstep.first_difference()
+    return differs and f"arc_cy decides otherwise than this vLLM's ARC {differs}"
 
-    differs = first_difference(
-        import_module(ARC_MODULE).ARCCachePolicy, _selected()[0], ChunkStatus
+
+def plus_refusal() -> str | None:
+    """Why ARC+ is not built on this vLLM, whose manager never calls the hook
+    ARC+ learns in (its CachePolicy has no on_request_finished: 0.30); None
+    where it is, or without vLLM. The plugin and both ARC+ constructors ask."""
+    policy = getattr(sys.modules.get(BASE_MODULE), "CachePolicy", None)
+    if policy is None or hasattr(policy, "on_request_finished"):
+        return None
+    return (
+        'ARC+ ("arc_cy_plus", ARCPlusCachePolicy) learns in on_request_finished, which vLLM '
+        f"{vllm_version()}'s manager never calls: it would stop admitting blocks once the pool "
+        'is full. Use "arc_cy" instead, or "ARCCachePolicy" with "cache_policy_module_path": '
+        '"arc_cy"'
     )
-    return differs and f"arc_cy's ARCCachePolicy decides otherwise than this vLLM's: {differs}"
 
 
 class VllmGuard:
     """The check of this process's vLLM code, run once. Both
     implementations' ``__init__`` start with ``if vllm_guard.pending:
-    vllm_guard.check()``: after the first accepted check, one attribute
-    read per construction."""
+    vllm_guard.check()`` (ARC+'s: ``plus_pending``, ``check(plus=True)``):
+    after the first accepted check, one attribute read per construction."""
 
     def __init__(self) -> None:
         self.pending = True  # False once arc_cy may run here: no vLLM, or its code accepted
+        self.plus_pending = True  # False once ARC+ may too (plus_refusal)
         self._result: CodeCheck | None = None
         self._checked = self._warned = False
         self._running: int | None = None  # the thread whose check's lockstep builds policies
@@ -261,12 +281,16 @@ class VllmGuard:
             logger.warning("%s", overridden_message(code))
         return True
 
-    def check(self) -> None:
-        """Raise RuntimeError, with the plugin's message, unless allowed()."""
+    def check(self, plus: bool = False) -> None:
+        """Raise RuntimeError, with the plugin's message, unless allowed();
+        for ARC+ (plus), also where plus_refusal() says why."""
         if not self.allowed():
             raise RuntimeError(refused_message(self.result()))  # type: ignore[arg-type]
+        if plus and (why := plus_refusal()):
+            raise RuntimeError(f"arc_cy: {why}.")
         if self._running is None:
             self.pending = False
+            self.plus_pending = self.plus_pending and not plus
 
 
 vllm_guard = VllmGuard()
