@@ -113,7 +113,11 @@ SAME = {
     # an abstract method that ARC overrides
     "an-unrelated-function": (
         "base",
-        (BEFORE, "\n\ndef positions(keys: list[OffloadKey], n: int = 0) -> int:\n    return n\n" + BEFORE),
+        (
+            BEFORE,
+            "\n\ndef positions(keys: list[OffloadKey], n: int = 0) -> int:\n    return n\n"
+            + BEFORE,
+        ),
     ),
     "a-default-arc-overrides": ("base", ("set[OffloadKey]\n", "set[OffloadKey], d: int = 0\n")),
 }
@@ -129,7 +133,11 @@ CHANGED = {
         {"len"},
     ),
     "a-decorated-function": ("base", (BEFORE, "\n\n@print\ndef f():\n    pass\n" + BEFORE), {"f"}),
-    "a-default-that-calls": ("base", (BEFORE, "\n\ndef f(x: int = print()):\n    pass\n" + BEFORE), {"f"}),
+    "a-default-that-calls": (
+        "base",
+        (BEFORE, "\n\ndef f(x: int = print()):\n    pass\n" + BEFORE),
+        {"f"},
+    ),
     "an-annotation-that-rebinds": (
         "base",
         (BEFORE, "\n\ndef f(x: (ChunkStatus := int)) -> None:\n    pass\n" + BEFORE),

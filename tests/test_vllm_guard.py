@@ -181,7 +181,9 @@ def routes(
     reset_guard(monkeypatch)
     manager_cls = sys.modules[CPU_MANAGER].CPUOffloadingManager
     try:
-        manager = manager_cls(num_chunks=4, cache_policy=policy, cache_policy_module_path=module_path)
+        manager = manager_cls(
+            num_chunks=4, cache_policy=policy, cache_policy_module_path=module_path
+        )
     except RuntimeError as exc:
         built: str | None = str(exc)
     else:
@@ -396,7 +398,11 @@ NEEDS = {
 
 
 @pytest.mark.parametrize(
-    "case", [pytest.param(c, marks=[pytest.mark.compiled] * ("'raises" in str(v[-1]))) for c, v in NEEDS.items()]
+    "case",
+    [
+        pytest.param(c, marks=[pytest.mark.compiled] * ("'raises" in str(v[-1])))
+        for c, v in NEEDS.items()
+    ],
 )
 def test_a_caller_that_needs_what_arc_cy_refuses_is_refused(case: str, guard_each: Guard) -> None:
     *edits, said, found = NEEDS[case]
@@ -457,7 +463,7 @@ def test_the_lockstep_reaches_what_it_compares(impl: str, monkeypatch: pytest.Mo
     )
     arc = sys.modules[ARC_MODULE].ARCCachePolicy
 
-    def counted(name: str, what=lambda self, result, *args: name):  # type: ignore[no-untyped-def]
+    def counted(name: str, what) -> None:  # type: ignore[no-untyped-def]
         real = getattr(arc, name)
 
         def method(self, *args):  # type: ignore[no-untyped-def]
@@ -567,7 +573,7 @@ def test_arc_plus_is_not_built_where_the_manager_never_calls_its_hook(guard_each
     plus = {MODULES[i]: PLUS_MODULES[i] for i in MODULES}[guard_each.module_path]
     r = routes(guard_each.monkeypatch, guard_each.caplog, plus, "ARCPlusCachePolicy")
     why = (
-        "ARC+ (\"arc_cy_plus\", ARCPlusCachePolicy) learns in on_request_finished, which vLLM "
+        'ARC+ ("arc_cy_plus", ARCPlusCachePolicy) learns in on_request_finished, which vLLM '
         "0.30.0's manager never calls: it would stop admitting blocks once the pool is full. "
         'Use "arc_cy" instead, or "ARCCachePolicy" with "cache_policy_module_path": "arc_cy"'
     )

@@ -1,13 +1,9 @@
 """The vLLM code guard: on the vLLM installed, arc_cy makes the decisions of
-that release's ARC, or refuses at start-up and says why.
-
-What it judges, when, and what a refusal and the override do are stated
-once, in docs/usage.md ("The guard"). Here: the check (:data:`vllm_guard`,
-which the plugin, both constructors and ``python -m arc_cy`` go through)
-and the messages. ``files`` finds and reads vLLM's files, ``fingerprint``
-judges them on release day, ``lockstep`` runs the claim, ``verified`` is
-the table.
-"""
+that release's ARC, or refuses at start-up and says why (docs/usage.md, "The
+guard", says what it judges, once). Here: the check (:data:`vllm_guard`, which
+the plugin, the constructors and ``python -m arc_cy`` go through) and its
+messages; ``files`` reads vLLM's files, ``fingerprint`` judges them on release
+day, ``lockstep`` runs the claim, ``verified`` is the table."""
 
 from __future__ import annotations
 
@@ -34,14 +30,11 @@ logger: logging.Logger = logging.getLogger("vllm.plugins.arc_cy")
 
 
 def override_set() -> bool:
-    if OVERRIDE_ENV not in os.environ and DEPRECATED_OVERRIDE_ENV in os.environ:
-        warnings.warn(
-            f"arc_cy: {DEPRECATED_OVERRIDE_ENV} is deprecated; set {OVERRIDE_ENV} instead",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return env_flag(DEPRECATED_OVERRIDE_ENV)
-    return env_flag(OVERRIDE_ENV)
+    if OVERRIDE_ENV in os.environ or DEPRECATED_OVERRIDE_ENV not in os.environ:
+        return env_flag(OVERRIDE_ENV)
+    message = f"arc_cy: {DEPRECATED_OVERRIDE_ENV} is deprecated; set {OVERRIDE_ENV} instead"
+    warnings.warn(message, FutureWarning, stacklevel=2)
+    return env_flag(DEPRECATED_OVERRIDE_ENV)
 
 
 def vllm_version() -> str:
@@ -96,15 +89,14 @@ def check_vllm_code() -> CodeCheck | None:
 
     if not _vllm.VLLM_IMPORTED:
         return None
-    version = vllm_version()
-    enabled = gc.isenabled()
+    version, enabled = vllm_version(), gc.isenabled()
     gc.disable()  # a collection in a process with torch costs more than the check
     try:
         if not _vllm.HAVE_VLLM:
             err = _vllm.VLLM_IMPORT_ERROR
+            why = f"({type(err).__name__}: {err})"
             raise Unjudged(
-                "its policy module does not give arc_cy CachePolicy and ChunkStatus "
-                f"({type(err).__name__}: {err})"
+                f"its policy module does not give arc_cy CachePolicy and ChunkStatus {why}"
             )
         return _judge(version)
     except (Exception, RecursionError, MemoryError) as exc:
@@ -115,6 +107,27 @@ def check_vllm_code() -> CodeCheck | None:
             gc.enable()
 
 
+def _judge(version: str) -> CodeCheck:
+    theirs = getattr(sys.modules.get(ARC_MODULE), "ARCCachePolicy", None)
+    if isinstance(theirs, type) and theirs.__module__.partition(".")[0] == "arc_cy":
+        return CodeCheck(version, problems=(_ARC_CY_IN_PLACE,))
+    sources: dict[str, tuple[str, bytes]] = {}
+    for module in FILES:
+        if (path := files.source_path(module)) is not None:
+            sources[module] = (path, files.read(path))
+        elif module in (ARC_MODULE, BASE_MODULE):
+            raise Unjudged(f"{module} cannot be found")
+    # Hash first: a verified release's files as it shipped them, and what
+    # runs compared with them without compiling anything (files._written).
+    digests = {FILES[m]: hashlib.sha256(s).hexdigest() for m, (_, s) in sources.items()}
+    for release in [r for r in releases() if verified.FILES[r] == digests]:
+        try:
+            return CodeCheck(version, release, tuple(_stale(sources, files.started())), True)
+        except files.Uncompared:
+            pass
+    return _release_day(version, sources)
+
+
 def _stale(sources: dict[str, tuple[str, bytes]], since: float | None = None) -> list[str]:
     return [
         f"the code that runs for {path} is not its source's: {why}"
@@ -123,32 +136,8 @@ def _stale(sources: dict[str, tuple[str, bytes]], since: float | None = None) ->
     ]
 
 
-def _judge(version: str) -> CodeCheck:
-    theirs = getattr(sys.modules.get(ARC_MODULE), "ARCCachePolicy", None)
-    if isinstance(theirs, type) and theirs.__module__.partition(".")[0] == "arc_cy":
-        return CodeCheck(version, problems=(_ARC_CY_IN_PLACE,))
-    sources: dict[str, tuple[str, bytes]] = {}
-    for module in FILES:
-        path = files.source_path(module)
-        if path is not None:
-            sources[module] = (path, files.read(path))
-        elif module in (ARC_MODULE, BASE_MODULE):
-            raise Unjudged(f"{module} cannot be found")
-    # Hash first: a verified release's files, as it shipped them, compared
-    # with what runs without compiling anything (files._written).
-    digests = {FILES[m]: hashlib.sha256(s).hexdigest() for m, (_, s) in sources.items()}
-    for release in releases():
-        if verified.FILES[release] == digests:
-            try:
-                return CodeCheck(version, release, tuple(_stale(sources, files.started())), True)
-            except files.Uncompared:
-                break
-    return _release_day(version, sources)
-
-
 def _arc_cy_names() -> set[str]:
-    """The names arc_cy's policies have, Python's own aside (the classes the
-    package selects, read when the check runs: the guard imports none)."""
+    """The names arc_cy's policies (as the package selects them) have, less Python's."""
     package = sys.modules["arc_cy"]
     classes = package.ARCCachePolicy, package.ARCPlusCachePolicy
     return {n for cls in classes for n in dir(cls) if not n.startswith("__")}
@@ -197,19 +186,14 @@ def _nearest(code: dict[str, str]) -> str:
     return max(releases(), key=shared)
 
 
-def _changes(
-    code: dict[str, str], nearest: str, sources: dict[str, tuple[str, bytes]]
-) -> list[str]:
-    theirs = verified_code(nearest)
-    out = []
-    for name in sorted(code.keys() | theirs.keys()):
-        if code.get(name) == theirs.get(name):
-            continue
+def _changes(code: dict[str, str], nearest: str, sources: dict) -> list[str]:
+    theirs, out = verified_code(nearest), []
+    for name in sorted(k for k in code.keys() | theirs.keys() if code.get(k) != theirs.get(k)):
         file, _, obj = name.partition(":")
         what = f"{file}'s module code" if obj == "<module code>" else f"`{obj}`"
-        path = sources[ARC_MODULE if file == "arc.py" else BASE_MODULE][0]
         how = "is not in {}'s" if name not in theirs else "differs from {}'s"
         how = "is missing, which {}'s has" if name not in code else how
+        path = sources[ARC_MODULE if file == "arc.py" else BASE_MODULE][0]
         out.append(f"{what} ({path}) {how.format(f'verified vLLM {nearest}')}")
     return out
 
@@ -243,10 +227,9 @@ def plus_refusal() -> str | None:
 
 
 class VllmGuard:
-    """The check of this process's vLLM code, run once. Both
-    implementations' ``__init__`` start with ``if vllm_guard.pending:
-    vllm_guard.check()`` (ARC+'s: ``plus_pending``, ``check(plus=True)``):
-    after the first accepted check, one attribute read per construction."""
+    """The check, run once per process. The constructors start with ``if
+    vllm_guard.pending: vllm_guard.check()`` (ARC+'s: ``plus_pending``,
+    ``check(plus=True)``): once accepted, one attribute read each."""
 
     def __init__(self) -> None:
         self.pending = True  # False once arc_cy may run here: no vLLM, or its code accepted
@@ -256,7 +239,7 @@ class VllmGuard:
         self._running: int | None = None  # the thread whose check's lockstep builds policies
 
     def result(self) -> CodeCheck | None:
-        """What the check found (None without vLLM), checked on the first call only."""
+        """What the check found (None without vLLM), run on the first call."""
         if not self._checked:
             self._running = threading.get_ident()
             try:
@@ -267,8 +250,7 @@ class VllmGuard:
         return self._result
 
     def allowed(self) -> bool:
-        """Whether arc_cy may run here: verified code, or the override set
-        (logged once)."""
+        """Whether arc_cy may run: verified code, or the override (logged once)."""
         if self._running == threading.get_ident():
             return True  # the check's own lockstep
         code = self.result()

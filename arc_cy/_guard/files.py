@@ -33,14 +33,12 @@ class Unjudged(Exception):
 
 
 class Uncompared(Exception):
-    """What a module runs cannot be compared with its source without
-    compiling it: the hash path leaves it to release day."""
+    """What a module runs is not comparable without compiling: release day."""
 
 
 def started() -> float:
-    """When this process started, in time.time()'s seconds (Linux's /proc),
-    to a clock tick; -inf where that cannot be read (every file then changed
-    since)."""
+    """When this process started, in time.time()'s seconds, to a clock tick
+    (Linux's /proc); -inf where unknown (every file then changed since)."""
     try:
         with open("/proc/self/stat", "rb") as f:
             ticks = int(f.read().rpartition(b")")[2].split()[19])
@@ -144,10 +142,9 @@ def _key(code: CodeType) -> tuple[object, ...]:
 def _written(path: str, source: bytes, since: float | None) -> CodeType | None:
     """The code an import of path runs now: its .pyc when the header says it
     is this source's (Python's rule; a hash-based one by its hash, always),
-    else the source compiled. On the hash path (since: when the process
-    started) nothing is compiled: None (the import compiled the file as it
-    is) for a file not changed since and no hash-based .pyc that may run
-    unchecked; else Uncompared."""
+    else the source compiled; but on the hash path (since: the process's
+    start), None (imported, the file was compiled as it is) where it has not
+    changed since and no hash-based .pyc may run unchecked, else Uncompared."""
     try:
         cache = importlib.util.cache_from_source(path)
         data = read(cache) if os.path.lexists(cache) else b""
@@ -177,8 +174,7 @@ def _written(path: str, source: bytes, since: float | None) -> CodeType | None:
 def not_its_source(module: str, path: str, source: bytes, since: float | None) -> str | None:
     """Why a function an imported module defined runs code that is not
     compiled from its source (a stale .pyc; a source replaced after the
-    import); None when none does, or the module is not imported. Compiles
-    nothing unless since is None (_written)."""
+    import); None when none does, or the module is not imported."""
     live = sys.modules.get(module)
     written = None if live is None else _written(path, source, since)
     if written is None:

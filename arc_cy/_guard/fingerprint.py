@@ -1,15 +1,13 @@
 """Release day: what a vLLM's ARC code is, object by object, and what its
 callers do with a policy, from their sources. Standard library only.
 
-An object is a name that arc.py or base.py binds at module level, a method
-of ``ARCCachePolicy`` or ``CachePolicy``, or a class's body less its
-methods; its fingerprint hashes its syntax tree without positions,
-docstrings or string prefixes. Judged: all of arc.py; of base.py, what
-runs code at import, what that and ARC's code read (Python's own scope
-analysis, ``symtable``, says what binds and reads a module name),
-``ChunkStatus``, ``order_request_keys``, and the ``CachePolicy`` methods
-that ARC inherits or reaches through ``super()``.
-"""
+An object is a name arc.py or base.py binds at module level, a method of
+``ARCCachePolicy`` or ``CachePolicy``, or a class's body less its methods;
+its fingerprint hashes its syntax tree without positions, docstrings or
+string prefixes. Judged: all of arc.py; of base.py what runs code at import,
+what that and ARC's code read (Python's ``symtable`` says what binds and
+reads a module name), ``ChunkStatus``, ``order_request_keys``, and the
+``CachePolicy`` methods ARC inherits or reaches through ``super()``."""
 
 from __future__ import annotations
 

@@ -1,42 +1,22 @@
-"""The claim, run through vLLM's own callers: its ``CPUOffloadingManager``
-and the tiering spec's CPU primary tier, each built as an operator
-configures it, with vLLM's ``"arc"`` and with arc_cy by both routes,
-driven as vLLM's scheduler drives them (each request's lookups, loads and
-stores, their completions and failures, finished requests, resets, and
-0.30's touches); after each call, every manager's answer and its policy's
-t1, t2, b1, b2 and ``target_t1_size`` are compared. Standard library only."""
+"""The claim, run through vLLM's own callers: its CPUOffloadingManager and the
+tiering spec's CPU primary tier, built as an operator configures them with
+vLLM's "arc" and with arc_cy by both routes, driven as vLLM's scheduler
+drives them; after each call, every answer and each policy's t1, t2, b1, b2
+and target_t1_size are compared. Standard library only."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import random
 import reprlib
-from collections.abc import Iterator
 from importlib import import_module
+from types import SimpleNamespace
 from typing import Any
 
 from .files import CPU_MANAGER, KV_OFFLOAD, TIERING_MANAGER
 
-FACTORY = "vllm.v1.kv_offload.cpu.policies.factory"
-REQUESTS = 150  # per manager: about 2,000 calls each
-
-
-def routes(module: str) -> dict[str, tuple[str, str | None]]:
-    """vLLM's ARC, then arc_cy by the plugin's name and by its module path."""
-    path = '"ARCCachePolicy" from ' + repr(module)
-    return {'"arc"': ("arc", None), '"arc_cy"': ("arc_cy", None), path: ("ARCCachePolicy", module)}
-
-
-class _Region:
-    """The shared memory a CPU primary tier maps, standing in: no KV moves."""
-
-    def create_kv_memoryview(self) -> memoryview:
-        return memoryview(b"")
-
-    def cleanup(self) -> None:
-        pass
+REQUESTS = 150  # per manager: about 2,000 calls
 
 
 class _Differs(Exception):
@@ -47,94 +27,87 @@ def first_difference(module: str = "arc_cy", seed: int = 0) -> str | None:
     """The first call after which a manager with arc_cy (its ARCCachePolicy
     from module) differs from one with vLLM's ARC, as ``through vLLM's
     Manager, call N, method(args): ...``; None if none does."""
-    factory = import_module(FACTORY).CachePolicyFactory
+    factory = import_module(f"{KV_OFFLOAD}.cpu.policies.factory").CachePolicyFactory
     tier = import_module(TIERING_MANAGER).CPUPrimaryTierOffloadingManager
+    region = SimpleNamespace(create_kv_memoryview=lambda: memoryview(b""), cleanup=lambda: None)
     kinds = {
         "CPUOffloadingManager": import_module(CPU_MANAGER).CPUOffloadingManager,
-        "tiering CPUPrimaryTierOffloadingManager": lambda **kw: tier(mmap_region=_Region(), **kw),
+        "tiering CPUPrimaryTierOffloadingManager": lambda **kw: tier(mmap_region=region, **kw),
     }
-    with _plugin_name(factory, module):
+    routes = {'"arc"': ("arc", None), '"arc_cy"': ("arc_cy", None)}
+    routes[f'"ARCCachePolicy" from {module!r}'] = ("ARCCachePolicy", module)
+    registry = factory._registry  # "arc_cy" as the plugin registers it, while this runs
+    old = registry.pop("arc_cy", None)
+    factory.register_cache_policy("arc_cy", module, "ARCCachePolicy")
+    try:
         for kind, make in kinds.items():
             managers = {
-                route: make(num_chunks=16, cache_policy=p, cache_policy_module_path=m, enable_events=True)
-                for route, (p, m) in routes(module).items()
+                route: make(
+                    num_chunks=16, cache_policy=p, cache_policy_module_path=m, enable_events=True
+                )
+                for route, (p, m) in routes.items()
             }
             try:
                 _drive(managers, random.Random(seed))
             except _Differs as exc:
                 return f"through vLLM's {kind}, {exc}"
-    return None
-
-
-@contextlib.contextmanager
-def _plugin_name(factory: Any, module: str) -> Iterator[None]:
-    """"arc_cy" is module's ARCCachePolicy in vLLM's factory, as the plugin
-    registers it, while the lockstep runs; then the registry is as it was."""
-    registry = factory._registry
-    old = registry.pop("arc_cy", None)
-    factory.register_cache_policy("arc_cy", module, "ARCCachePolicy")
-    try:
-        yield
+        return None
     finally:
         registry.pop("arc_cy", None)
-        if old is not None:
-            registry["arc_cy"] = old
+        registry.update({"arc_cy": old} if old else {})
 
 
 def _plain(x: Any) -> Any:
-    """A manager's answer as data: containers and dataclasses (their
-    compared fields) by their items, any other object by its arrays."""
+    """An answer as data: containers and dataclasses (their compared fields)
+    by their items, any other object by its arrays."""
     if x is None or isinstance(x, (str, bytes, int, float, enum.Enum)):
         return x
     if dataclasses.is_dataclass(x):
         return [_plain(getattr(x, f.name)) for f in dataclasses.fields(x) if f.compare]
-    if isinstance(x, (set, frozenset)):
-        return sorted(map(_plain, x), key=repr)
-    if isinstance(x, dict):
-        return _plain(list(x.items()))
+    if isinstance(x, (set, frozenset, dict)):
+        return sorted(map(_plain, x.items() if isinstance(x, dict) else x), key=repr)
     if hasattr(x, "__iter__"):
         return [_plain(v) for v in x]
-    arrays = [v.tolist() for v in getattr(x, "__dict__", {}).values() if hasattr(v, "tolist")]
-    return type(x).__name__, arrays
+    return type(x).__name__, [v.tolist() for v in vars(x).values() if hasattr(v, "tolist")]
 
 
 def _state(policy: Any) -> tuple[Any, ...]:
-    lists = [[(k, c.chunk_id, c.ref_cnt) for k, c in getattr(policy, n).items()] for n in ("t1", "t2")]
-    return (*lists, list(policy.b1), list(policy.b2), policy.target_t1_size)
+    t1, t2 = (
+        [(k, c.chunk_id, c.ref_cnt) for k, c in lst.items()] for lst in (policy.t1, policy.t2)
+    )
+    return t1, t2, list(policy.b1), list(policy.b2), policy.target_t1_size
 
 
 def _drive(managers: dict[str, Any], rng: random.Random) -> None:
+    """Requests sharing prefixes: lookups, loads of the hits and stores of the
+    rest (0.30's touches), each completed (a store failed in 10) or not yet,
+    finished requests, resets; the first manager's answers lead."""
     base = import_module(f"{KV_OFFLOAD}.base")
-    cls = type(next(iter(managers.values())))
+    made, cls = 0, type(next(iter(managers.values())))
     finishes = hasattr(cls, "on_request_finished")
     touches = hasattr(cls, "touch") and not finishes  # 0.30's scheduler touches instead
-    made = 0
 
     def call(method: str, *args: Any) -> Any:
         """method on each manager (a dict argument: each its own context)."""
         nonlocal made
-        made += 1
-        seen = []
+        made, seen = made + 1, []
         for route, manager in managers.items():
-            mine = [a[route] if isinstance(a, dict) else a for a in args]
             try:
-                raw = getattr(manager, method)(*mine)
-                answer = _plain(raw)
+                raw = getattr(manager, method)(*(a[route] if type(a) is dict else a for a in args))
+                seen.append((route, raw, _plain(raw), _state(manager._policy)))
             except Exception as exc:
-                raw, answer = None, f"raises {type(exc).__name__}"
-            seen.append((route, raw, answer, _state(manager._policy)))
-        theirs = seen[0]
+                seen.append((route, None, f"raises {type(exc).__name__}", _state(manager._policy)))
         for ours in seen[1:]:
             for what, i in (("answered", 2), ("left t1, t2, b1, b2, target_t1_size", 3)):
-                if ours[i] != theirs[i]:
+                if ours[i] != seen[0][i]:
                     r = reprlib.Repr()
                     r.maxlist = r.maxtuple = 4
-                    shown = ", ".join("ctx" if isinstance(a, dict) else r.repr(a) for a in args)
+                    shown = ", ".join("ctx" if type(a) is dict else r.repr(a) for a in args)
                     raise _Differs(
-                        f"call {made}, {method}({shown}): {theirs[0]} {what} "
-                        f"{r.repr(theirs[i])}, {ours[0]} {r.repr(ours[i])}"
+                        f"call {made}, {method}({shown}): {seen[0][0]} {what} "
+                        f"{r.repr(seen[0][i])}, {ours[0]} {r.repr(ours[i])}"
                     )
-        return theirs[1]
+        return seen[0][1]
 
     def key(i: int) -> bytes:
         return base.make_offload_key(i.to_bytes(8, "big"), 0)  # type: ignore[no-any-return]
