@@ -31,16 +31,12 @@ from importlib.util import find_spec
 from typing import Any
 
 import benchlib as bl
+from arc_cy._guard.files import FILES
 
 NAME = TAG = "guard"
 PLOTS: tuple[tuple[str, str], ...] = ()
 GOAL_MS = 5.0  # issues 53 and 59: however vLLM was installed, by either route
-JUDGED = (
-    "vllm.v1.kv_offload.cpu.policies.base",
-    "vllm.v1.kv_offload.cpu.policies.arc",
-    "vllm.v1.kv_offload.cpu.manager",
-    "vllm.v1.kv_offload.tiering.manager",
-)
+JUDGED = tuple(FILES)  # arc.py, base.py and the CPU and tiering managers
 IMPORTED = {  # what a server process has imported when the route's check runs
     "plugin first": ("vllm.v1.kv_offload.cpu.policies.factory",),
     "module path first": (
@@ -158,7 +154,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
 def markdown(result: dict[str, Any]) -> str:
     n = result["processes"]
     rows = [
-        f"| {name} | {', '.join(m.rpartition('.')[2] for m in c['imported'])} | "
+        f"| {name} | {', '.join(FILES[m] for m in c['imported'])} | "
         f"{c['first_p50_ms']:.2f} | {c['first_p99_ms']:.2f} | {c['again_p50_ms']:.2f} | "
         f"{c['again_p99_ms']:.2f} |"
         for name, c in result["configurations"].items()

@@ -105,6 +105,13 @@ def test_each_release_is_its_own_code_on_release_day(release: str) -> None:
 
 NEWEST = RELEASES[-1]
 BEFORE = "\n\nclass ChunkStatus"
+
+
+def _new(statement: str) -> tuple[str, str]:
+    """An edit of base.py that adds a statement before ChunkStatus."""
+    return BEFORE, f"\n\n{statement}\n{BEFORE}"
+
+
 SAME = {
     "comments": ("arc", ("(CachePolicy):\n", "(CachePolicy):  # a comment\n")),
     "a-string-prefix": ("base", ('"""Return one head-to-tail', 'u"""Return one head-to-tail')),
@@ -113,48 +120,24 @@ SAME = {
     # an abstract method that ARC overrides
     "an-unrelated-function": (
         "base",
-        (
-            BEFORE,
-            "\n\ndef positions(keys: list[OffloadKey], n: int = 0) -> int:\n    return n\n"
-            + BEFORE,
-        ),
+        _new("def positions(keys: list[OffloadKey], n: int = 0) -> int:\n    return n"),
     ),
     "a-default-arc-overrides": ("base", ("set[OffloadKey]\n", "set[OffloadKey], d: int = 0\n")),
 }
-CHANGED = {
-    "order_request_keys": (
-        "base",
-        ("positions.__getitem__)", "positions.get)"),
-        {"order_request_keys"},
-    ),
-    "a-match-capture": (
-        "base",
-        (BEFORE, "\nmatch 0:\n    case len:\n        pass\n" + BEFORE),
-        {"len"},
-    ),
-    "a-decorated-function": ("base", (BEFORE, "\n\n@print\ndef f():\n    pass\n" + BEFORE), {"f"}),
-    "a-default-that-calls": (
-        "base",
-        (BEFORE, "\n\ndef f(x: int = print()):\n    pass\n" + BEFORE),
-        {"f"},
-    ),
+CHANGED = {  # base.py edited: the objects that differ
+    "order_request_keys": (("positions.__getitem__)", "positions.get)"), {"order_request_keys"}),
+    "a-match-capture": (_new("match 0:\n    case len:\n        pass"), {"len"}),
+    "a-decorated-function": (_new("@print\ndef f():\n    pass"), {"f"}),
+    "a-default-that-calls": (_new("def f(x: int = print()):\n    pass"), {"f"}),
     "an-annotation-that-rebinds": (
-        "base",
-        (BEFORE, "\n\ndef f(x: (ChunkStatus := int)) -> None:\n    pass\n" + BEFORE),
+        _new("def f(x: (ChunkStatus := int)) -> None:\n    pass"),
         {"f", "ChunkStatus"},
     ),
     "a-reached-helper": (
-        "base",
-        (
-            "keys = [key",
-            "keys = [helper(key)",
-            BEFORE,
-            "\n\ndef helper(k):\n    return k\n" + BEFORE,
-        ),
+        ("keys = [key", "keys = [helper(key)", *_new("def helper(k):\n    return k")),
         {"order_request_keys", "helper"},
     ),
     "an-inherited-no-op": (
-        "base",
         ('transitions to 0."""\n        return', 'transitions to 0."""\n        self.get(key)'),
         {"CachePolicy.mark_evictable"},
     ),
@@ -168,8 +151,8 @@ def test_what_does_not_run_or_read_differently_does_not_count(case: str) -> None
 
 @pytest.mark.parametrize("case", sorted(CHANGED))
 def test_what_arc_runs_or_reads_is_judged_object_by_object(case: str) -> None:
-    file, edits, objects = CHANGED[case]
-    code, theirs = _code(NEWEST, file, edits), _guard.verified_code(NEWEST)
+    edits, objects = CHANGED[case]
+    code, theirs = _code(NEWEST, "base", edits), _guard.verified_code(NEWEST)
     changed = {k for k in code.keys() | theirs.keys() if code.get(k) != theirs.get(k)}
     assert changed == {f"base.py:{o}" for o in objects}
 
