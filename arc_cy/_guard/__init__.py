@@ -100,7 +100,7 @@ def check_vllm_code() -> CodeCheck | None:
             )
         return _judge(version)
     except (Exception, RecursionError, MemoryError) as exc:
-        why = exc if isinstance(exc, Unjudged) else f"{type(exc).__name__}: {exc}"
+        why = str(exc) if isinstance(exc, Unjudged) else f"{type(exc).__name__}: {exc}"
         return CodeCheck(version, problems=(f"arc_cy cannot judge it: {why}",))
     finally:
         if enabled:

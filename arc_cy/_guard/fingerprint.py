@@ -28,8 +28,8 @@ POLICY_NAMES = frozenset({"lru", "arc", "arc_cy", "arc_cy_plus"})
 """The names vLLM's factory and arc_cy's plugin register policies by."""
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _SCOPES = (*_DEFS, ast.ClassDef, ast.Module)
-_READS = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Tuple, ast.List, ast.BinOp)
-_READS += (ast.UnaryOp, ast.expr_context, ast.operator, ast.unaryop)
+_READS: tuple[type, ...] = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Tuple)
+_READS += (ast.List, ast.BinOp, ast.UnaryOp, ast.expr_context, ast.operator, ast.unaryop)
 
 
 def _doc(body: list[ast.stmt]) -> ast.Constant | None:
@@ -178,8 +178,8 @@ def caller_uses(source: bytes, watched: set[str]) -> dict[str, int]:
             kind = {ast.Store: "write", ast.Del: "delete"}.get(type(n.ctx), "read")
             name = n.attr if isinstance(n, ast.Attribute) else n.id
             uses.append(("call" if id(n) in called else kind, name))
-        for kind, name in uses:
-            if name in watched or kind == "string" and name in POLICY_NAMES:
-                key = f"{kind}:{name}"
+        for kind, used in uses:
+            if used in watched or kind == "string" and used in POLICY_NAMES:
+                key = f"{kind}:{used}"
                 out[key] = min(out.get(key, n.lineno), n.lineno)  # type: ignore[attr-defined]
     return out

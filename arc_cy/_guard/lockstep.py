@@ -34,7 +34,10 @@ def first_difference(module: str = "arc_cy", seed: int = 0) -> str | None:
         "CPUOffloadingManager": import_module(CPU_MANAGER).CPUOffloadingManager,
         "tiering CPUPrimaryTierOffloadingManager": lambda **kw: tier(mmap_region=region, **kw),
     }
-    routes = {'"arc"': ("arc", None), '"arc_cy"': ("arc_cy", None)}
+    routes: dict[str, tuple[str, str | None]] = {
+        '"arc"': ("arc", None),
+        '"arc_cy"': ("arc_cy", None),
+    }
     routes[f'"ARCCachePolicy" from {module!r}'] = ("ARCCachePolicy", module)
     registry = factory._registry  # "arc_cy" as the plugin registers it, while this runs
     old = registry.pop("arc_cy", None)
