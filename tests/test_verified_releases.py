@@ -127,14 +127,18 @@ SAME = {
 CHANGED = {  # base.py edited: the objects that differ
     "order_request_keys": (("positions.__getitem__)", "positions.get)"), {"order_request_keys"}),
     "a-match-capture": (_new("match 0:\n    case len:\n        pass"), {"len"}),
-    "a-decorated-function": (_new("@print\ndef f():\n    pass"), {"f"}),
-    "a-default-that-calls": (_new("def f(x: int = print()):\n    pass"), {"f"}),
+    "a-decorated-function": (_new("@print\ndef f() -> None:\n    pass"), {"f"}),
+    "a-default-that-calls": (_new("def f(x: int = print()) -> None:\n    pass"), {"f"}),
     "an-annotation-that-rebinds": (
         _new("def f(x: (ChunkStatus := int)) -> None:\n    pass"),
         {"f", "ChunkStatus"},
     ),
     "a-reached-helper": (
-        ("keys = [key", "keys = [helper(key)", *_new("def helper(k):\n    return k")),
+        (
+            "keys = [key",
+            "keys = [helper(key)",
+            *_new("def helper(k: OffloadKey) -> OffloadKey:\n    return k"),
+        ),
         {"order_request_keys", "helper"},
     ),
     "an-inherited-no-op": (

@@ -395,7 +395,10 @@ def test_a_caller_moved_in_the_tree_is_judged(guard: Guard) -> None:
     moved = old.parent / "offloading" / "manager.py"
     moved.parent.mkdir()
     (moved.parent / "__init__.py").touch()
-    moved.write_text(old.read_text() + "\n\ndef _probe(self, key):\n    self._policy.t1.clear()\n")
+    moved.write_text(
+        old.read_text()
+        + "\n\ndef _probe(self: CPUOffloadingManager) -> None:\n    self._policy.t1.clear()\n"
+    )
     old.unlink()
     guard.monkeypatch.delitem(sys.modules, CPU_MANAGER)
     result = _guard.check_vllm_code()

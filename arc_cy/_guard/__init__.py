@@ -186,7 +186,9 @@ def _nearest(code: dict[str, str]) -> str:
     return max(releases(), key=shared)
 
 
-def _changes(code: dict[str, str], nearest: str, sources: dict) -> list[str]:
+def _changes(
+    code: dict[str, str], nearest: str, sources: dict[str, tuple[str, bytes]]
+) -> list[str]:
     theirs, out = verified_code(nearest), []
     for name in sorted(k for k in code.keys() | theirs.keys() if code.get(k) != theirs.get(k)):
         file, _, obj = name.partition(":")
