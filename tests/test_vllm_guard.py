@@ -389,7 +389,8 @@ def test_a_caller_that_needs_what_arc_cy_refuses_is_refused(case: str, guard_eac
 
 def test_a_caller_moved_in_the_tree_is_judged(guard: Guard) -> None:
     # The CPU manager moved (to cpu/offloading/manager.py): its file is
-    # found by its marks, not its path, and judged there.
+    # found by its marks, not its path, and judged there; the lockstep,
+    # which builds it where verified releases have it, refuses it.
     guard.fake.install("0.35.0")
     old = guard.fake.files[CPU_MANAGER]
     moved = old.parent / "offloading" / "manager.py"
@@ -405,6 +406,11 @@ def test_a_caller_moved_in_the_tree_is_judged(guard: Guard) -> None:
     assert result is not None and result.problems == (
         f"{moved}:{len(moved.read_text().splitlines())} reads 't1', which no caller of "
         f"verified vLLM {INSTALLED}'s ARC code does",
+    )
+    moved.write_text(moved.read_text().split("\n\ndef _probe")[0])
+    [why] = _guard.check_vllm_code().problems  # type: ignore[union-attr]
+    assert why.startswith(
+        f"arc_cy cannot judge it: ModuleNotFoundError: No module named '{CPU_MANAGER}'"
     )
 
 
