@@ -112,7 +112,7 @@ def _vllm_report() -> tuple[bool, list[str]]:
             f"vLLM: {version} is broken: its policy module {BASE_MODULE} does not import "
             f"what arc_cy needs: {type(err).__name__}: {err}"
         ]
-    if code.ok and (differs := lockstep_difference()):
+    if code.ok and code.by_hash and (differs := lockstep_difference()):
         code = dataclasses.replace(code, problems=(differs,))
     if code.ok:
         return True, [f"vLLM: {version} ({verified_message(code)}; {LOCKSTEP_PASSED})"]

@@ -91,6 +91,7 @@ CALLS = {
     "the implementation": lambda mp: mp.setattr(arc_cy, "__getattr__", _raiser),
     "the guard's result": lambda mp: mp.setattr(_guard, "check_vllm_code", _raiser),
     "the guard's allowed": lambda mp: mp.setattr(_guard.VllmGuard, "allowed", _raiser),
+    "the hook check": lambda mp: mp.setattr(_guard, "plus_refusal", _raiser),
     "the verified message": lambda mp: mp.setattr(_guard, "verified_message", _raiser),
     "the refused message": lambda mp: (
         mp.setattr(_guard, "refused_message", _raiser),

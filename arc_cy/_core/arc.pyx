@@ -708,8 +708,8 @@ cdef class ARCCore:
         table_free(&self.table)
 
     def __init__(self, cache_capacity=NO_ARG):
-        if vllm_guard.pending:
-            vllm_guard.check()
+        if vllm_guard.plus_pending if self.plus else vllm_guard.pending:
+            vllm_guard.check(self.plus)
         # Called again, it starts over as vLLM's __init__ does: capacity and
         # target first, then the lists are emptied in turn; _max_entries
         # (arc_cy's own) is reset too.

@@ -29,8 +29,8 @@ class ARCPlusCachePolicy(CachePolicy):
     target_t1_size: Any  # a float, or any Real as set (a Fraction stays exact), as in vLLM
 
     def __init__(self, cache_capacity: int) -> None:
-        if vllm_guard.pending:
-            vllm_guard.check()
+        if vllm_guard.plus_pending:
+            vllm_guard.check(plus=True)
         with mutating(self, "__init__"):
             super().__init__(cache_capacity)
             self.target_t1_size = 0.0
