@@ -5,16 +5,18 @@ finished request to PATH, in the trace format the replay reads
 docs/usage.md ("Recording your traffic").
 
 Both constructors ask ``record_for`` for a ``Recorder`` (None when the
-variable is unset), and the policy calls it after a call returns, never
-while it runs: ``arrive`` after ``on_request_access`` and ``on_store_miss``
-(a request's first call with its context is its arrival),
-``finished`` after ``on_request_finished`` (its line), ``cleared`` after
-``clear``. The recorder never changes what the policy does and never
-raises: any failure is one WARNING, and recording stops while the policy
-goes on. The caller's thread only queues a finished request's keys and
-counts; a writer thread makes the lines (the keys' ids in C without the GIL
-where the core is built), opens the file and writes, so the scheduler never
-waits on the disk.
+variable is unset), and the policy tells it what happened after a call
+returns, never while it runs: ``arrive`` after ``on_request_access`` (a
+request's first call is its arrival), ``missed`` after ``on_store_miss``
+(its first is where its stores enter the order of the policy's events),
+``pinned`` after ``mark_non_evictable`` (a load), ``finished`` after
+``on_request_finished`` (its line), ``cleared`` after ``clear``. The
+recorder never changes what the policy does and never raises: any failure
+is one WARNING, and recording stops while the policy goes on. The caller's
+thread only queues a finished request's keys and counts; a writer thread
+makes the lines (the keys' ids in C without the GIL where the core is
+built), opens the file and writes, so the scheduler never waits on the
+disk.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ from ._vllm import CachePolicy
 
 ENV, MAX_MB_ENV = RECORDING
 MAX_MB = 4096
-"""The default size limit: about a day of a busy server (40 requests a
-second, each of about 100 blocks the CPU tier sees: 1.2 KB a line)."""
+"""The default size limit: about a day of a busy server (20 requests a
+second finishing, each of about 100 keys the CPU tier sees: 2 KB a line)."""
 BACKLOG = 1 << 22
 """Keys waiting for the writer past which recording stops (a disk that does
 not take them, about 90 MB of lines): the scheduler never waits, and the
@@ -169,9 +171,8 @@ class Recorder:
         self.start = time.monotonic_ns()
         # What the writer makes lines of: (keys, arrival ns, input and
         # output tokens, the device's hits, loadable keys, order, tokens
-        # per key),
-        # and counts of the keys queued and written (each counter has one
-        # thread that writes it).
+        # per key), and counts of the keys queued and written (each
+        # counter has one thread that writes it).
         self.lines: collections.deque[
             tuple[Sequence[Any], int, int, int, int, int, tuple[int, int, int], int | None]
         ] = collections.deque()
