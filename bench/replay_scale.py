@@ -4,7 +4,7 @@ It makes a recording of about --accesses block accesses (10 million by
 default) from the shipped Mooncake trace, repeated: each copy with block
 ids of its own (63-bit, as a recording's keyed ids are) and timestamps
 after the previous copy's, in arc_cy's recording format with a pool of 5%
-of its distinct blocks; then runs `python -m arc_cy replay` on it with its
+of a copy's distinct blocks (its working set); then runs `python -m arc_cy replay` on it with its
 defaults (the recorded pool and four sizes around it, vLLM lru, vLLM arc,
 arc_cy and ARC+ at store_threshold 1 and 2, the optimum), --jobs processes,
 and samples the memory of the replay's processes (the sum of their
@@ -49,7 +49,9 @@ def make_recording(path: str, accesses: int) -> dict[str, int]:
     header = {
         "format": FORMAT,
         "tokens_per_key": 512,
-        "cache_capacity": round(0.05 * distinct * copies),
+        # 5% of a copy's distinct blocks: the copies follow each other, so a
+        # copy's blocks are the working set a pool is sized to.
+        "cache_capacity": round(0.05 * distinct),
         "vllm": "scale test",
         "arc_cy": __version__,
         "policy": "ARCCachePolicy",
