@@ -47,6 +47,7 @@ def test_ids_are_siphash_2_4_of_the_papers_vectors(impl: str) -> None:
         assert ids([bytes(range(size))], K0, K1) == b"%d" % (want >> 1)
 
 
+@pytest.mark.sanitize
 @pytest.mark.compiled
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.binary(max_size=70), max_size=12), st.integers(0, 2**64 - 1))
@@ -55,6 +56,7 @@ def test_the_compiled_ids_are_the_pythons(keys: list[bytes], k0: int) -> None:
     assert compiled_ids()(tuple(keys), k0, K1) == _record.keyed_ids(keys, k0, K1)
 
 
+@pytest.mark.sanitize
 @pytest.mark.core_only
 @pytest.mark.parametrize(
     ("keys", "k0", "error"),
@@ -74,6 +76,7 @@ def test_the_compiled_ids_refuse_what_is_not_a_list_of_bytes(
         compiled_ids()(keys, k0, K1)
 
 
+@pytest.mark.sanitize
 @pytest.mark.core_only
 def test_the_compiled_ids_hash_their_own_copy_while_another_thread_changes_the_list(
     impl: str,
