@@ -63,6 +63,7 @@ __all__ = [
     "MODULES",
     "REPO",
     "keysnap",
+    "plus_snap",
     "ready",
     "ChunkStatus",
     "ReqContext",
@@ -100,6 +101,20 @@ def snapshot(policy: Any) -> tuple:
         list(policy.b2.keys()),
         policy.target_t1_size,
         type(policy.target_t1_size),
+    )
+
+
+def plus_snap(policy: Any) -> tuple:
+    """Everything that decides ARC+'s next calls (arc_cy._policy.PLUS_DOC),
+    chunks left out: its lists' keys in order and its ghosts' fates. The
+    recency order across t1 and t2 is not in it: each implementation keeps
+    its own stamps, and the evictions compared show it."""
+    return (
+        list(policy.t1.keys()),
+        list(policy.t2.keys()),
+        list(policy.b1.keys()),
+        list(policy.b2.keys()),
+        (policy.b1_returned, policy.b1_forgotten, policy.b2_returned, policy.b2_forgotten),
     )
 
 
