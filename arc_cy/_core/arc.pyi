@@ -57,7 +57,6 @@ class ARCCore:
     def _check_invariants(self) -> None: ...
     @property
     def _scan_visits(self) -> int: ...
-    def _ghost_fates(self) -> tuple[int, int, int, int]: ...
 
 # cache_capacity is read-only in the core (docs/hardening.md, rule 12),
 # where vLLM's CachePolicy has a plain attribute.
@@ -65,8 +64,9 @@ class ARCCachePolicy(ARCCore, CachePolicy):  # type: ignore[override]
     pass
 
 class ARCPlusCachePolicy(ARCCore, CachePolicy):  # type: ignore[override]
-    # Its ghosts' fates (arc_cy._policy.PLUS_DOC), read-only. ARC+ has no
-    # target_t1_size: reading it raises AttributeError.
+    # Its ghosts' fates (arc_cy._policy.PLUS_DOC), read-only (ARCCore's,
+    # AttributeError on ARC). ARC+ has no target_t1_size: reading or
+    # setting it raises AttributeError.
     @property
     def b1_returned(self) -> int: ...
     @property

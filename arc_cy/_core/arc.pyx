@@ -166,6 +166,7 @@ from arc_cy._messages import (
     MSG_MUTATED,
     MSG_NO_ACCESSOR,
     MSG_NO_COPY,
+    MSG_ARC_NO_FATES,
     MSG_PLUS_NO_TARGET,
     MSG_REENTRANT,
 )
@@ -843,12 +844,6 @@ cdef class ARCCore:
         self._plus_trim(drop1, drop2)
         return result
 
-    def _ghost_fates(self):
-        """ARC+'s ghost fates: (b1 returned, b1 forgotten, b2 returned, b2
-        forgotten), since the policy was made or cleared (0s in ARC)."""
-        return (self.fates[RETURNED_B1], self.fates[FORGOTTEN_B1],
-                self.fates[RETURNED_B2], self.fates[FORGOTTEN_B2])
-
     # --- the API: making the policy --------------------------------------
 
     def __cinit__(self, *args, **kwargs):
@@ -914,10 +909,14 @@ cdef class ARCCore:
 
     @property
     def target_t1_size(self):
+        if self.plus:  # ARC's alone: ARC+ adapts no target
+            raise AttributeError(MSG_PLUS_NO_TARGET)
         return self.target
 
     @target_t1_size.setter
     def target_t1_size(self, value):
+        if self.plus:
+            raise AttributeError(MSG_PLUS_NO_TARGET)
         self._enter(OP_TARGET)
         try:
             self.target = check_target(value)
@@ -953,6 +952,29 @@ cdef class ARCCore:
             self.max_entries = check_max_entries(value)  # runs value.__index__
         finally:
             self._leave()
+
+    # ARC+'s alone: its ghosts' fates (arc_cy._policy.PLUS_DOC), read-only.
+
+    cdef uint64_t _fate(self, int f) except? 0:
+        if not self.plus:
+            raise AttributeError(MSG_ARC_NO_FATES)
+        return self.fates[f]
+
+    @property
+    def b1_returned(self):
+        return self._fate(RETURNED_B1)
+
+    @property
+    def b1_forgotten(self):
+        return self._fate(FORGOTTEN_B1)
+
+    @property
+    def b2_returned(self):
+        return self._fate(RETURNED_B2)
+
+    @property
+    def b2_forgotten(self):
+        return self._fate(FORGOTTEN_B2)
 
     @property
     def _scan_visits(self):
@@ -1406,28 +1428,6 @@ class ARCCachePolicy(ARCCore, CachePolicy):
 
 class ARCPlusCachePolicy(ARCCore, CachePolicy):
     __doc__ = PLUS_DOC
-
-    # ARC+ adapts nothing by a target: ARCCore's is ARC's alone.
-    @property
-    def target_t1_size(self):
-        raise AttributeError(MSG_PLUS_NO_TARGET)
-
-    # Its ghosts' fates (read-only; the twin's are plain attributes).
-    @property
-    def b1_returned(self):
-        return self._ghost_fates()[0]
-
-    @property
-    def b1_forgotten(self):
-        return self._ghost_fates()[1]
-
-    @property
-    def b2_returned(self):
-        return self._ghost_fates()[2]
-
-    @property
-    def b2_forgotten(self):
-        return self._ghost_fates()[3]
 
 
 _PLUS_TYPE = ARCPlusCachePolicy

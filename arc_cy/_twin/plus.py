@@ -24,6 +24,11 @@ class ARCPlusCachePolicy(CachePolicy):
     __doc__ = PLUS_DOC  # one text, both implementations' (arc_cy._policy)
 
     _running: str | None = None  # the mutating call under way (mutating())
+    ticks: int  # stamps given so far
+    b1_returned: int  # the ghosts' fates (arc_cy._policy.PLUS_DOC)
+    b1_forgotten: int
+    b2_returned: int
+    b2_forgotten: int
 
     def __init__(self, cache_capacity: int) -> None:
         if vllm_guard.pending:
