@@ -92,6 +92,29 @@ def test_request_finished_tail_first_each_key_once(plus_cls: type) -> None:
 
 
 @pytest.mark.gc_stress
+@pytest.mark.parametrize("capacity", [4, 40, 100])
+def test_a_request_of_ghosts_alone_fills_b2_and_trims_it(plus_cls: type, capacity: int) -> None:
+    """Every key of a request is a b1 ghost, not kept, while b2 is full: all
+    move to b2 under the request's key objects, and b2 forgets as many
+    (the most keys a call replaces and forgets at once: the core holds
+    each in its working storage, reserved before the first change)."""
+    policy = plus_cls(capacity)
+    frequent = [K(i) for i in range(capacity)]
+    stored(policy, *frequent)
+    finished(policy, frequent, reused=frequent)  # to t2
+    assert len(policy.evict(capacity, set())) == capacity  # b2 full
+    once = [K(1000 + i) for i in range(capacity)]
+    stored(policy, *once)
+    assert len(policy.evict(capacity, set())) == capacity  # b1 full
+    asked = [bytes(bytearray(k)) for k in once]  # equal keys, other objects
+    finished(policy, asked)
+    assert list(policy.b1) == [] and list(policy.b2) == once[::-1]  # tail first
+    assert all(k is a for k, a in zip(policy.b2, asked[::-1]))
+    assert fates(policy) == (0, 0, 0, capacity)
+    policy._check_invariants()
+
+
+@pytest.mark.gc_stress
 def test_store_misses_count_the_ghosts_that_return(plus_cls: type) -> None:
     policy = plus_cls(4)
     stored(policy, K(1), K(2), K(3))

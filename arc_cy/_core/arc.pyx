@@ -733,11 +733,10 @@ cdef class ARCCore:
 
     cdef int _plus_finished(self, Py_ssize_t n, object insertion_only_keys,
                             object reused_keys) except -1:
-        """on_request_finished of the n keys in work (room for n replaced
-        key objects reserved), tail first, each key once: everything that
-        can fail (the classification, the lookups, the reserves for the
-        keys remembered and the ghosts then forgotten) before the first
-        change."""
+        """on_request_finished of the n keys held in work, tail first, each
+        key once: everything that can fail (the classification, the
+        lookups, the reserves for the keys remembered, the key objects
+        replaced and the ghosts then forgotten) before the first change."""
         cdef Py_ssize_t j, m, size = 1, asked_b1 = 0, drop1, drop2
         cdef int32_t *found
         cdef int32_t *kinds
@@ -772,7 +771,9 @@ cdef class ARCCore:
         # b1 loses the ghosts asked for (to b2) and gains the keys remembered.
         drop1 = max(0, self.store.size[B1] - asked_b1 + m - self.capacity)
         drop2 = max(0, self.store.size[B2] + asked_b1 - self.capacity)
-        work_reserve(&self.work, drop1 + drop2)
+        # Room, past the n keys held, for every key object replaced (a t1
+        # entry reused, a ghost moved: n at most) and every ghost forgotten.
+        work_reserve(&self.work, n + drop1 + drop2)
         for j in range(n - 1, -1, -1):
             i = found[j]
             if i == SEEN:
