@@ -116,6 +116,7 @@ if not PURE:
             ["arc_cy/_core/arc.pyx"],
             depends=[
                 "arc_cy/_core/layout.h",
+                "arc_cy/_core/siphash.h",
                 "arc_cy/_core/capi.pxd",
                 "arc_cy/_core/nodes.pxd",
                 "arc_cy/_core/table.pxd",

@@ -14,6 +14,9 @@ checkout's root), when vLLM is installed but fails to import, or when the
 installed vLLM's policy code is not one arc_cy verified (see
 ``ARC_CY_ALLOW_UNVERIFIED_VLLM``). ``--help`` and ``--version`` answer
 without running anything.
+
+``python -m arc_cy replay TRACE``: which policy fits a trace
+(``arc_cy._replay``).
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ def _vllm_report() -> tuple[bool, list[str]]:
             f"vLLM: {version} is broken: its policy module {BASE_MODULE} does not import "
             f"what arc_cy needs: {type(err).__name__}: {err}"
         ]
-    if code.ok and (differs := lockstep_difference()):
+    if code.ok and code.by_hash and (differs := lockstep_difference()):
         code = dataclasses.replace(code, problems=(differs,))
     if code.ok:
         return True, [f"vLLM: {version} ({verified_message(code)}; {LOCKSTEP_PASSED})"]
@@ -232,12 +235,20 @@ def _parse_args(argv: list[str] | None) -> None:
         "vLLM and whether its policy code is one arc_cy verified, Python), then "
         "run one store/evict cycle through vLLM's CPUOffloadingManager (or the "
         "policy alone without vLLM). Exits 0 when everything passes, else 1.",
+        epilog="`python -m arc_cy replay TRACE` replays a trace (a recording made with "
+        "ARC_CY_RECORD_TRACE) with each policy and says which to run: "
+        "`python -m arc_cy replay --help`.",
     )
     parser.add_argument("--version", action="version", version=f"arc_cy {arc_cy.__version__}")
     parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["replay"]:
+        from arc_cy._replay import main as replay
+
+        return replay(argv[1:])
     _parse_args(argv)
     env = os.environ.get("ARC_CY_NO_EXTENSIONS")
     print(f"arc_cy {arc_cy.__version__}")

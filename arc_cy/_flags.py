@@ -15,6 +15,9 @@ RUNTIME_FLAGS = (
 )
 """Every flag that arc_cy reads once installed (setup.py's build flags
 aside): the plugin must survive each one mistyped (tests/test_plugin.py)."""
+RECORDING = ("ARC_CY_RECORD_TRACE", "ARC_CY_RECORD_MAX_MB")
+"""The recording's settings (arc_cy._record): a path and a size, not flags;
+a value it cannot use is one WARNING, and no recording."""
 
 
 def env_flag(name: str, environ: Mapping[str, str] = os.environ) -> bool:

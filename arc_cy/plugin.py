@@ -1,6 +1,6 @@
 """vLLM plugin: makes ``"eviction_policy": "arc_cy"`` name arc_cy's policy,
-and ``"arc_cy_plus"`` its ARC+ (on vLLM 0.31 and later, whose manager calls
-on_request_finished, which ARC+ remembers refused keys in).
+and ``"arc_cy_plus"`` its ARC+ where vLLM's manager calls the hook ARC+
+learns in (``arc_cy._guard.plus_refusal``: 0.31 and later).
 
 Declared as a ``vllm.general_plugins`` entry point, so vLLM runs
 ``register()`` in every process it starts, possibly more than once, and
@@ -47,17 +47,16 @@ def register() -> None:
 
 def _register() -> None:
     import arc_cy
-    from arc_cy._guard import refused_message, verified_message, vllm_guard
+    from arc_cy._guard import plus_refusal, refused_message, verified_message, vllm_guard
 
     # Everything that can fail runs before the registration, so that a
     # failure leaves the name unregistered: the implementation (its flag,
     # ARC_CY_NO_EXTENSIONS), vLLM's factory, the guard (its override flag).
     policies: dict[str, type] = {POLICY_NAME: arc_cy.ARCCachePolicy}
     implementation = arc_cy.IMPLEMENTATION
-    from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
     from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 
-    if hasattr(CachePolicy, "on_request_finished"):
+    if (refusal := plus_refusal()) is None:
         policies[PLUS_NAME] = arc_cy.ARCPlusCachePolicy
 
     allowed = vllm_guard.allowed()
@@ -69,6 +68,7 @@ def _register() -> None:
         logger.error("%s The 'arc_cy' cache policy is NOT registered.", refused_message(code))
         return
     accepted = verified_message(code) if code.ok else "UNVERIFIED code"
+    accepted += f"; not {PLUS_NAME!r}: {refusal}." if refusal else ""
     registered = []
     for name, policy_cls in policies.items():
         try:

@@ -342,15 +342,16 @@ def print_result(data: dict[str, Any]) -> None:
     print(RESULT + json.dumps(data), flush=True)
 
 
-def run_child(script: str, *args: str) -> dict[str, Any]:
-    """Runs ``python -P script *args`` in a fresh process and returns what it
-    reported with print_result; stops the benchmark, with the child's
-    stderr, if it failed or reported nothing."""
+def run_child(script: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Runs ``python -P script *args`` in a fresh process (with env added to
+    the environment) and returns what it reported with print_result; stops
+    the benchmark, with the child's stderr, if it failed or reported nothing."""
     proc = subprocess.run(
         [sys.executable, "-P", os.path.abspath(script), *args],
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, **(env or {})},
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)]
     if proc.returncode != 0 or not lines:

@@ -6,7 +6,8 @@ a shipped one by name: mooncake, agentic), by default the Mooncake
 release's synthetic workload shipped in bench/data/ (its SHA-256 checked
 as it is read). Each request's full blocks (the first input_length // 512
 of its hash ids: vLLM offloads only full blocks) go through the manager as
-the scheduler-side connector sends them (arc_cy_harness.replay): lookups up to
+the scheduler-side connector sends them (arc_cy._replay, the package's own
+replay, which `python -m arc_cy replay` runs): lookups up to
 the first miss, a load of those hits, stores of the rest in batches of
 --store-batch blocks; requests overlap as their timestamps and lengths say
 (--prefill-tps, --decode-ms; or --inflight N), their loads and stores in
@@ -25,8 +26,8 @@ hit ratios and evictions; arc_cy compiled and pure compared with vLLM arc
 call by call, ARC+'s twin with ARC+ compiled (ARC+ decides otherwise than
 vLLM arc on purpose), and the run stops at the first difference), then --reps timed
 passes. In every pass the policies' managers take the trace's events in
-lockstep, the order rotating by one each event (arc_cy_harness.replay's
-lockstep), so that load on a shared machine falls on all of them alike;
+lockstep, the order rotating by one each event (``lockstep``), so that
+load on a shared machine falls on all of them alike;
 each manager's time is the sum of the spans around its own calls. The
 timed passes add the manager driven by a policy whose decisions cost
 nothing (FreePolicy, replaying vLLM arc's victims): the manager's own
@@ -42,11 +43,13 @@ from __future__ import annotations
 import os
 import statistics
 import sys
+import tempfile
 import time
 from typing import Any
 
 import benchlib as bl
-from arc_cy_harness import replay as rp
+from arc_cy import _replay as rp
+from arc_cy._trace import Trace, TraceError, block_key, read_trace
 
 NAME = TAG = "replay"
 PLOTS = (
@@ -69,17 +72,21 @@ ROUTES: dict[str, tuple[str, str | None]] = {
     "arc_cy_pure": ("ARCCachePolicy", "arc_cy._twin.arc"),
     "arc_cy_plus": ("arc_cy_plus", None),
     "arc_cy_plus_pure": ("ARCPlusCachePolicy", "arc_cy._twin.plus"),
+    # arc_cy compiled with ARC_CY_RECORD_TRACE set: what recording costs
+    "arc_cy_recording": ("arc_cy", None),
 }
 POLICIES = tuple(ROUTES)
-PLUS, PLUS_TWIN = "arc_cy_plus", "arc_cy_plus_pure"
+PLUS, PLUS_TWIN, RECORDING = "arc_cy_plus", "arc_cy_plus_pure", "arc_cy_recording"
 # name -> the policy whose decisions it must make, call by call. ARC+ is
 # compared with no vLLM policy: it decides otherwise on purpose.
-TWINS = {"arc_cy": "vllm_arc", "arc_cy_pure": "vllm_arc", PLUS_TWIN: PLUS}
+TWINS = {"arc_cy": "vllm_arc", "arc_cy_pure": "vllm_arc", PLUS_TWIN: PLUS, RECORDING: "arc_cy"}
+RECORDING_GOAL = 1.05  # recording adds at most 5% to the manager's time
 FREE = "free_policy"  # the manager with a policy that costs nothing
 LABELS = {
     **bl.LABELS,
     PLUS: "ARC+ compiled (arc_cy_plus)",
     PLUS_TWIN: "ARC+ pure",
+    RECORDING: "arc_cy recording",
     FREE: "no policy cost (estimate)",
     "optimum": "optimum (Belady's MIN)",
 }
@@ -87,6 +94,7 @@ COLORS = {
     **bl.COLORS,
     PLUS: "tab:purple",
     PLUS_TWIN: "tab:pink",
+    RECORDING: "tab:olive",
     FREE: "tab:gray",
     "optimum": "black",
 }
@@ -179,21 +187,128 @@ def check_routes() -> None:
             )
 
 
-def make_manager(name: str, pool: int, threshold: int, victims: Any = None) -> Any:
+def make_manager(
+    name: str, pool: int, threshold: int, victims: Any = None, record_dir: str | None = None
+) -> Any:
+    """name's manager; RECORDING's records to a new file in record_dir."""
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
     if name == FREE:
         m = CPUOffloadingManager(num_chunks=pool, cache_policy="lru", store_threshold=threshold)
         # The manager's policy slot: FreePolicy is no CachePolicy to register.
-        m._policy = rp.FreePolicy(victims)
+        m._policy = FreePolicy(victims)
         return m
     policy, module = ROUTES[name]
-    return CPUOffloadingManager(
-        num_chunks=pool,
-        cache_policy=policy,
-        cache_policy_module_path=module,
-        store_threshold=threshold,
-    )
+    if name == RECORDING:
+        assert record_dir is not None
+        os.environ["ARC_CY_RECORD_TRACE"] = os.path.join(
+            record_dir, f"{pool}-{threshold}-{time.monotonic_ns()}.jsonl"
+        )
+    try:
+        return CPUOffloadingManager(
+            num_chunks=pool,
+            cache_policy=policy,
+            cache_policy_module_path=module,
+            store_threshold=threshold,
+        )
+    finally:
+        os.environ.pop("ARC_CY_RECORD_TRACE", None)
+
+
+def log_evictions(manager: Any) -> list[Any]:
+    """Every evict() result of manager's policy from now on, in order
+    (FreePolicy's script); the run it logs is not one to time."""
+    logged: list[Any] = []
+    evict = manager._policy.evict
+
+    def logging_evict(n: int, protected: Any) -> Any:
+        out = evict(n, protected)
+        logged.append(None if out is None else [k for k, _ in out])
+        return out
+
+    manager._policy.evict = logging_evict
+    return logged
+
+
+def lockstep(replayers: list[rp.Replayer], events: list[tuple[int, int]]) -> None:
+    """Runs the same events through several replayers at once, event by
+    event, the order rotating by one each event: a burst of load on a
+    shared machine falls on every one of them alike."""
+    n = len(replayers)
+    for e, (kind, i) in enumerate(events):
+        for j in range(n):
+            r = replayers[(e + j) % n]
+            if kind == 0:
+                r.start(i)
+            else:
+                r.finish(i)
+
+
+def first_difference(a: list[Any], b: list[Any]) -> int | None:
+    """The index of the first call where two decision lists differ, or None."""
+    for n, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return n
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def mismatches(a: list[Any], b: list[Any]) -> int:
+    """The calls where two decision lists differ (a missing call counts)."""
+    return sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b))
+
+
+class FreePolicy:
+    """A cache policy whose decisions cost nothing: ``get``, ``insert`` and
+    ``remove`` are one dict operation on the resident chunks, ``evict``
+    hands back the next victims of a recorded run (another policy's, on the
+    same events), every other call does nothing. A manager driven with it
+    makes that run's calls, so its time is the manager's own share of them
+    (plus one empty Python call per policy call)."""
+
+    def __init__(self, victims: list[list[bytes] | None]) -> None:
+        self.chunks: dict[bytes, Any] = {}
+        self.get = self.chunks.get
+        self._victims = iter(victims)
+
+    def insert(self, key: bytes, chunk: Any, req_context: Any = None) -> None:
+        self.chunks[key] = chunk
+
+    def remove(self, key: bytes) -> None:
+        self.chunks.pop(key, None)
+
+    def evict(self, n: int, protected: Any) -> list[tuple[bytes, Any]] | None:
+        keys = next(self._victims)
+        if keys is None:
+            return None
+        if len(keys) != n:
+            raise RuntimeError(f"FreePolicy: the recorded run evicted {len(keys)} here, not {n}")
+        pop = self.chunks.pop
+        return [(k, pop(k)) for k in keys]
+
+    def clear(self) -> None:
+        self.chunks.clear()
+
+    def _nothing(self, *args: Any) -> None:
+        return None
+
+    touch = mark_evictable = mark_non_evictable = _nothing
+    on_store_miss = on_request_access = on_request_finished = _nothing
+
+
+def block_keys(trace: Trace) -> list[list[bytes]]:
+    """Each request's offload keys (block_key), one bytes object per id,
+    made before the timed passes."""
+    made: dict[int, bytes] = {}
+    out = []
+    for i in range(len(trace)):
+        keys = []
+        for h in trace.blocks(i):
+            k = made.get(h)
+            if k is None:
+                k = made[h] = block_key(h)
+            keys.append(k)
+        out.append(keys)
+    return out
 
 
 def describe(decision: tuple[str, int, Any] | None) -> str:
@@ -216,22 +331,22 @@ def replay_case(
     reps: int,
     store_batch: int,
     optimum: float,
+    record_dir: str,
 ) -> dict[str, Any]:
     t = time.perf_counter()
-    first = {
-        name: rp.Replayer(
-            make_manager(name, pool, threshold),
-            keys,
-            store_batch=store_batch,
-            log_evictions=name == "vllm_arc",
-        )
-        for name in POLICIES
-    }
-    rp.lockstep(list(first.values()), events)
+    keys_of = keys.__getitem__
+
+    def replayer(name: str, victims: Any = None) -> rp.Replayer:
+        m = make_manager(name, pool, threshold, victims, record_dir)
+        return rp.Replayer(m, keys_of, store_batch=store_batch, log=True)
+
+    first = {name: replayer(name) for name in POLICIES}
+    victims = log_evictions(first["vllm_arc"].m)
+    lockstep(list(first.values()), events)
     mism = {}
     for name, model in TWINS.items():
         ref, got = first[model].decisions, first[name].decisions
-        at = rp.first_difference(ref, got)
+        at = first_difference(ref, got)
         if at is not None:
             raise SystemExit(
                 f"replay: {LABELS[name]} decided otherwise than {LABELS[model]} at pool {pool}, "
@@ -239,9 +354,8 @@ def replay_case(
                 f"{describe(ref[at] if at < len(ref) else None)}, {name} "
                 f"{describe(got[at] if at < len(got) else None)}"
             )
-        mism[name] = rp.mismatches(ref, got)
+        mism[name] = mismatches(ref, got)
     ref = first["vllm_arc"].decisions
-    victims = first["vllm_arc"].evictions
     for r in first.values():  # the first pass's managers go before the timed ones come
         r.m = None
 
@@ -251,14 +365,9 @@ def replay_case(
     unstable = 0
     for rep in range(reps):
         order = names[rep % len(names) :] + names[: rep % len(names)]
-        runs = {
-            name: rp.Replayer(
-                make_manager(name, pool, threshold, victims), keys, store_batch=store_batch
-            )
-            for name in order
-        }
+        runs = {name: replayer(name, victims) for name in order}
         with bl.timed_phase():
-            rp.lockstep(list(runs.values()), events)
+            lockstep(list(runs.values()), events)
         for name, r in runs.items():
             seconds[name].append(r.manager_ns / 1e9)
             start_ns[name] += r.start_ns
@@ -295,6 +404,12 @@ def replay_case(
     rec["gap_closed"] = {PLUS: gap_closed(h)}
     arc = ms("vllm_arc")
     rec["vs_vllm_arc"] = {n: round(ms(n) / arc, 3) for n in (*POLICIES, FREE)}
+    rec["recording_vs_arc_cy"] = round(ms(RECORDING) / ms("arc_cy"), 3)
+    rec["recorded_bytes"] = sum(
+        os.path.getsize(os.path.join(record_dir, f)) for f in os.listdir(record_dir)
+    )
+    for f in os.listdir(record_dir):
+        os.unlink(os.path.join(record_dir, f))
     v = rec["vs_vllm_arc"]
     bl.progress(
         TAG,
@@ -303,7 +418,7 @@ def replay_case(
         f"arc {h['vllm_arc']:.3f}, ARC+ {h[PLUS]:.3f}, optimum {h['optimum']:.3f}; "
         f"manager s arc {arc:.3f}, arc_cy {ms('arc_cy'):.3f} ({v['arc_cy']:.2f}x), "
         f"ARC+ {ms(PLUS):.3f} ({v[PLUS]:.2f}x), lru {ms('vllm_lru'):.3f}, "
-        f"no policy cost {ms(FREE):.3f}",
+        f"no policy cost {ms(FREE):.3f}; recording {ms(RECORDING) / ms('arc_cy'):.3f}x arc_cy",
     )
     return rec
 
@@ -339,45 +454,54 @@ def run(args: Any) -> dict[str, Any]:
     check_routes()
     t = time.perf_counter()
     try:
-        requests, digest = rp.read_trace_digest(args.trace)
-    except (OSError, rp.TraceError) as exc:
+        trace = read_trace(args.trace)
+    except (OSError, TraceError) as exc:
         raise SystemExit(f"replay: {exc}") from None
-    keys = rp.block_keys(requests)
+    keys = block_keys(trace)
     events = rp.schedule(
-        requests, prefill_tps=args.prefill_tps, decode_ms=args.decode_ms, inflight=args.inflight
+        trace, prefill_tps=args.prefill_tps, decode_ms=args.decode_ms, inflight=args.inflight
     )
-    sequence = rp.accesses(requests)  # full blocks only, as block_keys gives them
-    distinct = len(set(sequence))
+    sequence = trace.accesses  # full blocks only, as block_keys gives them
+    distinct = trace.distinct()
     flight = concurrency(events)
     bl.progress(
         TAG,
-        f"{os.path.basename(args.trace)}: {len(requests)} requests, {len(sequence)} full blocks "
+        f"{os.path.basename(args.trace)}: {len(trace)} requests, {len(sequence)} full blocks "
         f"asked, {distinct} distinct; {flight['mean']} requests in flight on average, "
         f"{flight['max']} at most (read in {time.perf_counter() - t:.1f}s)",
     )
     if not sequence:
         raise SystemExit("replay: the trace asks no full block (every input under 512 tokens)")
     records = []
-    for fraction in pools:
-        pool = max(1, round(fraction * distinct))
-        optimum = rp.optimum_hits(sequence, pool) / len(sequence)
-        for threshold in thresholds:
-            records.append(
-                replay_case(
-                    keys, events, pool, fraction, threshold, reps, args.store_batch, optimum
+    with tempfile.TemporaryDirectory(prefix="arc_cy-replay-") as record_dir:
+        for fraction in pools:
+            pool = max(1, round(fraction * distinct))
+            optimum = rp.optimum_hits(sequence, pool) / len(sequence)
+            for threshold in thresholds:
+                records.append(
+                    replay_case(
+                        keys,
+                        events,
+                        pool,
+                        fraction,
+                        threshold,
+                        reps,
+                        args.store_batch,
+                        optimum,
+                        record_dir,
+                    )  # fmt: skip
                 )
-            )
     return {
         "trace": {
             "path": bl.portable(os.path.abspath(args.trace)),
             "shipped": os.path.abspath(args.trace) in SHIPPED_TRACES.values(),
-            "sha256": digest,
-            "requests": len(requests),
-            "hash_ids": sum(len(r.hash_ids) for r in requests),
+            "sha256": trace.digest,
+            "requests": len(trace),
+            "hash_ids": trace.hash_ids,
             "requests_without_full_block": sum(1 for k in keys if not k),
             "blocks": len(sequence),  # full blocks asked
             "distinct_blocks": distinct,
-            "span_s": round((requests[-1].timestamp_ms - requests[0].timestamp_ms) / 1000, 1),
+            "span_s": round((trace.timestamp_ms[-1] - trace.timestamp_ms[0]) / 1000, 1),
         },
         "model": {
             "inflight": args.inflight,
@@ -401,7 +525,9 @@ def _pct(fraction: float) -> str:
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     recs = result["replay"]
     differ = sum(
-        1 for r in recs if any(r["decision_mismatches"].get(n) for n in ("arc_cy", "arc_cy_pure"))
+        1
+        for r in recs
+        if any(r["decision_mismatches"].get(n) for n in ("arc_cy", "arc_cy_pure", RECORDING))
     )
     rows = [
         bl.decisions_target(
@@ -455,7 +581,31 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
                 "(the default run has it)."
             )
         )
-    return rows + plus_targets(result)
+    return rows + recording_targets(result) + plus_targets(result)
+
+
+def recording_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """What recording (ARC_CY_RECORD_TRACE) adds to the manager's time with
+    arc_cy, at the pool size where it adds most (store_threshold 1)."""
+    recs = [r for r in result["replay"] if r["store_threshold"] == 1]
+    if not recs:
+        return []
+    worst = max(recs, key=lambda r: r["recording_vs_arc_cy"])
+    trace = os.path.basename(result["trace"]["path"])
+    return [
+        bl.target(
+            f"replay of {trace}, store_threshold 1, the pool size where it costs most "
+            f"({_pct(worst['pool_fraction'])}, {worst['pool_chunks']:,} chunks; "
+            f"{len(recs)} sizes ran): manager time with arc_cy recording (ARC_CY_RECORD_TRACE) "
+            "/ without, medians of timed passes (the policies in lockstep)",
+            worst["recording_vs_arc_cy"],
+            f"<= {RECORDING_GOAL}x",
+            lambda v: v <= RECORDING_GOAL,
+            "replay.py",
+            "recording a request (its keys' ids, its line) costs the scheduler more than a "
+            "twentieth of the manager's time: profile arc_cy._record's finished()",
+        )
+    ]
 
 
 def shipped_sha256(name: str) -> str:

@@ -6,8 +6,9 @@ Three drivers start together at the session's start and run side by side:
 
 - ``inproc``: the engines that run in one process one after the other (the
   engine core in-process; one import of vLLM for all): no connector (the
-  reference), vLLM's ``arc``, arc_cy by module path, the two lockstep
-  policies, and a worker for each injected fault (engines.FAULTS);
+  reference), vLLM's ``arc``, arc_cy by module path, arc_cy recording (its
+  requests one at a time, and four at a time), the two lockstep policies,
+  and a worker for each injected fault (engines.FAULTS);
 - ``mp``: arc_cy by plugin name in vLLM's own processes (engine core and
   worker), as a server runs it;
 - ``guard``: arc_cy by plugin name on a vLLM whose arc.py differs by one
@@ -22,7 +23,7 @@ import json
 from typing import Any
 
 import pytest
-from engines import FAULTS, Driver, connector
+from engines import FAULTS, ONE_AT_A_TIME, Driver, connector
 
 from arc_cy_harness import vllm_overlay
 
@@ -42,6 +43,21 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> Any:
                 cache_policy_module_path="arc_cy",
             ),
         },
+        # arc_cy recording what reaches it (ARC_CY_RECORD_TRACE), the
+        # requests one at a time, then four at a time.
+        *(
+            {
+                "name": name,
+                "extra_config": connector(
+                    reports / name,
+                    eviction_policy="ARCCachePolicy",
+                    cache_policy_module_path="arc_cy",
+                ),
+                "workload": workload,
+                "record": str(reports / name / "recording.jsonl"),
+            }
+            for name, workload in (("recorded", ONE_AT_A_TIME), ("recorded_overlapping", {}))
+        ),
         {
             "name": "lockstep_compiled",
             "extra_config": connector(

@@ -34,6 +34,8 @@ WORKLOAD = {
     "max_tokens": 8,
 }
 MODEL = {"layers": 2, "kv_heads": 2, "seed": 0}
+# The same 48 requests, one at a time (a generate() call each).
+ONE_AT_A_TIME = {"rounds": 48, "per_round": 1}
 
 # The CPU worker's injected faults (arc_cy_harness.cpu_offload's cpu_copy_fault),
 # one run each: a copy that goes wrong while reported a success.

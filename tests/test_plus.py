@@ -303,12 +303,13 @@ def _manager(policy: str, pool: int) -> Any:
 @pytest.mark.needs_vllm
 @pytest.mark.parametrize("trace", sorted(HAND))
 def test_hand_worked_hit_ratios(trace: str, impl: str) -> None:
-    from arc_cy_harness import replay as rp
+    from arc_cy import _replay as rp
+    from arc_cy._trace import trace_of
 
     names, pool, hits = HAND[trace]
     ids = {name: i for i, name in enumerate(dict.fromkeys(names))}
-    requests = [rp.TraceRequest(t, 512, 1, (ids[name],)) for t, name in enumerate(names)]
-    keys = rp.block_keys(requests)
+    requests = trace_of((t, 512, 1, (ids[name],)) for t, name in enumerate(names))
+    keys = rp.trace_keys(requests)
     events = rp.schedule(requests, inflight=1)
     for policy, want in (("lru", hits["lru"]), ("arc", hits["arc"]), (impl, hits["plus"])):
         run = rp.Replayer(_manager(policy, pool), keys, store_batch=1).run(events)

@@ -69,6 +69,9 @@ RUNS = {
     "vllm_newer": {"FAKE_VLLM_VERSION": "0.35.0"},
     # ... and so must one that cannot say its version ...
     "vllm_unversioned": {"FAKE_VLLM_VERSION": "-"},
+    # ... and one whose CPU manager changed by a comment, judged on release
+    # day (the lockstep through its managers, reported) ...
+    "vllm_release_day": {"FAKE_VLLM_VERSION": "0.35.0", "FAKE_VLLM_OVERLAY": "1"},
     # ... and a local build whose arc.py differs in one line of decision
     # code must not, unless overridden.
     "vllm_patched": {"FAKE_VLLM_VERSION": "0.35.0+local", "FAKE_VLLM_OVERLAY": "1"},
@@ -86,11 +89,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, 
     cwd = tmp_path_factory.mktemp("cwd")
     fake = tmp_path_factory.mktemp("fake_vllm")
     arc = vllm_overlay.write(fake)
+    day = tmp_path_factory.mktemp("release_day")
+    comment = ("class CPUOffloadingManager(", "# changed\nclass CPUOffloadingManager(")
+    vllm_overlay.write(day, vllm_overlay.MANAGER_FILE, comment)
+    overlays = {"vllm_release_day": str(day)}
     procs = {
         name: start_main(
             cwd,
             env,
-            pythonpath=str(fake) if "FAKE_VLLM_VERSION" in env else "",
+            pythonpath=overlays.get(name, str(fake)) if "FAKE_VLLM_VERSION" in env else "",
         )
         for name, env in RUNS.items()
     }
@@ -179,7 +186,8 @@ def test_fails_when_vllm_does_not_load_the_plugin(
 
 @pytest.mark.compiled
 @pytest.mark.parametrize(
-    ("run", "version"), [("vllm_newer", "0.35.0"), ("vllm_unversioned", "unknown")]
+    ("run", "version"),
+    [("vllm_newer", "0.35.0"), ("vllm_unversioned", "unknown"), ("vllm_release_day", "0.35.0")],
 )
 def test_a_verified_releases_code_under_another_version(
     runs: dict[str, tuple[int, str, str]], run: str, version: str

@@ -84,7 +84,7 @@ def test_stub_matches_both_implementations() -> None:
         for name in vars(arc_twin.ARCCachePolicy)
         if name == "__init__" or not name.startswith("__")
     }
-    twin -= {"_adapt_to_ghost_hit", "_running", "_abc_impl"}  # the twin's own helpers
+    twin -= {"_adapt_to_ghost_hit", "_running", "_recorder", "_abc_impl"}  # the twin's own helpers
     attributes = {"cache_capacity", "target_t1_size", "t1", "t2", "b1", "b2"}
     assert attributes <= set(vars(arc_twin.ARCCachePolicy(3)))
     core_own = {"_max_entries", "_list_len", "_list_contains", "_list_getitem", "_list_iter"}

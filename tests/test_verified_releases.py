@@ -105,38 +105,43 @@ def test_each_release_is_its_own_code_on_release_day(release: str) -> None:
 
 NEWEST = RELEASES[-1]
 BEFORE = "\n\nclass ChunkStatus"
+
+
+def _new(statement: str) -> tuple[str, str]:
+    """An edit of base.py that adds a statement before ChunkStatus."""
+    return BEFORE, f"\n\n{statement}\n{BEFORE}"
+
+
 SAME = {
     "comments": ("arc", ("(CachePolicy):\n", "(CachePolicy):  # a comment\n")),
     "a-string-prefix": ("base", ('"""Return one head-to-tail', 'u"""Return one head-to-tail')),
-    # issue 53's repros: a function named like a local of order_request_keys,
-    # and a default on an abstract method that ARC overrides
-    "an-unrelated-function": ("base", (BEFORE, "\n\ndef positions():\n    return 1\n" + BEFORE)),
+    # issues 53 and 59: an unrelated function in vLLM's style (annotated,
+    # defaulted) named like a local of order_request_keys, and a default on
+    # an abstract method that ARC overrides
+    "an-unrelated-function": (
+        "base",
+        _new("def positions(keys: list[OffloadKey], n: int = 0) -> int:\n    return n"),
+    ),
     "a-default-arc-overrides": ("base", ("set[OffloadKey]\n", "set[OffloadKey], d: int = 0\n")),
 }
-CHANGED = {
-    "order_request_keys": (
-        "base",
-        ("positions.__getitem__)", "positions.get)"),
-        {"order_request_keys"},
+CHANGED = {  # base.py edited: the objects that differ
+    "order_request_keys": (("positions.__getitem__)", "positions.get)"), {"order_request_keys"}),
+    "a-match-capture": (_new("match 0:\n    case len:\n        pass"), {"len"}),
+    "a-decorated-function": (_new("@print\ndef f() -> None:\n    pass"), {"f"}),
+    "a-default-that-calls": (_new("def f(x: int = print()) -> None:\n    pass"), {"f"}),
+    "an-annotation-that-rebinds": (
+        _new("def f(x: (ChunkStatus := int)) -> None:\n    pass"),
+        {"f", "ChunkStatus"},
     ),
-    "a-match-capture": (
-        "base",
-        (BEFORE, "\nmatch 0:\n    case len:\n        pass\n" + BEFORE),
-        {"len"},
-    ),
-    "a-decorated-function": ("base", (BEFORE, "\n\n@print\ndef f():\n    pass\n" + BEFORE), {"f"}),
     "a-reached-helper": (
-        "base",
         (
             "keys = [key",
             "keys = [helper(key)",
-            BEFORE,
-            "\n\ndef helper(k):\n    return k\n" + BEFORE,
+            *_new("def helper(k: OffloadKey) -> OffloadKey:\n    return k"),
         ),
         {"order_request_keys", "helper"},
     ),
     "an-inherited-no-op": (
-        "base",
         ('transitions to 0."""\n        return', 'transitions to 0."""\n        self.get(key)'),
         {"CachePolicy.mark_evictable"},
     ),
@@ -150,19 +155,24 @@ def test_what_does_not_run_or_read_differently_does_not_count(case: str) -> None
 
 @pytest.mark.parametrize("case", sorted(CHANGED))
 def test_what_arc_runs_or_reads_is_judged_object_by_object(case: str) -> None:
-    file, edits, objects = CHANGED[case]
-    code, theirs = _code(NEWEST, file, edits), _guard.verified_code(NEWEST)
+    edits, objects = CHANGED[case]
+    code, theirs = _code(NEWEST, "base", edits), _guard.verified_code(NEWEST)
     changed = {k for k in code.keys() | theirs.keys() if code.get(k) != theirs.get(k)}
     assert changed == {f"base.py:{o}" for o in objects}
 
 
-USES = {
-    "an-attribute": ("len(self._policy.t1)", {"t1"}),
-    "a-computed-name": ("getattr(self._policy, name)", {"getattr"}),
-    "a-string-name": ("getattr(self._policy, 'b2')", {"getattr", "b2"}),
-    "a-class-pattern": ("match p:\n        case object(t2=x):\n            pass", {"t2"}),
-    "a-keyword": ("f(target_t1_size=1)", {"target_t1_size"}),
-    "a-docstring-is-not-a-use": ('"""t1 and b2 of the policy."""', set()),
+USES = {  # a use is its kind and the name
+    "a-read": ("len(self._policy.t1)", {"read:t1"}),
+    "a-call": ("self._policy.touch([])", {"call:touch"}),
+    "a-write": ("self._policy.target_t1_size += 1", {"write:target_t1_size"}),
+    "a-delete": ("del self._policy.b1", {"delete:b1"}),
+    "a-computed-name": ("getattr(self._policy, name)", {"call:getattr"}),
+    "a-string-name": ("getattr(self._policy, 'b2')", {"call:getattr", "string:b2"}),
+    "a-policy-name": ('if name == "arc":\n        pass', {"string:arc"}),
+    "a-class-pattern": ("match p:\n        case object(t2=x):\n            pass", {"read:t2"}),
+    "a-keyword": ("f(target_t1_size=1)", {"keyword:target_t1_size"}),
+    "a-docstring-is-not-a-use": ('"""t1 and b2 of the policy, "arc"."""', set()),
+    "a-local-name-is-not-a-use": ("t1 = touch = 1", set()),
 }
 
 

@@ -1,19 +1,26 @@
 """The vLLM code guard (arc_cy._guard) on the installed vLLM and on copies
-of its files, edited, under another version: each judged by both routes,
-the plugin's name and the module path (which builds the implementation
-under test through the copy's own ``CPUOffloadingManager``)."""
+of its files (or of a verified release's, tests/data/vllm), edited, under
+another version: each judged by both routes, the plugin's name and the
+module path (which builds the implementation under test through the
+copy's own ``CPUOffloadingManager``)."""
 
 from __future__ import annotations
 
-import importlib.abc
+import ast
+import compileall
 import importlib.util
 import logging
 import marshal
 import os
+import shutil
 import subprocess
 import sys
+import textwrap
+import threading
+import time
 from dataclasses import dataclass
 from importlib import metadata
+from inspect import getsource
 from pathlib import Path
 
 import pytest
@@ -27,15 +34,17 @@ import vllm.v1.kv_offload.tiering.manager
 from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 
 import arc_cy
-from arc_cy import _guard, plugin
+from arc_cy import ChunkStatus, _guard, plugin
 from arc_cy._guard import DEPRECATED_OVERRIDE_ENV, OVERRIDE_ENV, lockstep, vllm_guard
 from arc_cy._guard.files import ARC_MODULE, BASE_MODULE, CPU_MANAGER, TIERING_MANAGER
-from helpers import CHOSEN, IMPLEMENTATIONS, MODULES, REGISTERED
+from arc_cy_harness import vllm_overlay
+from helpers import CHOSEN, IMPLEMENTATIONS, MODULES, PLUS_MODULES, REGISTERED, REPO
 
 JUDGED = (BASE_MODULE, ARC_MODULE, CPU_MANAGER, TIERING_MANAGER)  # in import order
 PACKAGES = sorted({m.rpartition(".")[0] for m in JUDGED} | {"vllm.v1.kv_offload"})
 REAL = {m: Path(str(importlib.util.find_spec(m).origin)) for m in JUDGED}  # type: ignore[union-attr]
 INSTALLED = metadata.version("vllm")
+DATA = REPO / "tests" / "data" / "vllm"
 
 # One comparison of evict's decision: T1 only when strictly over its target.
 EVICT_COMPARISON = (
@@ -53,9 +62,15 @@ FIELD_ORDER = (
 ORDERED_DICT = ("from collections import OrderedDict", "from typing import OrderedDict")
 
 
-def _edit(source: str, old: str, new: str) -> str:
-    assert source.count(old) == 1, f"{old!r} is not once in the file"
-    return source.replace(old, new)
+def _shape(cls: type) -> str:
+    return _guard.fingerprint._shape(ast.parse(textwrap.dedent(getsource(cls))))
+
+
+def _edit(source: str, *pairs: str) -> str:
+    for old, new in zip(pairs[::2], pairs[1::2]):
+        assert source.count(old) == 1, f"{old!r} is not once in the file"
+        source = source.replace(old, new)
+    return source
 
 
 # --- the fake vLLMs -------------------------------------------------------------
@@ -63,33 +78,31 @@ def _edit(source: str, old: str, new: str) -> str:
 
 class Guard:
     """One test's vLLM: the installed one under another version, its judged
-    modules replaced by copies in a temporary tree (edited or not), executed
-    as vLLM imports them; vLLM's registry without arc_cy, the guard not yet
-    run, no override; and the module path the module-path route builds."""
+    modules replaced by copies (edited or not; of the installed files, or of
+    a verified release's) in a temporary tree, executed as vLLM imports
+    them; vLLM's registry without arc_cy, the guard not yet run, no
+    override; and the module path the module-path route builds."""
 
     def __init__(self, mp: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, root: Path):
         self.monkeypatch, self.caplog, self.root = mp, caplog, root
-        self.module_path = MODULES[CHOSEN]
-        self.files: dict[str, Path] = {}
-        self.fake = self  # guard.fake.install(...) reads as what it does
+        self.module_path, self.files, self.fake = MODULES[CHOSEN], {}, self
         fresh = {k: v for k, v in CachePolicyFactory._registry.items() if "arc_cy" not in k}
         mp.setattr(CachePolicyFactory, "_registry", fresh)
         mp.delenv(OVERRIDE_ENV, raising=False)
         mp.delenv(DEPRECATED_OVERRIDE_ENV, raising=False)
         reset_guard(mp)
 
-    def write(self, edits: dict | None = None, appended: dict | None = None) -> Guard:
+    def write(self, edits: dict | None = None, appended: dict | None = None, tree=None) -> Guard:
         for module in JUDGED:
-            source = REAL[module].read_text()
-            if edits and module in edits:
-                source = _edit(source, *edits[module])
+            file = tree / Path(*module.split(".")).with_suffix(".py") if tree else REAL[module]
+            source = _edit(file.read_text(), *(edits or {}).get(module, ()))
             path = self.root.joinpath(*module.split(".")).with_suffix(".py")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(source + (appended or {}).get(module, ""))
             self.files[module] = path
         return self
 
-    def install(self, version: str, **changes: dict) -> Guard:
+    def install(self, version: str, **changes) -> Guard:
         return self.write(**changes).load(version)
 
     def load(self, version: str) -> Guard:
@@ -102,20 +115,55 @@ class Guard:
             fake = importlib.util.module_from_spec(spec)
             self.monkeypatch.setitem(sys.modules, module, fake)
             spec.loader.exec_module(fake)
+            if hasattr(fake, "ChunkStatus") and _shape(fake.ChunkStatus) == _shape(ChunkStatus):
+                fake.ChunkStatus = ChunkStatus  # one type, as where one base.py ran
         for package in PACKAGES:
             folder = self.root.joinpath(*package.split("."))
             (folder / "__init__.py").touch()
             self.monkeypatch.setattr(sys.modules[package], "__path__", [str(folder)])
         return self
 
-    def routes(self) -> Routes:
-        return routes(self.monkeypatch, self.caplog, self.module_path)
+    def routes(self, policy: str = "ARCCachePolicy") -> Routes:
+        """Both routes on the vLLM in sys.modules, each in a fresh process's
+        state (the guard not yet run)."""
+        reset_guard(self.monkeypatch)
+        self.caplog.clear()
+        with self.caplog.at_level(logging.INFO, logger=plugin.logger.name):
+            plugin.register()
+        [record] = [r for r in self.caplog.records if r.name == plugin.logger.name]
+        registry = CachePolicyFactory._registry
+        registered = ("arc_cy_plus" if "Plus" in policy else "arc_cy") in registry
+        assert (record.levelno == logging.INFO) == ("arc_cy" in registry)
+        registry.pop("arc_cy", None), registry.pop("arc_cy_plus", None)
+        reset_guard(self.monkeypatch)
+        path = self.module_path if "Plus" not in policy else self.plus_path
+        try:
+            manager = sys.modules[CPU_MANAGER].CPUOffloadingManager(
+                num_chunks=4, cache_policy=policy, cache_policy_module_path=path
+            )
+        except RuntimeError as exc:
+            return Routes(registered, record.getMessage(), str(exc))
+        assert type(manager._policy).__module__ == path
+        return Routes(registered, record.getMessage(), None)
+
+    @property
+    def plus_path(self) -> str:
+        return PLUS_MODULES[next(i for i, m in MODULES.items() if m == self.module_path)]
+
+
+@dataclass
+class Routes:
+    """What each route did on one vLLM: registered, the plugin's one log
+    line, and None if the module path built the manager, else its error."""
+
+    registered: bool
+    log: str
+    built: str | None
 
 
 def reset_guard(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in (("pending", True), ("_result", None), ("_checked", False)):
-        monkeypatch.setattr(vllm_guard, name, value)
-    monkeypatch.setattr(vllm_guard, "_warned", False)
+    for name in ("pending", "plus_pending", "_result", "_checked", "_warned"):
+        monkeypatch.setattr(vllm_guard, name, name.endswith("pending") or None)
 
 
 @pytest.fixture
@@ -138,48 +186,11 @@ def register(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == plugin.logger.name]
 
 
-@dataclass
-class Routes:
-    """What each route did on one vLLM: registered, the plugin's one log
-    line, and None if the module path built the manager, else its error."""
-
-    registered: bool
-    log: str
-    built: str | None
-
-
-def routes(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, module_path: str
-) -> Routes:
-    """Both routes on the vLLM in sys.modules, each in a fresh process's
-    state (the guard not yet run)."""
-    reset_guard(monkeypatch)
-    records = register(caplog)
-    assert len(records) == 1, [r.getMessage() for r in records]
-    registered = "arc_cy" in CachePolicyFactory._registry
-    assert (records[0].levelno == logging.INFO) == registered
-    CachePolicyFactory._registry.pop("arc_cy", None)
-    CachePolicyFactory._registry.pop("arc_cy_plus", None)
-    reset_guard(monkeypatch)
-    manager_cls = sys.modules[CPU_MANAGER].CPUOffloadingManager
-    try:
-        manager = manager_cls(
-            num_chunks=4, cache_policy="ARCCachePolicy", cache_policy_module_path=module_path
-        )
-    except RuntimeError as exc:
-        built: str | None = str(exc)
-    else:
-        built = None
-        assert type(manager._policy).__module__ == module_path
-    return Routes(registered, records[0].getMessage(), built)
-
-
 def accepted(r: Routes, version: str, verified_as: str) -> None:
     assert r.registered and r.built is None, r
     assert r.log == (
-        f"arc_cy: registered CPU offloading cache {REGISTERED} "
-        f"({arc_cy.IMPLEMENTATION} implementation) on vLLM {version}: its ARC code "
-        f"is verified vLLM {verified_as}'s"
+        f"arc_cy: registered CPU offloading cache {REGISTERED} ({arc_cy.IMPLEMENTATION} "
+        f"implementation) on vLLM {version}: its ARC code is verified vLLM {verified_as}'s"
     )
 
 
@@ -196,72 +207,92 @@ def refused(r: Routes) -> str:
 
 
 def test_the_installed_vllm_registers_by_its_files_hashes(guard_each: Guard) -> None:
-    monkeypatch = guard_each.monkeypatch
-
     def parsed(*args: object) -> None:
         raise AssertionError("a verified release's files were parsed")
 
-    monkeypatch.setattr(_guard.fingerprint, "arc_code", parsed)
-    monkeypatch.setattr(_guard, "lockstep_difference", parsed)
+    guard_each.monkeypatch.setattr(_guard.fingerprint, "arc_code", parsed)
+    guard_each.monkeypatch.setattr(_guard, "lockstep_difference", parsed)
     accepted(guard_each.routes(), INSTALLED, INSTALLED)
+
+
+@pytest.mark.parametrize("pyc", [False, True], ids=["no-pyc", "pyc"])
+def test_the_hash_path_compiles_nothing(pyc: bool, tmp_path: Path) -> None:
+    # Issue 59: with no .pyc (uv installs none), the stale-bytecode check
+    # compiled every imported judged module. 0.34.0's files, as shipped, in
+    # an overlay (arc_cy_harness.vllm_overlay) written before the process.
+    for module in JUDGED:
+        file = Path(*module.split(".")).with_suffix(".py")
+        (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(DATA / "0.34.0" / file, tmp_path / file)
+    shutil.copy(vllm_overlay.SITECUSTOMIZE, tmp_path / "sitecustomize.py")
+    assert not pyc or compileall.compile_dir(tmp_path / "vllm", quiet=1)
+    time.sleep(0.1)  # older than the process by more than the guard's clock margin
+    code = (
+        "import importlib, builtins, arc_cy._guard as g\n"
+        f"for m in {JUDGED}: importlib.import_module(m)\n"
+        "def compile(*a, **k): raise AssertionError('compiled')\n"
+        "builtins.compile = g.files.compile = compile\n"
+        "r = g.check_vllm_code(); print(r.verified_as, r.problems)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "FAKE_VLLM_OVERLAY": "1"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, env=env
+    )
+    assert proc.stdout.splitlines()[-1:] == [f"{INSTALLED} ()"], proc.stdout + proc.stderr
+    assert any(tmp_path.rglob("*.pyc")) == pyc
 
 
 # --- release day: the code judged, the callers scanned, the claim run --------------
 
 
-def test_release_day_unchanged_arc_code_registers_after_a_lockstep(
-    guard_each: Guard,
-) -> None:
+def test_release_day_unchanged_arc_code_registers_after_a_lockstep(guard_each: Guard) -> None:
     ran = []
     real = _guard.lockstep_difference
     guard_each.monkeypatch.setattr(_guard, "lockstep_difference", lambda: ran.append(1) or real())
-    old, _ = GHOST_ADAPTATION
+    reflowed = "delta = max(1,\n                len(self.b2)/len(self.b1))  # reflowed"
+    comment = '"""Another docstring, naming t1 and touch."""\n        # and a comment'
+    default = "protected: set[OffloadKey], deprioritized: frozenset = frozenset()\n"
+    # issues 53 and 59, in vLLM's style: an unrelated, annotated and defaulted
+    # function named like a local of order_request_keys; a default on an
+    # abstract method that ARC overrides; a caller's helper doing what a
+    # verified caller does
+    unrelated = "\n\ndef positions(keys: list[OffloadKey], start: int = 0) -> int:\n    return 0\n"
+    helper = "\n\ndef _get(manager: CPUOffloadingManager, key: OffloadKey) -> ChunkStatus | None:"
     guard_each.fake.install(
         "0.35.0",
         edits={
-            ARC_MODULE: (
-                old,
-                "delta = max(1,\n                len(self.b2)/len(self.b1))  # reflowed",
-            ),
-            BASE_MODULE: (
-                '"""Find chunk in data structures. Returns None if not present."""',
-                '"""Another docstring, naming t1 and touch."""\n        # and a comment',
-            ),
+            ARC_MODULE: (GHOST_ADAPTATION[0], reflowed),
+            BASE_MODULE: ('"""Find chunk in data structures. Returns None if not present."""',)
+            + (comment, "protected: set[OffloadKey]\n", default),
         },
         appended={
-            # issue 53's repros: an unrelated function named like a local of
-            # order_request_keys; a default on a method that ARC overrides
-            BASE_MODULE: "\n\ndef positions():\n    return 1\n",
-            CPU_MANAGER: "\n\ndef _resident(manager, key):\n    return manager._policy.get(key)\n",
+            BASE_MODULE: unrelated,
+            CPU_MANAGER: helper + "\n    return manager._policy.get(key)\n",
         },
     )
     accepted(guard_each.routes(), "0.35.0", INSTALLED)
     assert ran  # the hashes did not match: judged on release day, and run
 
 
-def test_a_default_on_an_overridden_abstract_method_does_not_count(guard: Guard) -> None:
-    guard.fake.install(
-        "0.35.0",
-        edits={
-            BASE_MODULE: (
-                "self, n: int, protected: set[OffloadKey]\n",
-                "self, n: int, "
-                "protected: set[OffloadKey], deprioritized: frozenset = frozenset()\n",
-            )
-        },
-    )
-    accepted(guard.routes(), "0.35.0", INSTALLED)
-
-
 @pytest.mark.parametrize(
     ("module", "edit", "obj"),
     [
-        (ARC_MODULE, EVICT_COMPARISON, "ARCCachePolicy.evict"),
-        (ARC_MODULE, GHOST_ADAPTATION, "ARCCachePolicy._adapt_to_ghost_hit"),
-        (BASE_MODULE, FIELD_ORDER, "ChunkStatus"),
-        (ARC_MODULE, ORDERED_DICT, "OrderedDict"),
+        (ARC_MODULE, EVICT_COMPARISON, "`ARCCachePolicy.evict` ({}) differs from"),
+        (ARC_MODULE, GHOST_ADAPTATION, "`ARCCachePolicy._adapt_to_ghost_hit` ({}) differs from"),
+        (BASE_MODULE, FIELD_ORDER, "`ChunkStatus` ({}) differs from"),
+        (ARC_MODULE, ORDERED_DICT, "`OrderedDict` ({}) differs from"),
+        (
+            ARC_MODULE,
+            (
+                "    def _adapt_to_ghost_hit(",
+                "    def pin(self, key: OffloadKey) -> None:\n"
+                "        self.t1.move_to_end(key)\n\n    def _adapt_to_ghost_hit(",
+            ),
+            "`ARCCachePolicy.pin` ({}) is not in",
+        ),
     ],
-    ids=["evict", "ghost-hit", "ChunkStatus", "OrderedDict"],
+    ids=["evict", "ghost-hit", "ChunkStatus", "OrderedDict", "a-new-method"],
 )
 def test_a_changed_object_is_refused_by_name(
     module: str, edit: tuple[str, str], obj: str, guard_each: Guard
@@ -269,68 +300,117 @@ def test_a_changed_object_is_refused_by_name(
     guard_each.fake.install("0.35.0", edits={module: edit})
     assert refused(guard_each.routes()) == (
         "arc_cy: vLLM 0.35.0's ARC code is not code arc_cy verified: "
-        f"`{obj}` ({guard_each.fake.files[module]}) differs from verified vLLM {INSTALLED}'s."
+        f"{obj.format(guard_each.fake.files[module])} verified vLLM {INSTALLED}'s."
     )
 
 
-def test_a_new_method_is_refused_by_name(guard: Guard) -> None:
-    new = "\n    def pin(self, key):\n        self.t1.move_to_end(key)\n"
-    guard.fake.install("0.35.0", appended={ARC_MODULE: new})
-    assert refused(guard.routes()).endswith(
-        f"`ARCCachePolicy.pin` ({guard.fake.files[ARC_MODULE]}) is not in verified vLLM "
-        f"{INSTALLED}'s."
-    )
-
-
-REACHES = {
-    "arc-only-state": ("len(manager._policy.t1)", "t1"),
-    "arc-only-method": ("manager._policy._adapt_to_ghost_hit(key)", "_adapt_to_ghost_hit"),
-    "arc_cy-only": ("manager._policy._check_invariants()", "_check_invariants"),
-    "a-method-arc-lost": ("manager._policy.touch([key], None)", "touch"),
-    "computed-name": ("getattr(manager._policy, key)", "getattr"),
-    "string-name": ("operator.attrgetter('b2')(manager._policy)", "attrgetter"),
-    "class-pattern": ("match manager._policy:\n        case object(t2=x): pass", "t2"),
-    "vllms-class": ("isinstance(manager._policy, ARCCachePolicy)", "ARCCachePolicy"),
+REACHES = {  # what a caller does with a policy that no verified caller does
+    "arc-only-state": ("len(manager._policy.t1)", "reads 't1'"),
+    "arc-only-method": ("manager._policy._adapt_to_ghost_hit(key)", "calls '_adapt_to_ghost_hit'"),
+    "arc_cy-only": ("manager._policy._check_invariants()", "calls '_check_invariants'"),
+    "a-method-arc-lost": ("manager._policy.touch([key], None)", "calls 'touch'"),
+    "computed-name": ("getattr(manager._policy, key)", "calls 'getattr'"),
+    "string-name": ("operator.attrgetter('b2')(manager._policy)", "calls 'attrgetter'"),
+    "class-pattern": ("match manager._policy:\n        case object(t2=x): pass", "reads 't2'"),
+    "vllms-class": ("isinstance(manager._policy, ARCCachePolicy)", "reads 'ARCCachePolicy'"),
+    # issue 59: a use the verified callers make of the name, of another kind
+    "a-write": ("manager._policy.cache_capacity = len(key)", "writes 'cache_capacity'"),
+    "a-delete": ("del manager._policy.target_t1_size", "deletes 'target_t1_size'"),
+    "a-policy-name": ('assert manager.name != "arc"', "has the string 'arc'"),
 }
 
 
 @pytest.mark.parametrize("caller", [CPU_MANAGER, TIERING_MANAGER], ids=["cpu", "tiering"])
 @pytest.mark.parametrize("reach", sorted(REACHES))
-def test_a_caller_that_asks_more_than_a_verified_caller_is_refused(
+def test_a_caller_that_does_more_than_a_verified_caller_is_refused(
     reach: str, caller: str, guard: Guard
 ) -> None:
-    line, name = REACHES[reach]
-    guard.fake.install("0.35.0", appended={caller: f"\n\ndef _probe(manager, key):\n    {line}\n"})
+    line, does = REACHES[reach]
+    probe = f"\n\ndef _probe(manager: CPUOffloadingManager, key: OffloadKey) -> None:\n    {line}\n"
+    guard.fake.install("0.35.0", appended={caller: probe})
     message = refused(guard.routes())
     path = guard.fake.files[caller]
-    lines = path.read_text().splitlines()
-    number = max(i for i, text in enumerate(lines, 1) if name in text)
+    number = len(path.read_text().splitlines())  # the probe's last line
     assert message.startswith(
         f"arc_cy: vLLM 0.35.0's ARC code is verified vLLM {INSTALLED}'s, but "
     )
-    assert (
-        f"{path}:{number} uses {name!r}, which no caller of verified vLLM {INSTALLED}'s ARC code"
-        in message
-    )
+    assert f"{path}:{number} {does}, which no caller of verified vLLM {INSTALLED}'s" in message
+
+
+# Issue 59: today's CPU manager (0.34.0's), one change each, needing what the
+# core refuses or treating vLLM's "arc" as no other policy: its edits, what
+# the refusal says, and what the lockstep alone, through the manager, finds
+# with the core (the twin takes what vLLM's ARC takes: a duplicate insert, a
+# negative n).
+NEEDS = {
+    "a-resize": (
+        "    def get_stats(",
+        "    def resize(self, num_chunks: int) -> None:\n"
+        "        self._policy.cache_capacity = num_chunks\n\n    def get_stats(",
+        "writes 'cache_capacity'",
+        None,  # no scheduler calls it: the caller scan refuses it
+    ),
+    "a-duplicate-insert": (
+        "if chunk is None:\n                keys_to_store",
+        "if chunk is None or chunk.is_ready:\n                keys_to_store",
+        ", prepare_store(",
+        "'raises ValueError'",
+    ),
+    "a-negative-n": ("if num_chunks_to_evict > 0:", "if True:", ", prepare_store(", "'raises"),
+    "arc-treated-specially": (
+        "policy_cls(cache_capacity=num_chunks)",
+        "policy_cls(cache_capacity=num_chunks)\n        self._policy_name: str = cache_policy",
+        "if new_store_misses:",
+        'if new_store_misses and self._policy_name == "arc":',
+        "has the string 'arc'",
+        "left t1, t2, b1, b2, target_t1_size",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, marks=[pytest.mark.compiled] * ("'raises" in str(v[-1])))
+        for c, v in NEEDS.items()
+    ],
+)
+def test_a_caller_that_needs_what_arc_cy_refuses_is_refused(case: str, guard_each: Guard) -> None:
+    *edits, said, found = NEEDS[case]
+    guard_each.fake.install("0.35.0", edits={CPU_MANAGER: tuple(edits)})
+    assert said in refused(guard_each.routes())
+    guard_each.monkeypatch.setenv(OVERRIDE_ENV, "1")  # the lockstep alone, on the refused vLLM
+    differs = lockstep.first_difference(guard_each.module_path)
+    found = None if "raises" in str(found) and "_twin" in guard_each.module_path else found
+    assert (differs is None) == (found is None), differs
+    assert differs is None or differs.startswith("through vLLM's CPUOffloadingManager, call ")
+    assert differs is None or found in differs
 
 
 def test_a_caller_moved_in_the_tree_is_judged(guard: Guard) -> None:
     # The CPU manager moved (to cpu/offloading/manager.py): its file is
-    # found by its marks, not its path, and judged there.
+    # found by its marks, not its path, and judged there; the lockstep,
+    # which builds it where verified releases have it, refuses it.
     guard.fake.install("0.35.0")
     old = guard.fake.files[CPU_MANAGER]
     moved = old.parent / "offloading" / "manager.py"
     moved.parent.mkdir()
     (moved.parent / "__init__.py").touch()
     moved.write_text(
-        old.read_text() + "\n\ndef _probe(self, key):\n    self._policy.t1.move_to_end(key)\n"
+        old.read_text()
+        + "\n\ndef _probe(self: CPUOffloadingManager) -> None:\n    self._policy.t1.clear()\n"
     )
     old.unlink()
     guard.monkeypatch.delitem(sys.modules, CPU_MANAGER)
     result = _guard.check_vllm_code()
     assert result is not None and result.problems == (
-        f"{moved}:{len(moved.read_text().splitlines())} uses 't1', which no caller of "
-        f"verified vLLM {INSTALLED}'s ARC code uses",
+        f"{moved}:{len(moved.read_text().splitlines())} reads 't1', which no caller of "
+        f"verified vLLM {INSTALLED}'s ARC code does",
+    )
+    moved.write_text(moved.read_text().split("\n\ndef _probe")[0])
+    [why] = _guard.check_vllm_code().problems  # type: ignore[union-attr]
+    assert why.startswith(
+        f"arc_cy cannot judge it: ModuleNotFoundError: No module named '{CPU_MANAGER}'"
     )
 
 
@@ -348,29 +428,37 @@ def test_decisions_that_differ_are_refused_naming_the_first_call(guard_each: Gua
     guard_each.monkeypatch.setattr(arc, "ARCCachePolicy", Other)
     message = refused(guard_each.routes())
     assert message.startswith(
-        "arc_cy: vLLM 0.35.0's ARC code is verified vLLM "
-        f"{INSTALLED}'s, but arc_cy's ARCCachePolicy decides otherwise than this vLLM's: call "
+        f"arc_cy: vLLM 0.35.0's ARC code is verified vLLM {INSTALLED}'s, but arc_cy decides "
+        "otherwise than this vLLM's ARC through vLLM's CPUOffloadingManager, call "
     )
-    assert ", evict(" in message and "in vLLM," in message and message.endswith("in arc_cy.")
+    assert ", prepare_store(" in message and '"arc" answered ' in message
 
 
-def test_the_lockstep_reaches_what_it_compares(monkeypatch: pytest.MonkeyPatch) -> None:
-    arc = importlib.import_module(ARC_MODULE)
-    seen: dict[str, int] = dict.fromkeys(("evicted", "failed", "b1-hit", "b2-hit", "t2-full"), 0)
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_the_lockstep_reaches_what_it_compares(impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, int] = {}
+    arc = sys.modules[ARC_MODULE].ARCCachePolicy
 
-    class Counted(arc.ARCCachePolicy):  # type: ignore[name-defined,misc]
-        def evict(self, n, protected):  # type: ignore[no-untyped-def]
-            result = super().evict(n, protected)
-            seen["evicted" if result else "failed"] += 1
+    def counting(real, what):  # type: ignore[no-untyped-def]
+        def method(self, *args):  # type: ignore[no-untyped-def]
+            result = real(self, *args)
+            for counted in (what(self, result, *args), "t2-full" * (len(self.t2) >= 8)):
+                seen[counted] = seen.get(counted, 0) + 1
             return result
 
-        def _adapt_to_ghost_hit(self, key):  # type: ignore[no-untyped-def]
-            seen["b1-hit" if key in self.b1 else "b2-hit"] += key in self.b1 or key in self.b2
-            seen["t2-full"] += len(self.t2) >= 6
-            return super()._adapt_to_ghost_hit(key)
+        return method
 
-    assert lockstep.first_difference(Counted, arc_cy.ARCCachePolicy, arc_cy.ChunkStatus) is None
-    assert min(seen.values()) > 50, seen
+    for name, what in {
+        "evict": lambda self, result, *a: "evicted" if result else "failed",
+        "_adapt_to_ghost_hit": lambda self, hit, key: "b1-hit" if key in self.b1 else "b2-hit",
+        "remove": lambda *a: "removed",
+        "on_request_finished": lambda *a: "finished",
+        "clear": lambda *a: "cleared",
+    }.items():
+        monkeypatch.setattr(arc, name, counting(getattr(arc, name), what))
+    assert lockstep.first_difference(MODULES[impl]) is None
+    seen.pop("", None)  # the calls with t2 not full
+    assert len(seen) == 8 and min(seen.values()) >= 5, seen  # the CPU manager and the tier
 
 
 # --- what runs is what was judged --------------------------------------------------
@@ -394,39 +482,25 @@ def test_code_that_is_not_its_sources_is_refused(how: str, guard: Guard) -> None
         code = compile(_edit(real, *EVICT_COMPARISON), str(arc), "exec", dont_inherit=True)
         cache = Path(importlib.util.cache_from_source(str(arc)))  # hash-based, unchecked
         cache.parent.mkdir(exist_ok=True)
-        header = (
-            importlib.util.MAGIC_NUMBER + b"\1\0\0\0" + importlib.util.source_hash(arc.read_bytes())
-        )
-        cache.write_bytes(header + marshal.dumps(code))
+        header = b"\1\0\0\0" + importlib.util.source_hash(arc.read_bytes())
+        cache.write_bytes(importlib.util.MAGIC_NUMBER + header + marshal.dumps(code))
         arc.write_text(real + "\n")
         guard.fake.load("0.35.0")
     message = refused(guard.routes())
-    assert (
-        f"the code that runs for {arc} is not its source's: ARCCachePolicy.evict runs code"
-        in message
-    )
+    assert f"the code that runs for {arc} is not its source's: ARCCachePolicy.evict" in message
 
 
 @pytest.mark.parametrize("damage", ["truncated", "binary", "fifo", "directory", "missing"])
 def test_a_damaged_source_is_refused_and_neither_crashes_nor_hangs(
     damage: str, guard: Guard
 ) -> None:
-    import threading
-
-    guard.fake.write()
-    arc = guard.fake.files[ARC_MODULE]
-    if damage == "truncated":
-        arc.write_text(arc.read_text().split("def evict")[0] + "def ev")
-    elif damage == "binary":
-        arc.write_bytes(b"\x00\xff" * 100)
+    arc = guard.fake.write().files.pop(ARC_MODULE)  # not imported: found in its package's folder
+    if damage in ("truncated", "binary"):
+        text = arc.read_text().split("def evict")[0] + "def ev"
+        arc.write_bytes(text.encode() if damage == "truncated" else b"\x00\xff" * 100)
     else:
         arc.unlink()
-        if damage == "fifo":
-            os.mkfifo(arc)
-        elif damage == "directory":
-            arc.mkdir()
-
-    guard.fake.files.pop(ARC_MODULE)  # not imported: found in its package's folder
+        os.mkfifo(arc) if damage == "fifo" else arc.mkdir() if damage == "directory" else None
     guard.fake.load("0.35.0")
     guard.monkeypatch.delitem(sys.modules, ARC_MODULE)
     results: list[object] = []
@@ -434,22 +508,40 @@ def test_a_damaged_source_is_refused_and_neither_crashes_nor_hangs(
     worker.start()
     worker.join(60)
     assert results, "the check hangs"
-    result = results[0]
-    assert isinstance(result, _guard.CodeCheck) and not result.ok
-    assert result.problems[0].startswith("arc_cy cannot judge it: "), result
+    assert isinstance(results[0], _guard.CodeCheck) and not results[0].ok
+    assert results[0].problems[0].startswith("arc_cy cannot judge it: "), results
     refused(guard.routes())
 
 
 def test_arc_cy_put_in_place_of_vllms_arc_is_said_once(guard_each: Guard, policy_cls: type) -> None:
     guard = guard_each.fake.install("0.34.0")
     guard.monkeypatch.setattr(sys.modules[ARC_MODULE], "ARCCachePolicy", policy_cls)
-    message = refused(guard.routes())
-    assert message == (
+    assert refused(guard.routes()) == (
         "arc_cy: vLLM 0.34.0's ARC code is not code arc_cy verified: vLLM's ARCCachePolicy is "
         "arc_cy's own class, patched into vLLM's module: leave vLLM's module as it is and name "
         'arc_cy in the configuration instead, "eviction_policy": "arc_cy", or "eviction_policy": '
         '"ARCCachePolicy" with "cache_policy_module_path": "arc_cy".'
     )
+
+
+def test_arc_plus_is_not_built_where_the_manager_never_calls_its_hook(guard_each: Guard) -> None:
+    # Issue 59: vLLM 0.30.0's own files, whose manager never calls
+    # on_request_finished: ARC+ would never admit a block once the pool is
+    # full. Both routes refuse it with one message; ARC is unaffected.
+    guard_each.fake.install("0.30.0", tree=DATA / "0.30.0")
+    r = guard_each.routes("ARCPlusCachePolicy")
+    why = (
+        'ARC+ ("arc_cy_plus", ARCPlusCachePolicy) learns in on_request_finished, which vLLM '
+        "0.30.0's manager never calls: it would stop admitting blocks once the pool is full. "
+        'Use "arc_cy" instead, or "ARCCachePolicy" with "cache_policy_module_path": "arc_cy"'
+    )
+    assert not r.registered and r.built == f"arc_cy: {why}."
+    assert r.log == (
+        f"arc_cy: registered CPU offloading cache policy 'arc_cy' ({arc_cy.IMPLEMENTATION} "
+        f"implementation) on vLLM 0.30.0: its ARC code is verified vLLM 0.30.0's; not "
+        f"'arc_cy_plus': {why}."
+    )
+    assert guard_each.routes().built is None
 
 
 # --- the override, once per process, and no vLLM -----------------------------------
@@ -495,16 +587,15 @@ def test_the_old_override_name_works_and_warns(guard: Guard) -> None:
 
 
 def test_the_check_runs_once_per_process(guard: Guard, policy_cls: type) -> None:
-    monkeypatch, caplog = guard.monkeypatch, guard.caplog
     calls = []
     real = _guard.check_vllm_code
-    monkeypatch.setattr(_guard, "check_vllm_code", lambda: calls.append(1) or real())
-    register(caplog)
+    guard.monkeypatch.setattr(_guard, "check_vllm_code", lambda: calls.append(1) or real())
+    register(guard.caplog)
     assert "arc_cy" in CachePolicyFactory._registry and vllm_guard.pending
     policy_cls(4)
     assert not vllm_guard.pending
     policy_cls(4)
-    register(caplog)
+    register(guard.caplog)
     assert len(calls) == 1
 
 
@@ -514,13 +605,12 @@ def test_without_vllm_nothing_is_checked() -> None:
         "import importlib, arc_cy, arc_cy._guard as g\n"
         "def boom(*a, **k): raise AssertionError('checked')\n"
         "g._judge = boom\n"
-        f"for m in {[MODULES[name] for name in IMPLEMENTATIONS]}:\n"
+        f"for m, p in {[(MODULES[i], PLUS_MODULES[i]) for i in IMPLEMENTATIONS]}:\n"
         "    importlib.import_module(m).ARCCachePolicy(2)\n"
+        "    importlib.import_module(p).ARCPlusCachePolicy(2)\n"
         "assert not arc_cy.HAVE_VLLM and not g.vllm_guard.pending\n"
         "print('ok', g.vllm_guard.result())\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120
-    )
+    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "ok None\n"

@@ -61,6 +61,9 @@ from cpython.object cimport Py_EQ, PyObject, PyTypeObject
 from cpython.type cimport PyType_IsSubtype
 from cpython.ref cimport Py_XDECREF
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from cpython.bytes cimport (
+    PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE,
+)
 from cpython.pythread cimport PyThread_get_thread_ident
 from libc.stdint cimport int32_t, uint8_t, uint64_t
 from libc.stdlib cimport qsort
@@ -69,6 +72,9 @@ from arc_cy._core.capi cimport (
     PY_SSIZE_T_MAX,
     ARC_CY_CYTHON_VERSION,
     PyAnySet_CheckExact,
+    PyList_CheckExact,
+    PySequence_Fast_ITEMS,
+    PyTuple_CheckExact,
     PyObject_GenericSetAttr,
     PyObject_Hash,
     PyObject_RichCompareBool,
@@ -76,12 +82,14 @@ from arc_cy._core.capi cimport (
     PySet_Contains,
     arc_cdata_size,
     arc_check_layout,
+    arc_decimal,
     arc_list_from,
     arc_pair,
     arc_prefetch,
     arc_ref_cnt,
     arc_ref_cnt_as,
     arc_set_gc_slots,
+    arc_siphash24,
     arc_tag_offset,
     arc_type_tag,
     arc_weak_target,
@@ -171,6 +179,7 @@ from arc_cy._messages import (
     MSG_REENTRANT,
 )
 from arc_cy._core.views import LIST_NAMES, ListView
+from arc_cy._record import record_for
 
 # A required argument's default: its absence raises Python's own TypeError.
 cdef object NO_ARG = MISSING
@@ -219,6 +228,14 @@ cdef enum:
     FORGOTTEN_B1 = 1
     RETURNED_B2 = 2
     FORGOTTEN_B2 = 3
+
+# What a call tells the recorder once it returned (ARCCore._note).
+cdef enum:
+    NOTE_ACCESS = 0
+    NOTE_MISS = 1
+    NOTE_FINISHED = 2
+    NOTE_CLEARED = 3
+    NOTE_PINNED = 4
 
 # Sets of lists, as bit masks of (1 << where), for table_find.
 cdef enum:
@@ -308,6 +325,10 @@ cdef class ARCCore:
         int busy                # OP_* of the running method (minus it: releasing), or 0
         int release_busy        # busy of a clear() or __init__ releasing, or 0
         unsigned long releaser  # and its thread, whose calls nest in it
+
+        # What reaches the policy, to ARC_CY_RECORD_TRACE (arc_cy._record),
+        # or None: told after a call returns (_note).
+        object recorder
 
         # Caches and counters.
         object last_type_ref    # a weak reference to the chunk type last
@@ -845,6 +866,24 @@ cdef class ARCCore:
         self._plus_trim(drop1, drop2)
         return result
 
+    cdef void _note(self, int what, object keys, object reused, object req_context) noexcept:
+        """Tell the recorder what returned: after the call, not busy. What
+        fails there is the recorder's own (arc_cy._record): never the
+        caller's, who got the call's result."""
+        try:
+            if what == NOTE_FINISHED:
+                self.recorder.finished(keys, reused, req_context)
+            elif what == NOTE_PINNED:
+                self.recorder.pinned(keys)
+            elif what == NOTE_CLEARED:
+                self.recorder.cleared()
+            elif what == NOTE_MISS:
+                self.recorder.missed(req_context)
+            else:
+                self.recorder.arrive(req_context)
+        except Exception:
+            pass
+
     # --- the API: making the policy --------------------------------------
 
     def __cinit__(self, *args, **kwargs):
@@ -863,8 +902,8 @@ cdef class ARCCore:
         table_free(&self.table)
 
     def __init__(self, cache_capacity=NO_ARG):
-        if vllm_guard.pending:
-            vllm_guard.check()
+        if vllm_guard.plus_pending if self.plus else vllm_guard.pending:
+            vllm_guard.check(self.plus)
         # Called again, it starts over as vLLM's __init__ does: capacity and
         # target first, then the lists are emptied in turn; _max_entries
         # (arc_cy's own) is reset too.
@@ -885,6 +924,11 @@ cdef class ARCCore:
             self._empty_lists(True)
         finally:
             self._released(outer, outer_thread)
+        if self.recorder is None:  # one a policy, kept if called again
+            try:
+                self.recorder = record_for(self, self.capacity, keyed_ids)
+            except Exception:  # out of memory to ask: made, not recording
+                pass
 
     def __reduce__(self):
         raise TypeError(MSG_NO_COPY.format(type(self).__qualname__))
@@ -1072,13 +1116,15 @@ cdef class ARCCore:
             self._resolve(n, IN_B, found)
             if self.plus:
                 self._plus_store_miss(n, found)
-                return
-            for j in range(n - 1, -1, -1):
-                i = found[j]
-                if i != EMPTY:
-                    self._adapt(i)
+            else:
+                for j in range(n - 1, -1, -1):
+                    i = found[j]
+                    if i != EMPTY:
+                        self._adapt(i)
         finally:
             self._leave()
+        if self.recorder is not None:
+            self._note(NOTE_MISS, None, None, req_context)
 
     def touch(self, keys=NO_ARG, req_context=NO_ARG):
         cdef Py_ssize_t j, n
@@ -1130,7 +1176,8 @@ cdef class ARCCore:
     def on_request_access(self, keys=NO_ARG, req_context=NO_ARG):
         if keys is NO_ARG or req_context is NO_ARG:
             raise missing_arguments("on_request_access", keys=keys, req_context=req_context)
-        return None
+        if self.recorder is not None:
+            self._note(NOTE_ACCESS, None, None, req_context)
 
     def on_request_finished(self, key_groups=NO_ARG, insertion_only_keys=NO_ARG,
                             reused_keys=NO_ARG, req_context=NO_ARG):
@@ -1147,45 +1194,48 @@ cdef class ARCCore:
                 req_context=req_context)
         self._enter(OP_FINISHED)
         try:
-            n = work_hold_keys(&self.work, order_request_keys(key_groups, req_context))
+            keys = order_request_keys(key_groups, req_context)
+            n = work_hold_keys(&self.work, keys)
             work_reserve(&self.work, n)  # for the key objects replaced
             if self.plus:
                 self._plus_finished(n, insertion_only_keys, reused_keys)
-                return
-            found = work_scratch(&self.work, 2 * n)
-            kinds = found + n
-            # Classify (tail first, as vLLM asks), then look up only the
-            # keys vLLM would look up; a failure in either changes nothing.
-            for j in range(n - 1, -1, -1):
-                key = <object>self.work.refs[j]
-                if key in insertion_only_keys:
-                    kinds[j] = INSERTED_ONLY
-                elif key in reused_keys:
-                    kinds[j] = REUSED
-                else:
-                    kinds[j] = 0
-            for j in range(n - 1, -1, -1):
-                if kinds[j]:
+            else:
+                found = work_scratch(&self.work, 2 * n)
+                kinds = found + n
+                # Classify (tail first, as vLLM asks), then look up only the
+                # keys vLLM would look up; a failure in either changes nothing.
+                for j in range(n - 1, -1, -1):
                     key = <object>self.work.refs[j]
-                    found[j] = table_find(&self.table, &self.store, key,
-                                          PyObject_Hash(key), IN_T)
-                else:
-                    found[j] = EMPTY
-            for j in range(n - 1, -1, -1):
-                i = found[j]
-                if i == EMPTY:
-                    continue
-                w = self.store.nodes[i].where
-                if kinds[j] == INSERTED_ONLY:
-                    # A store is not a frequency hit: refresh recency only.
-                    list_to_end(&self.store, i, w)
-                elif w == T1:  # REUSED: popped from t1, stored in t2
-                    self._set_key(i, self.work.refs[j])
-                    list_move(&self.store, i, T2)
-                else:
-                    list_to_end(&self.store, i, T2)
+                    if key in insertion_only_keys:
+                        kinds[j] = INSERTED_ONLY
+                    elif key in reused_keys:
+                        kinds[j] = REUSED
+                    else:
+                        kinds[j] = 0
+                for j in range(n - 1, -1, -1):
+                    if kinds[j]:
+                        key = <object>self.work.refs[j]
+                        found[j] = table_find(&self.table, &self.store, key,
+                                              PyObject_Hash(key), IN_T)
+                    else:
+                        found[j] = EMPTY
+                for j in range(n - 1, -1, -1):
+                    i = found[j]
+                    if i == EMPTY:
+                        continue
+                    w = self.store.nodes[i].where
+                    if kinds[j] == INSERTED_ONLY:
+                        # A store is not a frequency hit: refresh recency only.
+                        list_to_end(&self.store, i, w)
+                    elif w == T1:  # REUSED: popped from t1, stored in t2
+                        self._set_key(i, self.work.refs[j])
+                        list_move(&self.store, i, T2)
+                    else:
+                        list_to_end(&self.store, i, T2)
         finally:
             self._leave()
+        if self.recorder is not None:
+            self._note(NOTE_FINISHED, keys, reused_keys, req_context)
 
     def evict(self, n=NO_ARG, protected=NO_ARG):
         cdef Py_ssize_t want, k, vt1, n_t1 = 0, drop1, drop2
@@ -1277,6 +1327,8 @@ cdef class ARCCore:
             self._forget_fates()
         finally:
             self._released(outer, outer_thread)
+        if self.recorder is not None:
+            self._note(NOTE_CLEARED, None, None, None)
 
     def mark_evictable(self, key=NO_ARG):
         if key is NO_ARG:
@@ -1286,7 +1338,8 @@ cdef class ARCCore:
     def mark_non_evictable(self, key=NO_ARG):
         if key is NO_ARG:
             raise missing_arguments("mark_non_evictable", key=key)
-        return None
+        if self.recorder is not None:
+            self._note(NOTE_PINNED, key, None, None)
 
     # --- views and checks ------------------------------------------------
 
@@ -1413,6 +1466,48 @@ def _check_layout():
 
 
 _check_layout()
+
+
+def keyed_ids(keys, uint64_t k0, uint64_t k1):
+    """The recording's ids of keys, a list or tuple of bytes: SipHash-2-4 of
+    each under the key (k0, k1), its top 63 bits, as comma-separated
+    decimals (ASCII bytes). TypeError for anything else. The hashing runs
+    without the GIL, on a tuple of the keys that nothing else can change
+    (arc_cy._record.keyed_ids: the same in Python)."""
+    cdef Py_ssize_t j, n, at = 0
+    cdef char *out
+    cdef const char **data
+    cdef Py_ssize_t *size
+    cdef PyObject *key
+    if not (PyList_CheckExact(keys) or PyTuple_CheckExact(keys)):
+        raise TypeError(f"keyed_ids: a list or tuple, not {type(keys).__name__}")
+    cdef tuple held = tuple(keys)  # its own references: the keys stay alive
+    n = len(held)
+    for j in range(n):
+        key = PySequence_Fast_ITEMS(held)[j]
+        if not PyBytes_CheckExact(<object>key):
+            raise TypeError(f"keyed_ids: item {j} is {type(<object>key).__name__}, not bytes")
+    out = <char *>PyMem_Malloc(21 * n + 1)
+    data = <const char **>PyMem_Malloc(n * sizeof(char *) + 1)
+    size = <Py_ssize_t *>PyMem_Malloc(n * sizeof(Py_ssize_t) + 1)
+    try:
+        if out is NULL or data is NULL or size is NULL:
+            raise MemoryError()
+        for j in range(n):
+            key = PySequence_Fast_ITEMS(held)[j]
+            data[j] = PyBytes_AS_STRING(<object>key)
+            size[j] = PyBytes_GET_SIZE(<object>key)
+        with nogil:
+            for j in range(n):
+                if j:
+                    out[at] = 44  # ","
+                    at += 1
+                at += arc_decimal(arc_siphash24(data[j], size[j], k0, k1) >> 1, out + at)
+        return PyBytes_FromStringAndSize(out, at)
+    finally:
+        PyMem_Free(out)
+        PyMem_Free(<void *>data)
+        PyMem_Free(size)
 
 
 # The Cython that generated this module (recorded by setup.py at build time).

@@ -1,9 +1,10 @@
 # What arc.pyx calls in C: CPython's API beyond Cython's own cpython.*
-# declarations, and layout.h, where every access that depends on
-# CPython's object layout lives, with its invariants.
+# declarations, layout.h, where every access that depends on CPython's
+# object layout lives, with its invariants, and siphash.h (the recording's
+# keyed hash).
 
 from cpython.object cimport PyObject, PyTypeObject
-from libc.stdint cimport int32_t
+from libc.stdint cimport int32_t, uint64_t
 
 
 cdef extern from "Python.h":
@@ -44,6 +45,11 @@ cdef extern from "layout.h":
     void arc_set_gc_slots(PyTypeObject *tp, gc_traverseproc traverse,
                           gc_inquiry clear, gc_traverseproc *base_traverse,
                           gc_inquiry *base_clear)
+
+
+cdef extern from "siphash.h":
+    uint64_t arc_siphash24(const char *data, size_t len, uint64_t k0, uint64_t k1) nogil
+    int arc_decimal(uint64_t v, char *out) nogil
 
 
 # The Cython that generated the module, which setup.py defines at build time.

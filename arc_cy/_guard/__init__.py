@@ -1,13 +1,9 @@
 """The vLLM code guard: on the vLLM installed, arc_cy makes the decisions of
-that release's ARC, or refuses at start-up and says why.
-
-What it judges, when, and what a refusal and the override do are stated
-once, in docs/usage.md ("The guard"). Here: the check (:data:`vllm_guard`,
-which the plugin, both constructors and ``python -m arc_cy`` go through)
-and the messages. ``files`` finds and reads vLLM's files, ``fingerprint``
-judges them on release day, ``lockstep`` runs the claim, ``verified`` is
-the table.
-"""
+that release's ARC, or refuses at start-up and says why (docs/usage.md, "The
+guard", says what it judges, once). Here: the check (:data:`vllm_guard`, which
+the plugin, the constructors and ``python -m arc_cy`` go through) and its
+messages; ``files`` reads vLLM's files, ``fingerprint`` judges them on release
+day, ``lockstep`` runs the claim, ``verified`` is the table."""
 
 from __future__ import annotations
 
@@ -19,10 +15,10 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass
-from importlib import import_module, metadata
+from importlib import metadata
 
 from .._flags import env_flag
-from . import files, fingerprint, verified
+from . import files, fingerprint, lockstep, verified
 from .files import ARC_MODULE, BASE_MODULE, FILES, Unjudged
 
 OVERRIDE_ENV = "ARC_CY_ALLOW_UNVERIFIED_VLLM"
@@ -34,14 +30,11 @@ logger: logging.Logger = logging.getLogger("vllm.plugins.arc_cy")
 
 
 def override_set() -> bool:
-    if OVERRIDE_ENV not in os.environ and DEPRECATED_OVERRIDE_ENV in os.environ:
-        warnings.warn(
-            f"arc_cy: {DEPRECATED_OVERRIDE_ENV} is deprecated; set {OVERRIDE_ENV} instead",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return env_flag(DEPRECATED_OVERRIDE_ENV)
-    return env_flag(OVERRIDE_ENV)
+    if OVERRIDE_ENV in os.environ or DEPRECATED_OVERRIDE_ENV not in os.environ:
+        return env_flag(OVERRIDE_ENV)
+    message = f"arc_cy: {DEPRECATED_OVERRIDE_ENV} is deprecated; set {OVERRIDE_ENV} instead"
+    warnings.warn(message, FutureWarning, stacklevel=2)
+    return env_flag(DEPRECATED_OVERRIDE_ENV)
 
 
 def vllm_version() -> str:
@@ -75,6 +68,7 @@ class CodeCheck:
     version: str
     verified_as: str | None = None  # the verified release whose ARC code this is
     problems: tuple[str, ...] = ()  # each reason to refuse it, as the operator reads it
+    by_hash: bool = False  # accepted by its files' hashes: no lockstep ran
 
     @property
     def ok(self) -> bool:
@@ -95,31 +89,22 @@ def check_vllm_code() -> CodeCheck | None:
 
     if not _vllm.VLLM_IMPORTED:
         return None
-    version = vllm_version()
-    enabled = gc.isenabled()
+    version, enabled = vllm_version(), gc.isenabled()
     gc.disable()  # a collection in a process with torch costs more than the check
     try:
         if not _vllm.HAVE_VLLM:
             err = _vllm.VLLM_IMPORT_ERROR
+            why = f"({type(err).__name__}: {err})"
             raise Unjudged(
-                "its policy module does not give arc_cy CachePolicy and ChunkStatus "
-                f"({type(err).__name__}: {err})"
+                f"its policy module does not give arc_cy CachePolicy and ChunkStatus {why}"
             )
         return _judge(version)
     except (Exception, RecursionError, MemoryError) as exc:
-        why = exc if isinstance(exc, Unjudged) else f"{type(exc).__name__}: {exc}"
+        why = str(exc) if isinstance(exc, Unjudged) else f"{type(exc).__name__}: {exc}"
         return CodeCheck(version, problems=(f"arc_cy cannot judge it: {why}",))
     finally:
         if enabled:
             gc.enable()
-
-
-def _stale(sources: dict[str, tuple[str, bytes]]) -> list[str]:
-    return [
-        f"the code that runs for {path} is not its source's: {why}"
-        for module, (path, source) in sources.items()
-        if (why := files.not_its_source(module, path, source))
-    ]
 
 
 def _judge(version: str) -> CodeCheck:
@@ -128,29 +113,34 @@ def _judge(version: str) -> CodeCheck:
         return CodeCheck(version, problems=(_ARC_CY_IN_PLACE,))
     sources: dict[str, tuple[str, bytes]] = {}
     for module in FILES:
-        path = files.source_path(module)
-        if path is not None:
+        if (path := files.source_path(module)) is not None:
             sources[module] = (path, files.read(path))
         elif module in (ARC_MODULE, BASE_MODULE):
             raise Unjudged(f"{module} cannot be found")
-    # Hash first: a verified release's files, as it shipped them.
+    # Hash first: a verified release's files as it shipped them, and what
+    # runs compared with them without compiling anything (files._written).
     digests = {FILES[m]: hashlib.sha256(s).hexdigest() for m, (_, s) in sources.items()}
-    for release in releases():
-        if verified.FILES[release] == digests:
-            return CodeCheck(version, release, tuple(_stale(sources)))
+    for release in [r for r in releases() if verified.FILES[r] == digests]:
+        try:
+            return CodeCheck(version, release, tuple(_stale(sources, files.started())), True)
+        except files.Uncompared:
+            pass
     return _release_day(version, sources)
 
 
-def _selected() -> tuple[type, type]:
-    """arc_cy's ARCCachePolicy and ARCPlusCachePolicy as the package selects
-    them, read when the check runs: the guard imports no implementation."""
-    package = sys.modules["arc_cy"]
-    return package.ARCCachePolicy, package.ARCPlusCachePolicy
+def _stale(sources: dict[str, tuple[str, bytes]], since: float | None = None) -> list[str]:
+    return [
+        f"the code that runs for {path} is not its source's: {why}"
+        for module, (path, source) in sources.items()
+        if (why := files.not_its_source(module, path, source, since))
+    ]
 
 
 def _arc_cy_names() -> set[str]:
-    """The names arc_cy's policies have, Python's own aside."""
-    return {n for cls in _selected() for n in dir(cls) if not n.startswith("__")}
+    """The names arc_cy's policies (as the package selects them) have, less Python's."""
+    package = sys.modules["arc_cy"]
+    classes = package.ARCCachePolicy, package.ARCPlusCachePolicy
+    return {n for cls in classes for n in dir(cls) if not n.startswith("__")}
 
 
 def _release_day(version: str, sources: dict[str, tuple[str, bytes]]) -> CodeCheck:
@@ -173,15 +163,20 @@ def _release_day(version: str, sources: dict[str, tuple[str, bytes]]) -> CodeChe
     allowed = {n for r in (matching or [nearest]) for n in verified.USES[r].split()}
     for path, uses in callers.items():
         problems += [
-            f"{path}:{line} uses {name!r}, which no caller of verified vLLM {nearest}'s ARC "
-            "code uses"
-            for name, line in sorted(uses.items(), key=lambda u: u[1])
-            if name not in allowed
+            f"{path}:{line} {_DOES[kind]} {name!r}, which no caller of verified vLLM "
+            f"{nearest}'s ARC code does"
+            for use, line in sorted(uses.items(), key=lambda u: u[1])
+            if use not in allowed
+            for kind, _, name in [use.partition(":")]
         ]
     problems += _stale(sources)
     if not problems and (differs := lockstep_difference()):
         problems.append(differs)
     return CodeCheck(version, nearest if matching else None, tuple(problems))
+
+
+_DOES = {"read": "reads", "call": "calls", "write": "writes", "delete": "deletes"}
+_DOES.update(keyword="passes the keyword", string="has the string")
 
 
 def _nearest(code: dict[str, str]) -> str:
@@ -194,49 +189,59 @@ def _nearest(code: dict[str, str]) -> str:
 def _changes(
     code: dict[str, str], nearest: str, sources: dict[str, tuple[str, bytes]]
 ) -> list[str]:
-    theirs = verified_code(nearest)
-    out = []
-    for name in sorted(code.keys() | theirs.keys()):
-        if code.get(name) == theirs.get(name):
-            continue
+    theirs, out = verified_code(nearest), []
+    for name in sorted(k for k in code.keys() | theirs.keys() if code.get(k) != theirs.get(k)):
         file, _, obj = name.partition(":")
         what = f"{file}'s module code" if obj == "<module code>" else f"`{obj}`"
-        path = sources[ARC_MODULE if file == "arc.py" else BASE_MODULE][0]
         how = "is not in {}'s" if name not in theirs else "differs from {}'s"
         how = "is missing, which {}'s has" if name not in code else how
+        path = sources[ARC_MODULE if file == "arc.py" else BASE_MODULE][0]
         out.append(f"{what} ({path}) {how.format(f'verified vLLM {nearest}')}")
     return out
 
 
-LOCKSTEP_PASSED = "vLLM's ARCCachePolicy and arc_cy's decided alike in a lockstep of 3000 calls"
+LOCKSTEP_PASSED = (
+    'its CPUOffloadingManager and tiering CPU primary tier decided alike with "arc" and with '
+    f"arc_cy by both routes, {lockstep.REQUESTS} requests in lockstep"
+)
 
 
 def lockstep_difference() -> str | None:
-    """How arc_cy's ARCCachePolicy (the implementation this process
-    selected) and this vLLM's first differ in a lockstep; None if never."""
-    from .._vllm import ChunkStatus
-    from .lockstep import first_difference
+    """How a manager of this vLLM with arc_cy (the implementation this
+    process selected) first differs from one with vLLM's ARC; None if never."""
+    differs = lockstep.first_difference()
+    return differs and f"arc_cy decides otherwise than this vLLM's ARC {differs}"
 
-    differs = first_difference(
-        import_module(ARC_MODULE).ARCCachePolicy, _selected()[0], ChunkStatus
+
+def plus_refusal() -> str | None:
+    """Why ARC+ is not built on this vLLM, whose manager never calls the hook
+    ARC+ learns in (its CachePolicy has no on_request_finished: 0.30); None
+    where it is, or without vLLM. The plugin and both ARC+ constructors ask."""
+    policy = getattr(sys.modules.get(BASE_MODULE), "CachePolicy", None)
+    if policy is None or hasattr(policy, "on_request_finished"):
+        return None
+    return (
+        'ARC+ ("arc_cy_plus", ARCPlusCachePolicy) learns in on_request_finished, which vLLM '
+        f"{vllm_version()}'s manager never calls: it would stop admitting blocks once the pool "
+        'is full. Use "arc_cy" instead, or "ARCCachePolicy" with "cache_policy_module_path": '
+        '"arc_cy"'
     )
-    return differs and f"arc_cy's ARCCachePolicy decides otherwise than this vLLM's: {differs}"
 
 
 class VllmGuard:
-    """The check of this process's vLLM code, run once. Both
-    implementations' ``__init__`` start with ``if vllm_guard.pending:
-    vllm_guard.check()``: after the first accepted check, one attribute
-    read per construction."""
+    """The check, run once per process. The constructors start with ``if
+    vllm_guard.pending: vllm_guard.check()`` (ARC+'s: ``plus_pending``,
+    ``check(plus=True)``): once accepted, one attribute read each."""
 
     def __init__(self) -> None:
         self.pending = True  # False once arc_cy may run here: no vLLM, or its code accepted
+        self.plus_pending = True  # False once ARC+ may too (plus_refusal)
         self._result: CodeCheck | None = None
         self._checked = self._warned = False
         self._running: int | None = None  # the thread whose check's lockstep builds policies
 
     def result(self) -> CodeCheck | None:
-        """What the check found (None without vLLM), checked on the first call only."""
+        """What the check found (None without vLLM), run on the first call."""
         if not self._checked:
             self._running = threading.get_ident()
             try:
@@ -247,8 +252,7 @@ class VllmGuard:
         return self._result
 
     def allowed(self) -> bool:
-        """Whether arc_cy may run here: verified code, or the override set
-        (logged once)."""
+        """Whether arc_cy may run: verified code, or the override (logged once)."""
         if self._running == threading.get_ident():
             return True  # the check's own lockstep
         code = self.result()
@@ -261,12 +265,16 @@ class VllmGuard:
             logger.warning("%s", overridden_message(code))
         return True
 
-    def check(self) -> None:
-        """Raise RuntimeError, with the plugin's message, unless allowed()."""
+    def check(self, plus: bool = False) -> None:
+        """Raise RuntimeError, with the plugin's message, unless allowed();
+        for ARC+ (plus), also where plus_refusal() says why."""
         if not self.allowed():
             raise RuntimeError(refused_message(self.result()))  # type: ignore[arg-type]
+        if plus and (why := plus_refusal()):
+            raise RuntimeError(f"arc_cy: {why}.")
         if self._running is None:
             self.pending = False
+            self.plus_pending = self.plus_pending and not plus
 
 
 vllm_guard = VllmGuard()

@@ -10,6 +10,7 @@ import os
 import re
 import stat
 import sys
+import time
 from types import CodeType
 
 ARC_MODULE = "vllm.v1.kv_offload.cpu.policies.arc"
@@ -29,6 +30,22 @@ FILES = {
 
 class Unjudged(Exception):
     """vLLM's code cannot be judged: a file cannot be found, read or parsed."""
+
+
+class Uncompared(Exception):
+    """What a module runs is not comparable without compiling: release day."""
+
+
+def started() -> float:
+    """When this process started, in time.time()'s seconds, to a clock tick
+    (Linux's /proc); -inf where unknown (every file then changed since)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            ticks = int(f.read().rpartition(b")")[2].split()[19])
+        now = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+        return now + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return -float("inf")
 
 
 def package_dirs(package: str) -> list[str]:
@@ -122,39 +139,47 @@ def _key(code: CodeType) -> tuple[object, ...]:
     return code.co_code, code.co_names, code.co_varnames, code.co_flags, consts
 
 
-def _written(path: str, source: bytes) -> CodeType:
+def _written(path: str, source: bytes, since: float | None) -> CodeType | None:
     """The code an import of path runs now: its .pyc when the header says it
     is this source's (Python's rule; a hash-based one by its hash, always),
-    else the source compiled."""
+    else the source compiled; but on the hash path (since: the process's
+    start), None (imported, the file was compiled as it is) where it has not
+    changed since and no hash-based .pyc may run unchecked, else Uncompared."""
     try:
         cache = importlib.util.cache_from_source(path)
         data = read(cache) if os.path.lexists(cache) else b""
     except (NotImplementedError, ValueError):
         data = b""
-    if data[:4] == importlib.util.MAGIC_NUMBER:
-        if int.from_bytes(data[4:8], "little") & 1:
+    st, pyc = os.stat(path), data[:4] == importlib.util.MAGIC_NUMBER
+    hashed = pyc and int.from_bytes(data[4:8], "little") & 1
+    if pyc:
+        if hashed:
             valid = data[8:16] == importlib.util.source_hash(source)
         else:
-            st = os.stat(path)
             stamp = (int(st.st_mtime) & 0xFFFFFFFF) | (st.st_size & 0xFFFFFFFF) << 32
             valid = data[8:16] == stamp.to_bytes(8, "little")
         code = marshal.loads(data[16:]) if valid else None
         if isinstance(code, CodeType):
             return code
+    if since is not None:
+        if hashed or st.st_ctime >= since - 0.05:  # the clocks' granularity
+            raise Uncompared(path)
+        return None
     try:
         return compile(source, path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise Unjudged(f"cannot compile {path} ({type(exc).__name__}: {exc})") from None
 
 
-def not_its_source(module: str, path: str, source: bytes) -> str | None:
+def not_its_source(module: str, path: str, source: bytes, since: float | None) -> str | None:
     """Why a function an imported module defined runs code that is not
     compiled from its source (a stale .pyc; a source replaced after the
     import); None when none does, or the module is not imported."""
     live = sys.modules.get(module)
-    if live is None:
+    written = None if live is None else _written(path, source, since)
+    if written is None:
         return None
-    todo, expected = [_written(path, source)], {}
+    todo, expected = [written], {}
     while todo:
         code = todo.pop()
         expected[code.co_qualname, code.co_firstlineno] = _key(code)

@@ -1,15 +1,13 @@
 """Release day: what a vLLM's ARC code is, object by object, and what its
-callers use of the policy, from their sources. Standard library only.
+callers do with a policy, from their sources. Standard library only.
 
-An object is a name that arc.py or base.py binds at module level, a method
-of ``ARCCachePolicy`` or ``CachePolicy``, or a class's body less its
-methods; its fingerprint hashes its syntax tree without positions,
-docstrings or string prefixes. Judged: all of arc.py; of base.py, what
-runs at import, what that and ARC's code read (Python's own scope
-analysis, ``symtable``, says what binds and reads a module name),
-``ChunkStatus``, ``order_request_keys``, and the ``CachePolicy`` methods
-that ARC inherits or reaches through ``super()``.
-"""
+An object is a name arc.py or base.py binds at module level, a method of
+``ARCCachePolicy`` or ``CachePolicy``, or a class's body less its methods;
+its fingerprint hashes its syntax tree without positions, docstrings or
+string prefixes. Judged: all of arc.py; of base.py what runs code at import,
+what that and ARC's code read (Python's ``symtable`` says what binds and
+reads a module name), ``ChunkStatus``, ``order_request_keys``, and the
+``CachePolicy`` methods ARC inherits or reaches through ``super()``."""
 
 from __future__ import annotations
 
@@ -26,8 +24,12 @@ DYNAMIC = frozenset(
     | {"__getstate__", "__setstate__", "__reduce__", "__reduce_ex__", "__copy__", "__deepcopy__"}
 )
 """Names that reach a policy's attributes by a computed name, or its state whole."""
+POLICY_NAMES = frozenset({"lru", "arc", "arc_cy", "arc_cy_plus"})
+"""The names vLLM's factory and arc_cy's plugin register policies by."""
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _SCOPES = (*_DEFS, ast.ClassDef, ast.Module)
+_READS: tuple[type, ...] = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Tuple)
+_READS += (ast.List, ast.BinOp, ast.UnaryOp, ast.expr_context, ast.operator, ast.unaryop)
 
 
 def _doc(body: list[ast.stmt]) -> ast.Constant | None:
@@ -90,14 +92,17 @@ def _split(file: str, cls: ast.ClassDef, skip: set[str]) -> dict[str, list[ast.s
 
 
 def _runs_at_import(stmt: ast.stmt, lazy: bool) -> bool:
-    """Whether a statement runs anything at import: all but a def with no
-    decorator or default, and no annotation unless annotations are lazy."""
+    """Whether a statement runs code at import: all but a def without
+    decorators whose defaults and annotations (unless lazy) only read names
+    and constants. (A name such a def binds besides its own, a walrus's, is
+    judged where ARC's code reads it.)"""
     if not isinstance(stmt, _DEFS):
         return True
     a = stmt.args
     args = [x for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x]
-    annotated = stmt.returns is not None or any(x.annotation for x in args)
-    return bool(stmt.decorator_list or a.defaults or any(a.kw_defaults) or annotated and not lazy)
+    runs = [*a.defaults, *a.kw_defaults] + ([] if lazy else [stmt.returns, *args])
+    nodes = [n for e in runs if e for n in ast.walk(e) if not isinstance(n, ast.arg)]
+    return bool(stmt.decorator_list) or any(not isinstance(n, _READS) for n in nodes)
 
 
 def arc_code(arc_source: bytes, base_source: bytes) -> dict[str, str]:
@@ -154,19 +159,27 @@ def arc_names(arc_source: bytes) -> set[str]:
 
 
 def caller_uses(source: bytes, watched: set[str]) -> dict[str, int]:
-    """Each watched name a caller uses (an attribute, a name, a keyword, a
-    class pattern's attribute, a string that is the name; a docstring is
-    not a use), with the first line that does."""
+    """Each use a caller makes of a watched name, as ``kind:name``, with the
+    first line that makes it: a ``read``, ``call``, ``write`` or ``delete``
+    of an attribute or a name (a class pattern's attribute is a read; a
+    name bound is no use), a ``keyword``, or a ``string`` equal to the name
+    or to a policy's registered name (a docstring is not a use)."""
     tree = ast.parse(source)
     docs = {id(d) for n in ast.walk(tree) if isinstance(n, _SCOPES) and (d := _doc(n.body))}
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     out: dict[str, int] = {}
     for n in ast.walk(tree):
+        uses: list[tuple[str, object]] = [("read", a) for a in getattr(n, "kwd_attrs", ())]
         if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
-            names = [n.value]
-        else:
-            attrs = ("attr", "id", "arg") if not isinstance(n, ast.MatchClass) else ()
-            names = [getattr(n, a, None) for a in attrs] + list(getattr(n, "kwd_attrs", ()))
-        for name in names:
-            if name in watched:
-                out[name] = min(out.get(name, n.lineno), n.lineno)  # type: ignore[attr-defined]
+            uses.append(("string", n.value))
+        elif isinstance(n, ast.keyword):
+            uses.append(("keyword", n.arg))
+        elif isinstance(n, ast.Attribute) or isinstance(n, ast.Name) and type(n.ctx) is ast.Load:
+            kind = {ast.Store: "write", ast.Del: "delete"}.get(type(n.ctx), "read")
+            name = n.attr if isinstance(n, ast.Attribute) else n.id
+            uses.append(("call" if id(n) in called else kind, name))
+        for kind, used in uses:
+            if used in watched or kind == "string" and used in POLICY_NAMES:
+                key = f"{kind}:{used}"
+                out[key] = min(out.get(key, n.lineno), n.lineno)  # type: ignore[attr-defined]
     return out

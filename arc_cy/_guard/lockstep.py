@@ -1,111 +1,155 @@
-"""The claim itself, run: vLLM's own ``ARCCachePolicy`` and arc_cy's given
-the same seeded, manager-shaped calls (each a store's misses, evictions
-and inserts, completed and failed stores, pins, finished requests,
-removals, clears), every result and the four lists' order and
-``target_t1_size`` compared after each call."""
+"""The claim, run through vLLM's own callers: its CPUOffloadingManager and the
+tiering spec's CPU primary tier, built as an operator configures them with
+vLLM's "arc" and with arc_cy by both routes, driven as vLLM's scheduler
+drives them; after each call, every answer and each policy's t1, t2, b1, b2
+and target_t1_size are compared. Standard library only."""
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
+import enum
 import random
 import reprlib
+from importlib import import_module
+from types import SimpleNamespace
 from typing import Any
 
+from .files import CPU_MANAGER, KV_OFFLOAD, TIERING_MANAGER
 
-class _Context(dict[bytes, int]):
-    """A request context as a policy reads it: token positions by key."""
+REQUESTS = 150  # per manager: about 2,000 calls
 
-    get_offload_key_position = dict.get
+
+class _Differs(Exception):
+    pass
+
+
+def first_difference(module: str = "arc_cy", seed: int = 0) -> str | None:
+    """The first call after which a manager with arc_cy (its ARCCachePolicy
+    from module) differs from one with vLLM's ARC, as ``through vLLM's
+    Manager, call N, method(args): ...``; None if none does."""
+    factory = import_module(f"{KV_OFFLOAD}.cpu.policies.factory").CachePolicyFactory
+    tier = import_module(TIERING_MANAGER).CPUPrimaryTierOffloadingManager
+    region = SimpleNamespace(create_kv_memoryview=lambda: memoryview(b""), cleanup=lambda: None)
+    kinds = {
+        "CPUOffloadingManager": import_module(CPU_MANAGER).CPUOffloadingManager,
+        "tiering CPUPrimaryTierOffloadingManager": lambda **kw: tier(mmap_region=region, **kw),
+    }
+    routes: dict[str, tuple[str, str | None]] = {
+        '"arc"': ("arc", None),
+        '"arc_cy"': ("arc_cy", None),
+    }
+    routes[f'"ARCCachePolicy" from {module!r}'] = ("ARCCachePolicy", module)
+    registry = factory._registry  # "arc_cy" as the plugin registers it, while this runs
+    old = registry.pop("arc_cy", None)
+    factory.register_cache_policy("arc_cy", module, "ARCCachePolicy")
+    try:
+        for kind, make in kinds.items():
+            managers = {
+                route: make(
+                    num_chunks=16, cache_policy=p, cache_policy_module_path=m, enable_events=True
+                )
+                for route, (p, m) in routes.items()
+            }
+            try:
+                _drive(managers, random.Random(seed))
+            except _Differs as exc:
+                return f"through vLLM's {kind}, {exc}"
+        return None
+    finally:
+        registry.pop("arc_cy", None)
+        registry.update({"arc_cy": old} if old else {})
+
+
+def _plain(x: Any) -> Any:
+    """An answer as data: containers and dataclasses (their compared fields)
+    by their items, any other object by its arrays."""
+    if x is None or isinstance(x, (str, bytes, int, float, enum.Enum)):
+        return x
+    if dataclasses.is_dataclass(x):
+        return [_plain(getattr(x, f.name)) for f in dataclasses.fields(x) if f.compare]
+    if isinstance(x, (set, frozenset, dict)):
+        return sorted(map(_plain, x.items() if isinstance(x, dict) else x), key=repr)
+    if hasattr(x, "__iter__"):
+        return [_plain(v) for v in x]
+    return type(x).__name__, [v.tolist() for v in vars(x).values() if hasattr(v, "tolist")]
 
 
 def _state(policy: Any) -> tuple[Any, ...]:
-    return (*(list(getattr(policy, n)) for n in ("t1", "t2", "b1", "b2")), policy.target_t1_size)
+    t1, t2 = (
+        [(k, c.chunk_id, c.ref_cnt) for k, c in lst.items()] for lst in (policy.t1, policy.t2)
+    )
+    return t1, t2, list(policy.b1), list(policy.b2), policy.target_t1_size
 
 
-def _answer(policy: Any, method: str, args: tuple[Any, ...]) -> object:
-    try:
-        result = getattr(policy, method)(*args)
-    except Exception as exc:
-        return f"raises {type(exc).__name__}"
-    if method == "evict" and result is not None:
-        return [(k, c.chunk_id) for k, c in result]
-    return result
+def _drive(managers: dict[str, Any], rng: random.Random) -> None:
+    """Requests sharing prefixes: lookups, loads of the hits and stores of the
+    rest (0.30's touches), each completed (a store failed in 10) or not yet,
+    finished requests, resets; the first manager's answers lead."""
+    base = import_module(f"{KV_OFFLOAD}.base")
+    made, cls = 0, type(next(iter(managers.values())))
+    finishes = hasattr(cls, "on_request_finished")
+    touches = hasattr(cls, "touch") and not finishes  # 0.30's scheduler touches instead
 
+    def call(method: str, *args: Any) -> Any:
+        """method on each manager (a dict argument: each its own context)."""
+        nonlocal made
+        made, seen = made + 1, []
+        for route, manager in managers.items():
+            try:
+                raw = getattr(manager, method)(*(a[route] if type(a) is dict else a for a in args))
+                seen.append((route, raw, _plain(raw), _state(manager._policy)))
+            except Exception as exc:
+                seen.append((route, None, f"raises {type(exc).__name__}", _state(manager._policy)))
+        for ours in seen[1:]:
+            for what, i in (("answered", 2), ("left t1, t2, b1, b2, target_t1_size", 3)):
+                if ours[i] != seen[0][i]:
+                    r = reprlib.Repr()
+                    r.maxlist = r.maxtuple = 4
+                    shown = ", ".join("ctx" if type(a) is dict else r.repr(a) for a in args)
+                    raise _Differs(
+                        f"call {made}, {method}({shown}): {seen[0][0]} {what} "
+                        f"{r.repr(seen[0][i])}, {ours[0]} {r.repr(ours[i])}"
+                    )
+        return seen[0][1]
 
-def first_difference(
-    theirs: Any, ours: Any, chunk_cls: Any, *, seed: int = 0, steps: int = 3000
-) -> str | None:
-    """The first call after which arc_cy's policy differs from vLLM's, as
-    ``call N, method(args): vLLM ..., arc_cy ...``; None if none does."""
-    rng = random.Random(seed)
-    has = {m for m in ("touch", "on_store_miss", "on_request_finished") if hasattr(theirs, m)}
-    with_context = "req_context" in inspect.signature(theirs.insert).parameters
-    capacity = 8
-    keys = [f"key{i:02d}".encode() for i in range(4 * capacity)]
-    policies = [theirs(capacity), ours(capacity)]
-    chunks: dict[bytes, Any] = {}
-    made = 0
-    for step in range(steps):
-        ctx = _Context({k: rng.randrange(64) for k in rng.sample(keys, 6)})
-        op = rng.random()
-        calls: list[tuple[str, tuple[Any, ...]]] = []
-        for k, c in list(chunks.items()):  # stores in flight complete, or fail
-            if c.ref_cnt < 0 and rng.random() < 0.5:
-                c.ref_cnt = 0 if rng.random() < 0.9 else -1
-                calls.append(("mark_evictable", (k,)) if c.ref_cnt == 0 else ("remove", (k,)))
-        if op < 0.35:  # a store: misses seen, room made, chunks inserted
-            batch = [k for k in rng.sample(keys, rng.randint(1, 4)) if k not in chunks]
-            miss = "on_store_miss" if "on_store_miss" in has else "touch"
-            calls.append((miss, (batch, ctx)))
-            if len(chunks) + len(batch) > capacity:
-                calls.append(("evict", (len(chunks) + len(batch) - capacity, set(batch))))
-            for k in batch:
-                made += 1
-                calls.append(("insert", (k, chunk_cls(made), ctx)[: 3 if with_context else 2]))
-        elif op < 0.55 and chunks:  # a load starts or ends
-            k = rng.choice(list(chunks))
-            if chunks[k].ref_cnt >= 0:
-                chunks[k].ref_cnt ^= 1
-                calls.append(
-                    ("mark_non_evictable" if chunks[k].ref_cnt else "mark_evictable", (k,))
-                )
-        elif op < 0.8:  # a request finishes (before 0.31: its keys touched)
-            group = tuple(dict.fromkeys(rng.sample([*chunks, *keys[:8]], rng.randint(1, 6))))
-            reused = {k for k in group if k in chunks and chunks[k].ref_cnt >= 0}
-            inserted = {k for k in group if k in chunks and k not in reused}
-            if "on_request_finished" in has:
-                calls.append(("on_request_finished", ((group,), inserted, reused, ctx)))
-            if "touch" in has:
-                calls.append(("touch", ([k for k in group if k in chunks], ctx)))
-        elif op < 0.95:
-            calls.append(("evict", (rng.randint(1, 3), set(rng.sample(keys, 2)))))
-        elif op < 0.99:
-            calls.append(("get", (rng.choice(keys),)))
-        else:
-            calls.append(("clear", ()))
-        for method, args in calls:
-            answers = [_answer(p, method, args) for p in policies]
-            if method == "insert":
-                chunks[args[0]] = args[1]
-            elif method == "remove":
-                chunks.pop(args[0], None)
-            elif method == "clear":
-                chunks.clear()
-            elif method == "evict" and isinstance(answers[0], list):
-                for k, _ in answers[0]:
-                    del chunks[k]
-            if answers[0] != answers[1]:
-                return _said(step, method, args, "answered", answers)
-            states = [_state(p) for p in policies]
-            if states[0] != states[1]:
-                return _said(step, method, args, "left t1, t2, b1, b2, target_t1_size", states)
-            if method == "evict" and answers[0] is None:
-                break  # the store fails: nothing inserted
-    return None
+    def key(i: int) -> bytes:
+        return base.make_offload_key(i.to_bytes(8, "big"), 0)  # type: ignore[no-any-return]
 
-
-def _said(step: int, method: str, args: tuple[Any, ...], what: str, pair: list[Any]) -> str:
-    r = reprlib.Repr()
-    r.maxlist = r.maxset = r.maxtuple = r.maxdict = 6
-    call = f"call {step + 1}, {method}({', '.join(map(r.repr, args))})"
-    return f"{call}, {what} {r.repr(pair[0])} in vLLM, {r.repr(pair[1])} in arc_cy"
+    convs = [[key(100 * p + i) for i in range(4)] for p in range(3)]  # shared prompts
+    jobs: list[tuple[str, list[bytes], dict[str, Any]]] = []
+    live: list[dict[str, Any]] = []
+    for r in range(REQUESTS):
+        turn = [key(1000 + 4 * r + i) for i in range(rng.randint(1, 3))]
+        blocks = [*rng.choice(convs[-12:] if rng.random() < 0.7 else convs[:3]), *turn]
+        convs.append(blocks)
+        ctx = {route: base.ReqContext(req_id=f"r{r}") for route in managers}
+        for c in ctx.values():
+            for position, k in enumerate(blocks):
+                getattr(c, "set_offload_key_position", lambda *a: None)(k, position)
+        call("on_new_request", ctx)
+        hits = 0
+        while hits < len(blocks) and call("lookup", blocks[hits], ctx) == base.LookupResult.HIT:
+            hits += 1
+        if touches:
+            call("touch", blocks, ctx)
+        if hits:
+            call("prepare_load", blocks[:hits], ctx)
+            jobs.append(("load", blocks[:hits], ctx))
+        out = call("prepare_store", blocks[hits:], ctx) if hits < len(blocks) else None
+        if out is not None and out.keys_to_store:
+            jobs.append(("store", list(out.keys_to_store), ctx))
+        live.append(ctx)
+        for job in [j for j in jobs if rng.random() < 0.5]:
+            jobs.remove(job)
+            if job[0] == "load":
+                call("complete_load", job[1], job[2])
+            else:
+                call("complete_store", job[1], job[2], rng.random() < 0.9)
+        for c in [c for c in live if rng.random() < 0.5 and all(j[2] is not c for j in jobs)]:
+            live.remove(c)
+            if finishes:
+                call("on_request_finished", c)
+        if rng.random() < 0.01:
+            call("reset_cache")  # jobs in flight are never completed after it
+            jobs.clear()
+        call("take_events")

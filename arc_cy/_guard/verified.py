@@ -84,23 +84,28 @@ ARC: dict[str, dict[str, str]] = {
 }
 USES: dict[str, str] = {
     "0.30.0": (
-        "__init__ cache_capacity clear evict get insert mark_evictable mark_non_evictable "
-        "on_request_finished remove touch"
+        "call:__init__ call:clear call:evict call:get call:insert call:mark_evictable "
+        "call:mark_non_evictable call:on_request_finished call:remove call:touch "
+        "keyword:cache_capacity string:lru"
     ),
     "0.31.0": (
-        "__init__ cache_capacity clear evict get insert mark_evictable mark_non_evictable "
-        "on_request_finished on_store_miss remove touch"
+        "call:__init__ call:clear call:evict call:get call:insert call:mark_evictable "
+        "call:mark_non_evictable call:on_request_finished call:on_store_miss call:remove "
+        "call:touch keyword:cache_capacity string:lru"
     ),
     "0.32.0": (
-        "__init__ cache_capacity clear evict get insert mark_evictable mark_non_evictable "
-        "on_request_finished on_store_miss remove touch"
+        "call:__init__ call:clear call:evict call:get call:insert call:mark_evictable "
+        "call:mark_non_evictable call:on_request_finished call:on_store_miss call:remove "
+        "call:touch keyword:cache_capacity string:lru"
     ),
     "0.33.0": (
-        "__init__ cache_capacity clear evict get insert mark_evictable mark_non_evictable "
-        "on_request_access on_request_finished on_store_miss remove touch"
+        "call:__init__ call:clear call:evict call:get call:insert call:mark_evictable "
+        "call:mark_non_evictable call:on_request_access call:on_request_finished "
+        "call:on_store_miss call:remove call:touch keyword:cache_capacity string:lru"
     ),
     "0.34.0": (
-        "__init__ cache_capacity clear evict get insert mark_evictable mark_non_evictable "
-        "on_request_access on_request_finished on_store_miss remove"
+        "call:__init__ call:clear call:evict call:get call:insert call:mark_evictable "
+        "call:mark_non_evictable call:on_request_access call:on_request_finished "
+        "call:on_store_miss call:remove keyword:cache_capacity string:lru"
     ),
 }

@@ -23,6 +23,7 @@ from typing import Any
 from .._guard import vllm_guard
 from .._messages import MSG_REENTRANT
 from .._policy import POLICY_DOC
+from .._record import Recorder, record_for
 from .._vllm import CachePolicy, ChunkStatus, order_request_keys
 
 __all__ = ["ARCCachePolicy", "mutating"]
@@ -54,6 +55,7 @@ class ARCCachePolicy(CachePolicy):
     __doc__ = POLICY_DOC  # one text, both implementations' (arc_cy._policy)
 
     _running: str | None = None  # the mutating call under way (mutating())
+    _recorder: Recorder | None = None  # ARC_CY_RECORD_TRACE's (arc_cy._record)
     target_t1_size: Any  # a float, or any Real as set (a Fraction stays exact), as in vLLM
 
     def __init__(self, cache_capacity: int) -> None:
@@ -67,6 +69,8 @@ class ARCCachePolicy(CachePolicy):
             # key -> None (only care about presence)
             self.b1: OrderedDict[Any, None] = OrderedDict()
             self.b2: OrderedDict[Any, None] = OrderedDict()
+        if self._recorder is None:
+            self._recorder = record_for(self, cache_capacity)
 
     def get(self, key: Any) -> ChunkStatus | None:
         return self.t1.get(key) or self.t2.get(key)
@@ -99,6 +103,8 @@ class ARCCachePolicy(CachePolicy):
         with mutating(self, "on_store_miss"):
             for key in reversed(list(keys)):
                 self._adapt_to_ghost_hit(key)
+        if self._recorder is not None:
+            self._recorder.missed(req_context)
 
     def touch(self, keys: Iterable[Any], req_context: Any) -> None:
         with mutating(self, "touch"):
@@ -126,7 +132,8 @@ class ARCCachePolicy(CachePolicy):
         req_context: Any,
     ) -> None:
         with mutating(self, "on_request_finished"):
-            for key in reversed(order_request_keys(key_groups, req_context)):
+            keys = order_request_keys(key_groups, req_context)
+            for key in reversed(keys):
                 if key in insertion_only_keys:
                     # A store is not a frequency hit. Preserve T1 membership
                     # while still restoring tail-to-head recency.
@@ -142,6 +149,8 @@ class ARCCachePolicy(CachePolicy):
                     self.t2[key] = chunk
                 elif key in reused_keys and key in self.t2:
                     self.t2.move_to_end(key)
+        if self._recorder is not None:
+            self._recorder.finished(keys, reused_keys, req_context)
 
     def clear(self) -> None:
         with mutating(self, "clear"):
@@ -150,6 +159,8 @@ class ARCCachePolicy(CachePolicy):
             self.b1.clear()
             self.b2.clear()
             self.target_t1_size = 0.0
+        if self._recorder is not None:
+            self._recorder.cleared()
 
     def evict(self, n: int, protected: Container[Any]) -> list[tuple[Any, ChunkStatus]] | None:
         with mutating(self, "evict"):
@@ -219,13 +230,15 @@ class ARCCachePolicy(CachePolicy):
     # --- arc_cy's own ----------------------------------------------------------
 
     def on_request_access(self, keys: Iterable[Any], req_context: Any) -> None:
-        return
+        if self._recorder is not None:
+            self._recorder.arrive(req_context)
 
     def mark_evictable(self, key: Any) -> None:
         return
 
     def mark_non_evictable(self, key: Any) -> None:
-        return
+        if self._recorder is not None:
+            self._recorder.pinned(key)
 
     def _check_invariants(self) -> None:
         """Raise AssertionError if a key is in two lists or a ghost list

@@ -14,6 +14,7 @@ from typing import Any
 
 from .._guard import vllm_guard
 from .._policy import PLUS_DOC
+from .._record import Recorder, record_for
 from .._vllm import CachePolicy, ChunkStatus, order_request_keys
 from .arc import mutating
 
@@ -24,6 +25,7 @@ class ARCPlusCachePolicy(CachePolicy):
     __doc__ = PLUS_DOC  # one text, both implementations' (arc_cy._policy)
 
     _running: str | None = None  # the mutating call under way (mutating())
+    _recorder: Recorder | None = None  # ARC_CY_RECORD_TRACE's (arc_cy._record)
     ticks: int  # stamps given so far
     b1_returned: int  # the ghosts' fates (arc_cy._policy.PLUS_DOC)
     b1_forgotten: int
@@ -31,8 +33,8 @@ class ARCPlusCachePolicy(CachePolicy):
     b2_forgotten: int
 
     def __init__(self, cache_capacity: int) -> None:
-        if vllm_guard.pending:
-            vllm_guard.check()
+        if vllm_guard.plus_pending:
+            vllm_guard.check(plus=True)
         with mutating(self, "__init__"):
             super().__init__(cache_capacity)
             self.t1: OrderedDict[Any, ChunkStatus] = OrderedDict()
@@ -46,6 +48,8 @@ class ARCPlusCachePolicy(CachePolicy):
             self.ticks = 0
             self.b1_returned = self.b1_forgotten = 0
             self.b2_returned = self.b2_forgotten = 0
+        if self._recorder is None:
+            self._recorder = record_for(self, cache_capacity)
 
     def get(self, key: Any) -> ChunkStatus | None:
         return self.t1.get(key) or self.t2.get(key)
@@ -83,6 +87,8 @@ class ARCPlusCachePolicy(CachePolicy):
         with mutating(self, "on_store_miss"):
             for key in reversed(list(keys)):
                 self._ghost_returned(key)
+        if self._recorder is not None:
+            self._recorder.missed(req_context)
 
     def touch(self, keys: Iterable[Any], req_context: Any) -> None:
         with mutating(self, "touch"):
@@ -102,7 +108,8 @@ class ARCPlusCachePolicy(CachePolicy):
                     self._ghost_returned(key)
 
     def on_request_access(self, keys: Iterable[Any], req_context: Any) -> None:
-        return
+        if self._recorder is not None:
+            self._recorder.arrive(req_context)
 
     def on_request_finished(
         self,
@@ -112,8 +119,8 @@ class ARCPlusCachePolicy(CachePolicy):
         req_context: Any,
     ) -> None:
         with mutating(self, "on_request_finished"):
-            keys = reversed(order_request_keys(key_groups, req_context))
-            for key in dict.fromkeys(keys):  # tail first, each key once
+            keys = order_request_keys(key_groups, req_context)
+            for key in dict.fromkeys(reversed(keys)):  # tail first, each key once
                 if key in insertion_only_keys and (key in self.t1 or key in self.t2):
                     # A store is not a frequency hit: recency only.
                     (self.t1 if key in self.t1 else self.t2).move_to_end(key)
@@ -136,6 +143,8 @@ class ARCPlusCachePolicy(CachePolicy):
                     # remembered, so that its next request finds a ghost.
                     self.b1[key] = None
             self._trim_ghosts()
+        if self._recorder is not None:
+            self._recorder.finished(keys, reused_keys, req_context)
 
     def _trim_ghosts(self) -> None:
         for _ in range(len(self.b1) - self.cache_capacity):
@@ -154,6 +163,8 @@ class ARCPlusCachePolicy(CachePolicy):
             self.b2.clear()
             self.b1_returned = self.b1_forgotten = 0
             self.b2_returned = self.b2_forgotten = 0
+        if self._recorder is not None:
+            self._recorder.cleared()
 
     def _ghost_rate(self, returned: int, forgotten: int) -> float:
         return returned / (returned + forgotten) if returned + forgotten else 0.0
@@ -210,7 +221,8 @@ class ARCPlusCachePolicy(CachePolicy):
         return
 
     def mark_non_evictable(self, key: Any) -> None:
-        return
+        if self._recorder is not None:
+            self._recorder.pinned(key)
 
     def _check_invariants(self) -> None:
         """Raise AssertionError if a key is in two lists, a ghost list

@@ -37,8 +37,9 @@ Loaded by vLLM through ``kv_connector_extra_config``, with this folder
 Further keys it reads:
 
 - ``cpu_copy_report``: a folder; each process writes its counts there as
-  ``scheduler-<pid>.json`` (the policy's class) and ``worker-<pid>.json``
-  (stores, loads, blocks checked, mismatches), rewritten after each job.
+  ``scheduler-<pid>.json`` (the policy's class, the loads and the keys
+  they load: the connector's CPU hits) and ``worker-<pid>.json`` (stores,
+  loads, blocks checked, mismatches), rewritten after each job.
 - ``step_timing``: true makes the manager record each scheduler step's
   end (arc_cy_harness.engine_timing, for bench/engine.py).
 - ``cpu_copy_fault``: a wrong copy, reported as a success, for the tests
@@ -85,14 +86,19 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _carry_keys(manager: OffloadingManager) -> None:
+def _carry_keys(manager: OffloadingManager, counts: dict[str, Any], report: Any) -> None:
     """Makes the specs that the manager's prepare_load and prepare_store return
-    carry their chunks' offload keys, in chunk order, as ``offload_keys``."""
+    carry their chunks' offload keys, in chunk order, as ``offload_keys``;
+    counts the loads and the keys they load (the connector's CPU hits), and
+    calls report() after each load."""
     prepare_load, prepare_store = manager.prepare_load, manager.prepare_store
 
     def load(keys: Any, req_context: ReqContext) -> LoadStoreSpec:
         spec = prepare_load(keys, req_context)
         spec.offload_keys = list(keys)  # type: ignore[attr-defined]
+        counts["loads"] += 1
+        counts["keys_loaded"] += len(spec.offload_keys)  # type: ignore[attr-defined]
+        report()
         return spec
 
     def store(keys: Any, req_context: ReqContext) -> PrepareStoreOutput | None:
@@ -289,23 +295,27 @@ class CPUCopyOffloadingSpec(CPUOffloadingSpec):
     def get_manager(self) -> OffloadingManager:
         fresh = self._manager is None
         manager = super().get_manager()
+        report_dir = self.extra_config.get("cpu_copy_report")
+        policy = manager._policy  # type: ignore[attr-defined]
+        counts: dict[str, Any] = {
+            "pid": os.getpid(),
+            "num_chunks": self.num_chunks,
+            "policy_class": f"{type(policy).__module__}.{type(policy).__qualname__}",
+            "loads": 0,
+            "keys_loaded": 0,
+        }
+
+        def report() -> None:
+            if report_dir:
+                _write_json(os.path.join(report_dir, f"scheduler-{os.getpid()}.json"), counts)
+
         if fresh:
-            _carry_keys(manager)
+            _carry_keys(manager, counts, report)
         if fresh and self.extra_config.get("step_timing"):
             from arc_cy_harness import engine_timing
 
             engine_timing.install(manager)
-        report_dir = self.extra_config.get("cpu_copy_report")
-        if report_dir:
-            policy = manager._policy  # type: ignore[attr-defined]
-            _write_json(
-                os.path.join(report_dir, f"scheduler-{os.getpid()}.json"),
-                {
-                    "pid": os.getpid(),
-                    "num_chunks": self.num_chunks,
-                    "policy_class": f"{type(policy).__module__}.{type(policy).__qualname__}",
-                },
-            )
+        report()
         return manager
 
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:

@@ -10,7 +10,9 @@ CONFIG: ``model_dir`` (made there by :func:`make_model` with the arguments
 ``LLM`` arguments), ``workload`` (:func:`conversations`' arguments),
 ``runs`` (a list of ``{"name", "extra_config", "engine"}``: the
 ``OffloadingConnector``'s ``kv_connector_extra_config``, or null for no
-connector, and more ``LLM`` arguments), ``out``, and ``in_process``: when
+connector, and more ``LLM`` arguments; optionally ``workload``, changes to
+the workload's arguments, and ``record``, a path: the run records what
+reaches its policy there, ARC_CY_RECORD_TRACE), ``out``, and ``in_process``: when
 true, every engine runs in this process, one after the other (the engine
 core in-process, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, and the uni-process
 executor), which saves the start of two processes per engine; else each in
@@ -90,7 +92,7 @@ def run(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     from vllm.config import KVTransferConfig
     from vllm.inputs import TokensPrompt
 
-    w = conversations(**config["workload"])
+    w = conversations(**{**config["workload"], **spec.get("workload", {})})
     kwargs: dict[str, Any] = dict(
         model=config["model_dir"],
         skip_tokenizer_init=True,
@@ -109,7 +111,12 @@ def run(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
             kv_connector_extra_config=spec["extra_config"],
         )
     t = time.perf_counter()
-    llm = LLM(**kwargs)
+    if spec.get("record"):  # read as the policy is made (arc_cy._record)
+        os.environ["ARC_CY_RECORD_TRACE"] = spec["record"]
+    try:
+        llm = LLM(**kwargs)
+    finally:
+        os.environ.pop("ARC_CY_RECORD_TRACE", None)
     start_s = time.perf_counter() - t
     params = SamplingParams(
         temperature=0.0, max_tokens=w["max_tokens"], ignore_eos=True, logprobs=0, detokenize=False
@@ -158,6 +165,10 @@ def run(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     }
     del llm
     gc.collect()
+    if spec.get("record"):  # the policy is gone: its recording written whole
+        from arc_cy import _record
+
+        _record._flush_all()
     if "arc_cy_harness.engine_timing" in sys.modules:
         result["steps"] = sys.modules["arc_cy_harness.engine_timing"].take()
     if "arc_cy_harness.engine_lockstep" in sys.modules:

@@ -21,16 +21,21 @@ ARC_DECISION = (
 )
 
 
-def write(root: Path) -> Path:
-    """Make root an overlay whose vLLM arc.py has ARC_DECISION changed;
-    returns that file. Set FAKE_VLLM_OVERLAY=1 for it to take effect."""
+MANAGER_FILE = ("vllm", "v1", "kv_offload", "cpu", "manager.py")
+
+
+def write(
+    root: Path, file: tuple[str, ...] = ARC_FILE, edit: tuple[str, str] = ARC_DECISION
+) -> Path:
+    """Make root an overlay whose vLLM file (arc.py) has edit (ARC_DECISION)
+    made; returns that file. Set FAKE_VLLM_OVERLAY=1 for it to take effect."""
     # The top-level package's spec only: importing vLLM takes seconds.
     spec = importlib.util.find_spec("vllm")
     assert spec is not None and spec.origin
-    source = Path(spec.origin).parent.joinpath(*ARC_FILE[1:]).read_text()
-    assert source.count(ARC_DECISION[0]) == 1
-    arc = root.joinpath(*ARC_FILE)
-    arc.parent.mkdir(parents=True)
-    arc.write_text(source.replace(*ARC_DECISION))
+    source = Path(spec.origin).parent.joinpath(*file[1:]).read_text()
+    assert source.count(edit[0]) == 1
+    path = root.joinpath(*file)
+    path.parent.mkdir(parents=True)
+    path.write_text(source.replace(*edit))
     shutil.copy(SITECUSTOMIZE, root / "sitecustomize.py")
-    return arc
+    return path

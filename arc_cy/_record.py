@@ -1,0 +1,462 @@
+"""Recording what a running vLLM asks of its CPU cache: with
+``ARC_CY_RECORD_TRACE=PATH`` set, each arc_cy policy writes one line a
+finished request to PATH, in the trace format the replay reads
+(``arc_cy._trace``). What a recording holds, and how to stop one:
+docs/usage.md ("Recording your traffic").
+
+Both constructors ask ``record_for`` for a ``Recorder`` (None when the
+variable is unset), and the policy calls it after a call returns, never
+while it runs: ``arrive`` after ``on_request_access`` and ``on_store_miss``
+(a request's first call with its context is its arrival),
+``finished`` after ``on_request_finished`` (its line), ``cleared`` after
+``clear``. The recorder never changes what the policy does and never
+raises: any failure is one WARNING, and recording stops while the policy
+goes on. The caller's thread only queues a finished request's keys and
+counts; a writer thread makes the lines (the keys' ids in C without the GIL
+where the core is built), opens the file and writes, so the scheduler never
+waits on the disk.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import errno
+import math
+import os
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import __version__
+from ._flags import RECORDING
+from ._guard import logger, vllm_version
+from ._trace import FORMAT, encode_line
+from ._vllm import CachePolicy
+
+ENV, MAX_MB_ENV = RECORDING
+MAX_MB = 4096
+"""The default size limit: about a day of a busy server (40 requests a
+second, each of about 100 blocks the CPU tier sees: 1.2 KB a line)."""
+BACKLOG = 1 << 22
+"""Keys waiting for the writer past which recording stops (a disk that does
+not take them, about 90 MB of lines): the scheduler never waits, and the
+memory they hold is bounded."""
+FINISHED = "on_request_finished"
+PERIOD = 0.1
+"""Seconds between the writer's looks at the lines waiting."""
+BATCH = 256
+"""Lines the writer makes and writes at a time."""
+IN_FLIGHT = 1 << 20
+"""Requests in flight past which their arrivals are forgotten (a caller
+that never finishes them): their lines take their finish's time."""
+
+_monotonic_ns = time.monotonic_ns
+KeyedIds = Callable[[Sequence[Any], int, int], bytes]
+
+
+def _rotl(x: int, b: int) -> int:
+    return ((x << b) | (x >> (64 - b))) & 0xFFFFFFFFFFFFFFFF
+
+
+def siphash24(data: bytes, k0: int, k1: int) -> int:
+    """SipHash-2-4 of data under the key (k0, k1): the compiled core's
+    arc_siphash24 (arc_cy/_core/siphash.h), in Python."""
+    mask = 0xFFFFFFFFFFFFFFFF
+    v = [
+        k0 ^ 0x736F6D6570736575,
+        k1 ^ 0x646F72616E646F6D,
+        k0 ^ 0x6C7967656E657261,
+        k1 ^ 0x7465646279746573,
+    ]
+
+    def rounds(count: int) -> None:
+        v0, v1, v2, v3 = v
+        for _ in range(count):
+            v0 = (v0 + v1) & mask
+            v1 = _rotl(v1, 13) ^ v0
+            v0 = _rotl(v0, 32)
+            v2 = (v2 + v3) & mask
+            v3 = _rotl(v3, 16) ^ v2
+            v0 = (v0 + v3) & mask
+            v3 = _rotl(v3, 21) ^ v0
+            v2 = (v2 + v1) & mask
+            v1 = _rotl(v1, 17) ^ v2
+            v2 = _rotl(v2, 32)
+        v[:] = v0, v1, v2, v3
+
+    n = len(data)
+    end = n - n % 8
+    for i in range(0, end, 8):
+        m = int.from_bytes(data[i : i + 8], "little")
+        v[3] ^= m
+        rounds(2)
+        v[0] ^= m
+    last = (n & 0xFF) << 56 | int.from_bytes(data[end:], "little")
+    v[3] ^= last
+    rounds(2)
+    v[0] ^= last
+    v[2] ^= 0xFF
+    rounds(4)
+    return v[0] ^ v[1] ^ v[2] ^ v[3]
+
+
+def keyed_ids(keys: Sequence[Any], k0: int, k1: int) -> bytes:
+    """The compiled core's ``keyed_ids``, in Python: each key's SipHash-2-4
+    under (k0, k1), its top 63 bits, comma-separated. TypeError for keys
+    that are not a list or tuple of bytes."""
+    if type(keys) not in (list, tuple):
+        raise TypeError(f"keyed_ids: a list or tuple, not {type(keys).__name__}")
+    for j, key in enumerate(keys):
+        if type(key) is not bytes:
+            raise TypeError(f"keyed_ids: item {j} is {type(key).__name__}, not bytes")
+    return b",".join(b"%d" % (siphash24(key, k0, k1) >> 1) for key in keys)
+
+
+def _key_bytes(key: Any) -> bytes:
+    """A key that is not bytes (vLLM's are), as bytes: its repr."""
+    return key if type(key) is bytes else repr(key).encode("utf-8", "backslashreplace")
+
+
+def _int(value: object) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+def _lengths(keys: Sequence[Any], ctx: Any, per_key: bool) -> tuple[int, int, int, int | None]:
+    """(input tokens, output tokens, loadable keys, tokens per key) of a
+    finished request. Its counts are vLLM's where its context has them
+    (0.34): then a key that ends past its prompt's last token but one is not
+    loadable (vLLM computes a prompt's last token, so it never looks that
+    key up). Else the input is the end position of its last key (keys are
+    in prefix order), and every key is loadable. With per_key, the gcd of
+    its keys' end positions (else None)."""
+    position = getattr(ctx, "get_offload_key_position", None)
+    try:
+        prompt = _int(getattr(ctx, "num_prompt_tokens", None))
+        total = _int(getattr(ctx, "num_tokens", None)) if prompt is not None else None
+    except Exception:  # vLLM's, for a request the scheduler no longer has
+        prompt = total = None
+    loadable = len(keys)
+    if prompt is None:
+        prompt = (_int(position(keys[-1])) if position is not None else None) or 0
+    elif position is not None:
+        while loadable and (_int(position(keys[loadable - 1])) or 0) > prompt - 1:
+            loadable -= 1
+    gcd = None
+    if per_key and position is not None:
+        ends = [e for e in map(_int, map(position, keys)) if e]
+        gcd = math.gcd(*ends) if ends else None
+    output = total - prompt if total is not None and total >= prompt else 0
+    return prompt, output, loadable, gcd
+
+
+class Recorder:
+    """One policy's recording: what each finished request asked, queued on
+    the caller's thread; its lines made and written by a daemon thread that
+    opens the file on the first one."""
+
+    def __init__(self, path: str, limit: int, policy: Any, capacity: int, ids: KeyedIds) -> None:
+        self.path, self.limit, self.ids = path, limit, ids
+        self.on = True
+        self.closing = False
+        self.policy_name = type(policy).__name__
+        self.capacity = capacity
+        key = os.urandom(16)  # the ids' key: new for each recording, never written
+        self.k0, self.k1 = int.from_bytes(key[:8], "little"), int.from_bytes(key[8:], "little")
+        self.start = time.monotonic_ns()
+        # What the writer makes lines of: (keys, arrival ns, input and
+        # output tokens, the device's hits, loadable keys, order, tokens
+        # per key),
+        # and counts of the keys queued and written (each counter has one
+        # thread that writes it).
+        self.lines: collections.deque[
+            tuple[Sequence[Any], int, int, int, int, int, tuple[int, int, int], int | None]
+        ] = collections.deque()
+        self.keys_queued = self.keys_written = 0
+        self.written = 0  # bytes
+        self.header = True  # the caller's thread: tokens per key, for the first line
+        self.headed = False  # the writer's: the first line is made
+        # req_id -> (arrival, monotonic ns; its first store of a miss in the
+        # order) of each request in flight that reached the policy: popped
+        # as it finishes, all of them as the cache is cleared (their
+        # requests never finish here). seq counts those firsts and finishes.
+        self.arrivals: dict[Any, tuple[int, int | None]] = {}
+        self.seq = 0
+        # The keys loads pinned since the requests in flight arrived, each
+        # with its place in the order (at most IN_FLIGHT: a request's are
+        # forgotten as it finishes).
+        self.pins: dict[Any, int] = {}
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.pid = os.getpid()
+        _RECORDERS.add(self)
+
+    def stop(self, why: str) -> None:
+        if self.on:
+            self.on = False
+            logger.warning("arc_cy: not recording to %s: %s. The policy goes on.", self.path, why)
+
+    def arrive(self, ctx: Any) -> None:
+        """on_request_access returned (vLLM 0.33 and later): the request's
+        arrival, if this is its first call."""
+        if self.on:
+            try:
+                rid = ctx.req_id
+                if rid not in self.arrivals:
+                    self._first(rid, None)
+            except Exception:  # no context, or no req_id: its finish's time serves
+                pass
+
+    def missed(self, ctx: Any) -> None:
+        """on_store_miss returned: the request's first store of a miss, its
+        stores' place in the order, and its arrival if nothing came
+        before."""
+        if self.on:
+            try:
+                rid = ctx.req_id
+                seen = self.arrivals.get(rid)
+                if seen is None:
+                    self._first(rid, self._next())
+                elif seen[1] is None:
+                    self.arrivals[rid] = (seen[0], self._next())
+            except Exception:  # no context, or no req_id: its finish's time serves
+                pass
+
+    def _first(self, rid: Any, order: int | None) -> None:
+        if len(self.arrivals) >= IN_FLIGHT:
+            self.arrivals.clear()
+        self.arrivals[rid] = (_monotonic_ns(), order)
+
+    def _next(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def pinned(self, key: Any) -> None:
+        """mark_non_evictable returned: a load pinned key."""
+        if self.on:
+            try:
+                if len(self.pins) >= IN_FLIGHT:
+                    self.pins.clear()
+                self.pins[key] = self._next()
+            except Exception:  # an unhashable key: its request's line says less
+                pass
+
+    def cleared(self) -> None:
+        """clear() returned: the requests in flight never finish here."""
+        self.arrivals.clear()
+        self.pins.clear()
+
+    def finished(self, keys: Sequence[Any], reused: Any, ctx: Any) -> None:
+        """on_request_finished returned, with the request's keys in prefix
+        order (order_request_keys') and the keys it reused: its line, made
+        and written by the writer."""
+        if not self.on:
+            return
+        try:
+            at, start = self.arrivals.pop(getattr(ctx, "req_id", None), (None, None))
+            if not keys:
+                return  # nothing of it reached the CPU tier
+            finish = self._next()
+            if at is None:
+                at = _monotonic_ns()
+            # The device's hits: the leading keys it reused without a load.
+            # vLLM's connector offers them for store only when it loaded
+            # nothing, and never looks them up in the CPU tier.
+            device, pins, loaded = 0, self.pins, None
+            for key in keys:
+                if key in pins or key not in reused:
+                    break
+                device += 1
+            for key in keys:
+                at_pin = pins.pop(key, None)
+                if at_pin is not None and (loaded is None or at_pin < loaded):
+                    loaded = at_pin
+            input_length, output_length, loadable, per_key = _lengths(keys, ctx, self.header)
+            self.header = False
+        except Exception as exc:
+            self.stop(f"{type(exc).__name__}: {exc}")
+            return
+        if self.keys_queued - self.keys_written > BACKLOG:
+            self.stop(f"the disk has not taken the last {BACKLOG:,} keys' lines")
+            return
+        store = finish if start is None else start
+        order = (store if loaded is None else min(loaded, store), store, finish)
+        self.lines.append((keys, at, input_length, output_length, device, loadable, order, per_key))
+        self.keys_queued += len(keys)
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._write, name="arc_cy-record", daemon=True)
+            self.thread.start()
+
+    def close(self) -> None:
+        """The policy is gone: write what is queued, then the writer ends."""
+        self.closing = True
+        self.wake.set()
+
+    def flush(self, stall: float = 5.0) -> None:
+        """Wait until what is queued is written, unless the writer makes no
+        progress for stall seconds (a disk that does not answer)."""
+        if self.thread is None or os.getpid() != self.pid:
+            return  # nothing written yet, or a forked child's copy
+        self.wake.set()
+        taken, since = self.keys_written, time.monotonic()
+        while self.on and self.keys_written < self.keys_queued:
+            if self.keys_written != taken:
+                taken, since = self.keys_written, time.monotonic()
+            elif time.monotonic() - since > stall:
+                return
+            self.wake.set()
+            time.sleep(0.002)
+
+    def _write(self) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+        flags |= getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except OSError as exc:
+            exists = exc.errno == errno.EEXIST
+            self.stop(
+                f"cannot create it: {'it exists (never overwritten)' if exists else exc.strerror}"
+            )
+            self.lines.clear()
+            return
+        try:
+            while self.on:
+                full = False
+                while self.lines and not full:
+                    batch: list[bytes] = []
+                    size, keys = self.written, 0
+                    while self.lines and len(batch) < BATCH:
+                        line = self._line(*self.lines[0])
+                        if size + len(line) > self.limit:
+                            full = True
+                            break
+                        keys += len(self.lines.popleft()[0])
+                        batch.append(line)
+                        size += len(line)
+                    if batch:
+                        self._write_lines(fd, batch)
+                        self.keys_written += keys
+                if full:
+                    self.stop(f"it reached its size limit, {self.limit >> 20} MiB ({MAX_MB_ENV})")
+                elif self.closing:
+                    break
+                self.wake.wait(PERIOD)
+                self.wake.clear()
+        except Exception as exc:
+            self.stop(f"writing failed: {getattr(exc, 'strerror', None) or exc}")
+        finally:
+            self.lines.clear()
+            os.close(fd)
+
+    def _line(
+        self,
+        keys: Sequence[Any],
+        at: int,
+        input_length: int,
+        output_length: int,
+        device: int,
+        loadable: int,
+        order: tuple[int, int, int],
+        per_key: int | None,
+    ) -> bytes:
+        """A request's line (the file's first carries the header)."""
+        try:
+            ids = self.ids(keys, self.k0, self.k1)
+        except TypeError:  # keys that are not bytes (vLLM's are)
+            ids = self.ids([_key_bytes(k) for k in keys], self.k0, self.k1)
+        header = None
+        if not self.headed:
+            self.headed = True
+            header = {
+                "format": FORMAT,
+                "tokens_per_key": per_key,
+                "cache_capacity": self.capacity,
+                "vllm": vllm_version(),
+                "arc_cy": __version__,
+                "policy": self.policy_name,
+            }
+        ms = max(0, at - self.start) // 1_000_000
+        extra: dict[str, Any] = {"order": list(order)}
+        if device:
+            extra["device_hits"] = device
+        if loadable < len(keys):
+            extra["loadable"] = loadable
+        return encode_line(ms, input_length, output_length, ids, header, extra)
+
+    def _write_lines(self, fd: int, lines: list[bytes]) -> None:
+        """Write the lines whole: a failed write is cut back to the last
+        whole line written, so the file stays a valid trace."""
+        data = b"".join(lines)
+        done = 0
+        try:
+            while done < len(data):
+                done += os.write(fd, data[done:])
+        except OSError:
+            whole = 0
+            for line in lines:
+                if whole + len(line) > done:
+                    break
+                whole += len(line)
+            os.ftruncate(fd, self.written + whole)
+            self.written += whole
+            raise
+        self.written += done
+
+
+_RECORDERS: weakref.WeakSet[Recorder] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_all() -> None:
+    # Writers are daemon threads: at exit, what is queued is written first.
+    for rec in list(_RECORDERS):
+        rec.flush()
+
+
+def _limit() -> int:
+    raw = os.environ.get(MAX_MB_ENV, "").strip()
+    if not raw:
+        return MAX_MB << 20
+    if not raw.isdigit() or int(raw) <= 0:
+        raise ValueError(f"{MAX_MB_ENV}={raw!r} is not a positive whole number of MiB")
+    return int(raw) << 20
+
+
+def _fastest_ids() -> KeyedIds:
+    """The compiled core's keyed_ids where the core is in use (imported),
+    else this module's: the same ids."""
+    compiled = getattr(sys.modules.get("arc_cy._core.arc"), "keyed_ids", None)
+    return keyed_ids if compiled is None else compiled
+
+
+def record_for(policy: Any, capacity: int, ids: KeyedIds | None = None) -> Recorder | None:
+    """The recorder of a new policy of cache_capacity capacity when
+    ARC_CY_RECORD_TRACE is set, else None; ids makes a line's ids (default:
+    the fastest built). It never raises: what goes wrong is one WARNING,
+    and None."""
+    path = None
+    try:
+        template = os.environ.get(ENV, "")
+        if not template:
+            return None
+        path = template.replace("{pid}", str(os.getpid()))
+        if not hasattr(CachePolicy, FINISHED):
+            raise RuntimeError(
+                f"vLLM {vllm_version()}'s manager never calls {FINISHED} (0.31.0 and later "
+                "do), so no request ends"
+            )
+        if os.path.lexists(path):
+            raise FileExistsError("it exists (never overwritten)")
+        rec = Recorder(path, _limit(), policy, capacity, ids or _fastest_ids())
+        weakref.finalize(policy, rec.close)
+        logger.info("arc_cy: recording what reaches the CPU cache policy to %s", path)
+        return rec
+    except Exception as exc:
+        try:
+            logger.warning("arc_cy: not recording to %s: %s. The policy goes on.", path, exc)
+        except Exception:  # out of memory, or a logging handler that fails
+            pass
+        return None
