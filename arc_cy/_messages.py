@@ -26,6 +26,11 @@ MSG_FULL = "ARC policy is full: it holds its limit of {} entries (t1, t2, b1 and
 MSG_MAX_ENTRIES = "_max_entries must be between 0 and {}, got {!r}"
 MSG_REENTRANT = "{}() called on the ARC policy while {}() is still running"
 MSG_MUTATED = "ARC list changed during iteration"
+MSG_ARC_NO_FATES = "ARC keeps no ghost fates: they are ARC+'s (arc_cy_plus)"
+MSG_PLUS_NO_TARGET = (
+    "ARC+ has no target_t1_size: it adapts no target (its ghosts' fates: b1_returned, "
+    "b1_forgotten, b2_returned, b2_forgotten)"
+)
 # Python's own texts, which the compiled core's interface gives too.
 MSG_NO_ACCESSOR = "property {!r} of {!r} object has no {}"
 MSG_MISSING = "ARCCachePolicy.{}() missing {} required positional argument{}: {}"

@@ -69,30 +69,45 @@ POLICY_DOC = f"""ARC (Adaptive Replacement Cache) policy for vLLM's CPU KV offlo
     """
 
 
-PLUS_DOC = """ARC+: vLLM's ARC with three rules that make it hit more on KV-cache
-    traffic, for vLLM's CPU KV offloading (0.31 and later: its manager's
+PLUS_DOC = """ARC+: ARC's lists kept in recency order, with an admission that
+    learns from ARC's ghosts when to refuse blocks asked for once, for
+    vLLM's CPU KV offloading (0.31 and later: its manager's
     on_request_finished). Not vLLM's decisions: ``ARCCachePolicy`` is.
 
-    Lists and steps are ARCCachePolicy's (t1, t2, b1, b2, target_t1_size),
-    but for:
-        1. insert() puts a key found in b1 or b2 in t2, not t1: a ghost is
-           a key an earlier request asked for, and this second request
-           makes it frequent (the ARC paper's rule, Megiddo and Modha,
-           FAST'03).
-        2. on_request_finished() remembers, at b1's MRU end (tail first),
-           each key of the request that is in no list: asked for and not
-           kept (its store refused or failed). b1 is then trimmed to
-           cache_capacity.
-        3. evict(n, protected) refuses (returns None, nothing changes) an
-           offer of first-seen keys: ``protected`` (vLLM's manager protects
-           the offer's keys) holds keys in no list, the keys being stored,
-           and none in b1 or b2. It refuses such an offer when
-           int(target_t1_size) is 0 (t1 has shown no value), and when a
-           victim is due from t1 but t1 has none left (t2 would give up a
-           frequent chunk for keys asked once). vLLM's manager then stores
-           nothing of the offer (its connector counts an allocation
-           failure); the keys' next request finds them in b1 (rule 2).
-    What adapts is ARC's own target_t1_size: b1 hits raise it (recency
-    pays, and first-seen keys are admitted), b2 hits lower it. No constant
-    is tuned to a pool size or a trace.
+    Lists, each ordered from LRU to MRU:
+        t1: resident chunks one request asked for.
+        t2: resident chunks two or more requests asked for.
+        b1, b2: ghost keys of t1's and t2's victims, and keys asked for
+            and not kept (each at most cache_capacity, ARC's bound).
+        b1_returned, b1_forgotten, b2_returned, b2_forgotten: the ghosts'
+            fates, counted since the policy was made or cleared: asked for
+            again (on_store_miss() or touch() found it), or trimmed.
+
+    Steps:
+        1. insert() puts a key found in b1 or b2 in t2 (its second
+           request: the ARC paper's rule, Megiddo and Modha, FAST'03), any
+           other key in t1.
+        2. on_request_finished() takes the request's keys tail first, each
+           once: a key it stored is refreshed in its list, a key it reused
+           moves to t2's MRU end; a ghost (asked for and not kept) moves to
+           b2's MRU end; a key in no list is remembered at b1's MRU end.
+           b1 and b2 are then trimmed to cache_capacity.
+        3. on_store_miss() and touch() count a ghost they find as returned
+           and move it to its list's MRU end (touch() moves resident keys
+           as ARC's does).
+        4. evict(n, protected) takes the n least recently requested
+           chunks of t1 and t2 together (ref_cnt == 0, not protected),
+           t1's and t2's in the order their requests finished (vLLM lru's
+           order). It refuses (returns None, nothing changes) an offer of
+           first-seen keys (``protected``, which vLLM's manager fills with
+           the offer's keys, holds keys in no list and none in b1 or b2)
+           that would take a victim from t2 while b1's ghosts come back at
+           a lower rate than b2's (returned / (returned + forgotten), 0
+           before any fate): a block asked for once is not stored in place
+           of one asked for twice while blocks asked for once are the ones
+           that come back less. vLLM's manager then stores nothing of the
+           offer (its connector counts an allocation failure); the keys'
+           next request finds them in b1 (step 2), and stores them in t2.
+    No constant is tuned to a pool size or a trace: the ghost bound is
+    ARC's, and the refusal follows the ghosts' own counts.
     """

@@ -2,7 +2,9 @@
 populated, for vLLM arc, vLLM lru, arc_cy compiled and arc_cy pure.
 
 ARC+ (arc_cy_plus, compiled) is measured beside them, populated the same
-way (its evictions with an empty protected are not offers it judges).
+way (its evictions with an empty protected are not offers it judges; it
+has no target to raise, so its second C/4 victims are t1's too: it ends
+with T1 = C/2, T2 = C/2, B1 = C/2, the same 1.5*C entries).
 
 Each measurement runs in a fresh subprocess. The keys, the ChunkStatus
 objects and a ReqContext are created (and the policy class imported) before

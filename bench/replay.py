@@ -101,11 +101,19 @@ COLORS = {
 DEFAULT_POOLS = (0.02, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0)
 FULL_POOLS = (0.02, 0.05, 0.1, 0.15, 0.25, 0.35, 0.5, 0.75, 1.0)
 TARGET_POOL, TARGET_GOAL = 0.05, 0.7
-# ARC+'s targets, at store_threshold 1, at every pool size that ran: its hit
-# ratio at least PLUS_FLOOR % of the best of vLLM's settings (lru and arc at
-# each threshold that ran), at least PLUS_LEAD % of vLLM lru's at the
-# smallest pools, and its manager time at most vLLM arc's.
-PLUS_FLOOR, PLUS_LEAD, PLUS_LEAD_POOLS = 98, 110, (0.02, 0.05)
+# ARC+'s targets, at store_threshold 1 (issue 60): at every pool size that
+# ran, its hit ratio at least PLUS_FLOOR % of vLLM lru's at store_threshold 1
+# (vLLM's default: never below it by more than 1%) and its manager time at
+# most vLLM arc's; at the smallest pools (PLUS_SMALL_POOLS), at least
+# PLUS_BEST % of the best of vLLM's settings (lru and arc at each threshold
+# that ran) and, on the shipped Mooncake trace (PLUS_LEAD_TRACE, whose
+# traffic leaves the room: most of its blocks are asked for once), at least
+# PLUS_LEAD % of vLLM lru's; on another trace that lead is reported without a
+# goal (on the agentic sample vLLM lru is within a few percent of every
+# online policy tried).
+PLUS_FLOOR, PLUS_BEST, PLUS_LEAD = 99, 90, 110
+PLUS_SMALL_POOLS = (0.02, 0.05)
+PLUS_LEAD_TRACE = "mooncake"
 VLLM = ("vllm_lru", "vllm_arc")
 
 
@@ -600,55 +608,93 @@ def recording_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def shipped_sha256(name: str) -> str:
+    """The SHA-256 of a shipped trace, from the .sha256 file beside it."""
+    with open(SHIPPED_TRACES[name] + ".sha256", encoding="utf-8") as f:
+        return f.read().split()[0]
+
+
 def plus_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     """ARC+'s targets at store_threshold 1, at each pool size that ran: its
-    hit ratio against the best of vLLM's settings there and, at the smallest
-    pools, against vLLM lru's; its manager time against vLLM arc's; and,
-    without a goal, the gap to the optimum it closes."""
+    hit ratio against vLLM lru's (every size) and, at the smallest pools,
+    against the best of vLLM's settings and (on the shipped Mooncake trace;
+    elsewhere a figure) against vLLM lru's by a tenth; its manager time
+    against vLLM arc's; and, without a goal, the gap to the optimum it
+    closes."""
     recs = result["replay"]
     trace = os.path.basename(result["trace"]["path"])
+    lead_goal = result["trace"].get("sha256") == shipped_sha256(PLUS_LEAD_TRACE)
     by = {(r["pool_fraction"], r["store_threshold"]): r for r in recs}
     thresholds = sorted({r["store_threshold"] for r in recs})
     pools = sorted(f for f, t in by if t == 1)
     if not pools:
         return [bl.note("ARC+'s replay targets need store_threshold 1 (the default run has it).")]
-    floor, lead = [], []
+    floor, best_rows, lead = [], [], []
     times, gaps = [], []
     for f in pools:
         r = by[(f, 1)]
         h = r["hit_ratio"]
-        plus = h[PLUS]
+        plus, lru = h[PLUS], h["vllm_lru"]
         where = f"replay of {trace}, pool {_pct(f)} ({r['pool_chunks']:,} chunks)"
-        best, name, th = max(
-            (by[(f, t)]["hit_ratio"][n], n, t) for t in thresholds if (f, t) in by for n in VLLM
-        )
         floor.append(
             bl.target(
-                f"{where}: ARC+'s hit ratio at store_threshold 1 ({plus:.3f}) as a % of the best "
-                f"of vLLM lru and arc at store_threshold {', '.join(map(str, thresholds))} "
-                f"({LABELS[name]} at {th}: {best:.3f})",
-                round(100 * plus / best, 2) if best > 0 else None,
+                f"{where}: ARC+'s hit ratio at store_threshold 1 ({plus:.3f}) as a % of "
+                f"vLLM lru's at store_threshold 1 ({lru:.3f})",
+                round(100 * plus / lru, 2) if lru > 0 else None,
                 f">= {PLUS_FLOOR}%",
                 lambda v: v >= PLUS_FLOOR,
                 "replay.py",
-                "one of vLLM's own settings hits more than ARC+ at this pool size: ARC+'s rules "
-                "cost more hits than they gain on this traffic",
+                "ARC+ loses more than a hundredth of vLLM's default's hits at this pool size: "
+                "its refusals or its order cost more hits than they gain on this traffic",
             )
         )
-        if f in PLUS_LEAD_POOLS:
-            lru = h["vllm_lru"]
-            lead.append(
+        if f in PLUS_SMALL_POOLS:
+            best, name, th = max(
+                (by[(f, t)]["hit_ratio"][n], n, t)
+                for t in thresholds
+                if (f, t) in by
+                for n in VLLM
+            )
+            best_rows.append(
                 bl.target(
-                    f"{where}: ARC+'s hit ratio at store_threshold 1 ({plus:.3f}) as a % of "
-                    f"vLLM lru's ({lru:.3f})",
-                    round(100 * plus / lru, 2) if lru > 0 else None,
-                    f">= {PLUS_LEAD}%",
-                    lambda v: v >= PLUS_LEAD,
+                    f"{where}: ARC+'s hit ratio at store_threshold 1 ({plus:.3f}) as a % of the "
+                    f"best of vLLM lru and arc at store_threshold "
+                    f"{', '.join(map(str, thresholds))} ({LABELS[name]} at {th}: {best:.3f})",
+                    round(100 * plus / best, 2) if best > 0 else None,
+                    f">= {PLUS_BEST}%",
+                    lambda v: v >= PLUS_BEST,
                     "replay.py",
-                    "at a small pool, where what is admitted matters most, ARC+ does not lift "
-                    "vLLM's default's hit ratio by a tenth",
+                    "one of vLLM's own settings (store_threshold 2's admission, at a small "
+                    "pool) hits more than ARC+ by a tenth: ARC+'s admission refuses too little "
+                    "here",
                 )
             )
+            what = (
+                f"{where}: ARC+'s hit ratio at store_threshold 1 ({plus:.3f}) as a % of "
+                f"vLLM lru's ({lru:.3f})"
+            )
+            ratio = round(100 * plus / lru, 2) if lru > 0 else None
+            if lead_goal:
+                lead.append(
+                    bl.target(
+                        what,
+                        ratio,
+                        f">= {PLUS_LEAD}%",
+                        lambda v: v >= PLUS_LEAD,
+                        "replay.py",
+                        "at a small pool of the Mooncake trace, where most blocks are asked "
+                        "for once, ARC+ does not lift vLLM's default's hit ratio by a tenth",
+                    )
+                )
+            else:
+                lead.append(
+                    bl.figure(
+                        what,
+                        ratio,
+                        f"judged ({PLUS_LEAD}%) on the shipped Mooncake trace only, whose "
+                        "traffic leaves that room",
+                    )
+                )
         times.append(
             bl.target(
                 f"{where}, store_threshold 1: manager time with ARC+ compiled / with vLLM arc, "
@@ -664,9 +710,9 @@ def plus_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         )
         g = r["gap_closed"][PLUS]
         gaps.append(f"{_pct(f)} {'-' if g is None else f'{g:.3f}'}")
-    missing = [_pct(f) for f in PLUS_LEAD_POOLS if f not in pools]
+    missing = [_pct(f) for f in PLUS_SMALL_POOLS if f not in pools]
     notes = (
-        [bl.note(f"ARC+'s lead over vLLM lru is judged at {', '.join(missing)} too (not run).")]
+        [bl.note(f"ARC+ is judged at {', '.join(missing)} against vLLM's best too (not run).")]
         if missing
         else []
     )
@@ -677,7 +723,7 @@ def plus_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         "how much of what a policy that knew the future could add to vLLM's default ARC+ "
         "takes (the hit-ratio table has it at every threshold)",
     )
-    return floor + lead + times + [gap] + notes
+    return floor + best_rows + lead + times + [gap] + notes
 
 
 def markdown(result: dict[str, Any]) -> str:

@@ -63,6 +63,7 @@ __all__ = [
     "MODULES",
     "REPO",
     "keysnap",
+    "plus_snap",
     "ready",
     "ChunkStatus",
     "ReqContext",
@@ -88,18 +89,37 @@ __all__ = [
 
 
 def snapshot(policy: Any) -> tuple:
-    """Everything observable about an ARC policy's state, in order.
+    """Everything observable about an ARC policy's state, in order: its
+    lists, and what adapts (ARC's target and its type, or ARC+'s ghost
+    fates, arc_cy._policy.PLUS_DOC).
 
     Chunks are compared by identity: the same ChunkStatus objects must sit
     at the same places.
     """
+    if hasattr(policy, "target_t1_size"):
+        adapts = (policy.target_t1_size, type(policy.target_t1_size))
+    else:  # ARC+
+        adapts = (plus_snap(policy)[4], tuple)
     return (
         [(k, id(v)) for k, v in policy.t1.items()],
         [(k, id(v)) for k, v in policy.t2.items()],
         list(policy.b1.keys()),
         list(policy.b2.keys()),
-        policy.target_t1_size,
-        type(policy.target_t1_size),
+        *adapts,
+    )
+
+
+def plus_snap(policy: Any) -> tuple:
+    """Everything that decides ARC+'s next calls (arc_cy._policy.PLUS_DOC),
+    chunks left out: its lists' keys in order and its ghosts' fates. The
+    recency order across t1 and t2 is not in it: each implementation keeps
+    its own stamps, and the evictions compared show it."""
+    return (
+        list(policy.t1.keys()),
+        list(policy.t2.keys()),
+        list(policy.b1.keys()),
+        list(policy.b2.keys()),
+        (policy.b1_returned, policy.b1_forgotten, policy.b2_returned, policy.b2_forgotten),
     )
 
 

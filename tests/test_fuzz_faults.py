@@ -22,7 +22,9 @@ crash fails the run it happened in and those after it.
                     core is, the shadow an unarmed ARC+, with calls that
                     reach its rules: on_request_finished remembering keys
                     in b1 (new, repeated, more than the capacity: b1
-                    trimmed), evict refusing offers of first-seen keys
+                    trimmed, ghosts to b2), evict judging offers of
+                    first-seen keys (refused, or kept to t1's victims,
+                    while b1's ghosts come back less than b2's)
 
 The module is marked gc_stress (the GC-stress leg runs it: the child reads
 ARC_CY_GC_STRESS and runs its nomem rounds with gc.set_threshold(1)) and
@@ -123,13 +125,18 @@ MIN = {
         "ok_armed_plus_remember": 145,  # ... returned, armed
         "plus_remember": 620,  # returned and agreed (armed or not)
         "plus_trim": 260,
-        "nomem_plus_first_seen": 410,  # evict() of an offer of first-seen keys failed
-        # evictions refused (a first-seen offer, returned None with enough
-        # victims): int(target_t1_size) 0, or a t1 victim due and none left
-        "plus_evict_refused": 330,
-        "plus_evict_refused_target0": 300,
-        "plus_evict_refused_t1": 25,
-        "ok_armed_plus_evict_refused": 120,
+        "nomem_plus_first_seen": 190,  # evict() of an offer of first-seen keys failed
+        "nomem_plus_guarded": 25,  # ... while b1's ghosts came back less than b2's
+        # rounds started from such fates (half; the rest reach them by
+        # asking b2's ghosts again), and what the guard then did: evictions
+        # refused (a first-seen offer returned None with enough victims),
+        # or admitted with t1's victims alone
+        "plus_seeded": 350,
+        "plus_guarded": 240,
+        "plus_evict_refused": 24,
+        "ok_armed_plus_evict_refused": 8,
+        "plus_evict_guarded_admitted": 80,
+        "plus_ghosts_to_b2": 120,  # on_request_finished moved asked ghosts to b2
         "plus_ghost_t2": 160,  # insert() of a ghost put it in t2 (rule 1)
     },
 }

@@ -15,6 +15,7 @@ import pytest
 
 import arc_cy
 from arc_cy._twin import arc as arc_twin
+from arc_cy._twin import plus as plus_twin
 from helpers import IMPLEMENTATIONS
 
 HERE = Path(__file__).resolve().parent
@@ -69,9 +70,9 @@ def test_pyright_verifytypes(tmp_path: Path) -> None:
     assert score >= 0.95, json.dumps(completeness["symbols"], indent=1)[:5000]
 
 
-def _stub_members() -> set[str]:
+def _stub_members(cls: str = "ARCCore") -> set[str]:
     tree = ast.parse((PACKAGE / "_core" / "arc.pyi").read_text())
-    core = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ARCCore")
+    core = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
     return {n.name for n in core.body if isinstance(n, ast.FunctionDef)}
 
 
@@ -89,10 +90,16 @@ def test_stub_matches_both_implementations() -> None:
     core_own = {"_max_entries", "_list_len", "_list_contains", "_list_getitem", "_list_iter"}
     stub = _stub_members() - {"_scan_visits"}  # a counter only the core keeps
     assert stub == twin | attributes | core_own
+    # ARC+'s own members: the twin's fate attributes, read-only in the core.
+    plus_stub = _stub_members("ARCPlusCachePolicy")
+    fates = {"b1_returned", "b1_forgotten", "b2_returned", "b2_forgotten"}
+    assert plus_stub == fates and fates <= set(vars(plus_twin.ARCPlusCachePolicy(3)))
     if "cython" not in IMPLEMENTATIONS:  # a pure build: no core to hold it
         return
     from arc_cy._core import arc as core
 
     for name in stub | {"_scan_visits"}:
         assert hasattr(core.ARCCachePolicy, name), name
+    for name in plus_stub:
+        assert isinstance(getattr(core.ARCPlusCachePolicy(3), name), int), name
     assert isinstance(core.CYTHON_VERSION, str)

@@ -258,6 +258,8 @@ def _interface(cls):
         attr = inspect.getattr_static(cls, name)
         if inspect.isdatadescriptor(attr) and not inspect.isroutine(attr):
             policy = cls(3)
+            if not hasattr(policy, name):
+                continue  # the other policy's (ARC+'s fates on ARC, ARC's target on ARC+)
             try:
                 setattr(policy, name, getattr(policy, name))
             except AttributeError:

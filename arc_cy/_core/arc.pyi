@@ -64,6 +64,16 @@ class ARCCachePolicy(ARCCore, CachePolicy):  # type: ignore[override]
     pass
 
 class ARCPlusCachePolicy(ARCCore, CachePolicy):  # type: ignore[override]
-    pass
+    # Its ghosts' fates (arc_cy._policy.PLUS_DOC), read-only (ARCCore's,
+    # AttributeError on ARC). ARC+ has no target_t1_size: reading or
+    # setting it raises AttributeError.
+    @property
+    def b1_returned(self) -> int: ...
+    @property
+    def b1_forgotten(self) -> int: ...
+    @property
+    def b2_returned(self) -> int: ...
+    @property
+    def b2_forgotten(self) -> int: ...
 
 def keyed_ids(keys: Sequence[bytes], k0: int, k1: int) -> bytes: ...

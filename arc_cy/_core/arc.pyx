@@ -174,6 +174,8 @@ from arc_cy._messages import (
     MSG_MUTATED,
     MSG_NO_ACCESSOR,
     MSG_NO_COPY,
+    MSG_ARC_NO_FATES,
+    MSG_PLUS_NO_TARGET,
     MSG_REENTRANT,
 )
 from arc_cy._core.views import LIST_NAMES, ListView
@@ -216,9 +218,16 @@ cdef int OP_LIMIT = OP_NAMES.index("_max_entries")
 cdef enum:
     INSERTED_ONLY = 1
     REUSED = 2
-    # ARC+'s on_request_finished: a key the call already remembers (a
-    # duplicate in the request's keys), in its `found`.
+    # ARC+'s on_request_finished: a key the call met nearer the tail (the
+    # request's keys may repeat), in its `found`.
     SEEN = -3
+
+# ARC+'s ghost fates (ARCCore.fates): a ghost asked for again, or trimmed.
+cdef enum:
+    RETURNED_B1 = 0
+    FORGOTTEN_B1 = 1
+    RETURNED_B2 = 2
+    FORGOTTEN_B2 = 3
 
 # What a call tells the recorder once it returned (ARCCore._note).
 cdef enum:
@@ -307,7 +316,10 @@ cdef class ARCCore:
         Py_ssize_t capacity     # cache_capacity (check_capacity bounds it)
         object target           # int() of it is taken in evict(), as vLLM does
         Py_ssize_t max_entries  # t1 + t2 + b1 + b2 never exceed this
-        bint plus               # ARC+ (arc_cy._policy.PLUS_DOC's rules 1 to 3)
+        bint plus               # ARC+ (arc_cy._policy.PLUS_DOC), its steps in _plus_*
+        # ARC+: its ghosts' fates, indexed by RETURNED_B1 .. FORGOTTEN_B2
+        # (0 in ARC). Cleared with the lists, kept by the collector's clear.
+        uint64_t fates[4]
 
         # The running call.
         int busy                # OP_* of the running method (minus it: releasing), or 0
@@ -592,12 +604,13 @@ cdef class ARCCore:
 
     cdef Py_ssize_t _resolve_unknown(self, Py_ssize_t n, int32_t *found, Py_hash_t *hashes,
                                      int32_t *slots, Py_ssize_t size) except -1:
-        """ARC+'s lookups in on_request_finished, before anything changes:
-        found[j] becomes the node of key j in any list, else EMPTY, its
-        hash kept in hashes[j], or SEEN for a key equal to one already
-        EMPTY (tail first: the request's keys may repeat). slots, a power
-        of two of them, is the call's own set of those keys (C memory: no
-        code the keys run can reach it). Returns the number of EMPTYs."""
+        """ARC+'s lookups in on_request_finished, before anything changes,
+        tail first, each key once (the request's keys may repeat): found[j]
+        becomes the node of key j in any list, else EMPTY, its hash kept in
+        hashes[j]; or SEEN where a key nearer the tail was the same node,
+        or was in no list and equal to it. slots, a power of two of them,
+        is the call's own set of the keys met (C memory: no code the keys
+        run can reach it). Returns the number of EMPTYs."""
         cdef Py_ssize_t j, m = 0
         cdef size_t s, mask = <size_t>size - 1
         cdef int32_t k
@@ -609,23 +622,27 @@ cdef class ARCCore:
             key = <object>self.work.refs[j]
             h = PyObject_Hash(key)
             found[j] = table_find(&self.table, &self.store, key, h, IN_ANY)
-            if found[j] != EMPTY:
-                continue
             s = <size_t>h & mask
             while slots[s] != EMPTY:
                 k = slots[s]
                 if hashes[k] == h:
-                    same = PyObject_RichCompareBool(self.work.refs[k], self.work.refs[j], Py_EQ)
-                    if same < 0:
-                        return -1
+                    if found[j] != EMPTY:
+                        same = found[k] == found[j]  # one node: one key
+                    elif found[k] != EMPTY:
+                        same = 0  # a key in a list is not one in none
+                    else:
+                        same = PyObject_RichCompareBool(
+                            self.work.refs[k], self.work.refs[j], Py_EQ)
+                        if same < 0:
+                            return -1
                     if same:
                         found[j] = SEEN
                         break
                 s = (s + 1) & mask
-            if found[j] == EMPTY:
+            if found[j] != SEEN:
                 slots[s] = <int32_t>j
                 hashes[j] = h
-                m += 1
+                m += found[j] == EMPTY
         return m
 
     cdef void _remember(self, PyObject *key, Py_hash_t h) noexcept:
@@ -671,6 +688,183 @@ cdef class ARCCore:
                 if not hit:
                     return i
         return EMPTY
+
+    # --- ARC+'s steps (arc_cy._policy.PLUS_DOC) -------------------------
+    # Each is called by the API method of its name, busy, after that
+    # method's checks and (but for evict) its lookups. ARC+ orders t1 and
+    # t2 by the stamps list_link gives: every move of a resident entry is
+    # a list_move (a new stamp), never list_to_end, so that each resident
+    # list is in stamp order and the least recent entry of the two is the
+    # head with the smaller stamp.
+
+    cdef inline void _forget_fates(self) noexcept:
+        cdef int f
+        for f in range(4):
+            self.fates[f] = 0
+
+    cdef inline void _plus_returned(self, int32_t i) noexcept:
+        """Ghost i was asked for again: counted, and to its list's MRU end."""
+        cdef uint8_t w = self.store.nodes[i].where
+        self.fates[RETURNED_B1 if w == B1 else RETURNED_B2] += 1
+        list_to_end(&self.store, i, w)
+
+    cdef inline void _plus_trim(self, Py_ssize_t drop1, Py_ssize_t drop2) noexcept:
+        """Forget the oldest ghosts of b1, then of b2 (room was reserved
+        in work), counting them."""
+        self._trim(B1, drop1)
+        self._trim(B2, drop2)
+        self.fates[FORGOTTEN_B1] += <uint64_t>drop1
+        self.fates[FORGOTTEN_B2] += <uint64_t>drop2
+
+    cdef double _plus_rate(self, int returned) noexcept:
+        """returned / (returned + forgotten) of one ghost list, 0 before
+        any fate (returned: RETURNED_B1 or RETURNED_B2, forgotten next)."""
+        cdef uint64_t back = self.fates[returned], gone = self.fates[returned + 1]
+        if back + gone == 0:
+            return 0.0
+        return <double>back / <double>(back + gone)
+
+    cdef void _plus_store_miss(self, Py_ssize_t n, const int32_t *found) noexcept:
+        """on_store_miss: each ghost found, tail first, returned."""
+        cdef Py_ssize_t j
+        for j in range(n - 1, -1, -1):
+            if found[j] != EMPTY:
+                self._plus_returned(found[j])
+
+    cdef void _plus_touch(self, Py_ssize_t n, const int32_t *found,
+                          const int32_t *ref_cnts) noexcept:
+        """touch (vLLM 0.30 to 0.33), tail first: a ready t1 chunk to t2, a
+        pending one to t1's MRU end (both under the caller's key object,
+        as ARC's), a t2 chunk to t2's MRU end, a ghost returned."""
+        cdef Py_ssize_t j
+        cdef int32_t i
+        cdef uint8_t w
+        for j in range(n - 1, -1, -1):
+            i = found[j]
+            if i == EMPTY:
+                continue
+            w = self.store.nodes[i].where
+            if w == T1:
+                self._set_key(i, self.work.refs[j])
+                list_move(&self.store, i, T1 if ref_cnts[j] < 0 else T2)
+            elif w == T2:
+                list_move(&self.store, i, T2)
+            else:
+                self._plus_returned(i)
+
+    cdef int _plus_finished(self, Py_ssize_t n, object insertion_only_keys,
+                            object reused_keys) except -1:
+        """on_request_finished of the n keys held in work, tail first, each
+        key once: everything that can fail (the classification, the
+        lookups, the reserves for the keys remembered, the key objects
+        replaced and the ghosts then forgotten) before the first change."""
+        cdef Py_ssize_t j, m, size = 1, asked_b1 = 0, drop1, drop2
+        cdef int32_t *found
+        cdef int32_t *kinds
+        cdef Py_hash_t *hashes
+        cdef int32_t i
+        cdef uint8_t w
+        # found, kinds, then (8-byte aligned: 2 * n int32s) hashes and
+        # _resolve_unknown's slots.
+        while size < 2 * n:
+            size <<= 1
+        found = work_scratch(&self.work, 4 * n + size)
+        kinds = found + n
+        hashes = <Py_hash_t *>(found + 2 * n)
+        for j in range(n - 1, -1, -1):
+            key = <object>self.work.refs[j]
+            if key in insertion_only_keys:
+                kinds[j] = INSERTED_ONLY
+            elif key in reused_keys:
+                kinds[j] = REUSED
+            else:
+                kinds[j] = 0
+        m = self._resolve_unknown(n, found, hashes, found + 4 * n, size)
+        for j in range(n):
+            i = found[j]
+            if i >= 0 and self.store.nodes[i].where == B1:
+                asked_b1 += 1
+        if m:
+            if self.table.used + m > self.max_entries:
+                raise MemoryError(MSG_FULL.format(self.max_entries))
+            table_reserve_n(&self.table, m)
+            nodes_reserve(&self.store, m, MAX_NODES)
+        # b1 loses the ghosts asked for (to b2) and gains the keys remembered.
+        drop1 = max(0, self.store.size[B1] - asked_b1 + m - self.capacity)
+        drop2 = max(0, self.store.size[B2] + asked_b1 - self.capacity)
+        # Room, past the n keys held, for every key object replaced (a t1
+        # entry reused, a ghost moved: n at most) and every ghost forgotten.
+        work_reserve(&self.work, n + drop1 + drop2)
+        for j in range(n - 1, -1, -1):
+            i = found[j]
+            if i == SEEN:
+                continue
+            if i == EMPTY:  # asked for, and in no list: remembered
+                self._remember(self.work.refs[j], hashes[j])
+                continue
+            w = self.store.nodes[i].where
+            if w >= B1:  # a ghost asked for again and not kept: to b2
+                self._set_key(i, self.work.refs[j])
+                list_move(&self.store, i, B2)
+            elif kinds[j] == INSERTED_ONLY:  # a store: recency only
+                list_move(&self.store, i, w)
+            elif kinds[j] == REUSED:  # popped from t1 (stored in t2), or refreshed
+                if w == T1:
+                    self._set_key(i, self.work.refs[j])
+                list_move(&self.store, i, T2)
+        self._plus_trim(drop1, drop2)
+        return 0
+
+    cdef object _plus_evict(self, Py_ssize_t n, object protected):
+        """evict(n > 0, protected): the n least recently requested victims
+        of t1 and t2, or None; a first-seen offer refused where it takes a
+        t2 victim while b1's ghosts come back less than b2's."""
+        cdef Py_ssize_t want, k, n_t1 = 0, drop1, drop2
+        cdef Py_ssize_t resident = self.store.size[T1] + self.store.size[T2]
+        cdef int32_t *picked
+        cdef int32_t i, v1, v2
+        cdef Node *node
+        cdef Walk c1, c2
+        cdef bint fast, guarded
+        guarded = (self._first_seen(protected)
+                   and self._plus_rate(RETURNED_B1) < self._plus_rate(RETURNED_B2))
+        # More than is resident: the scan ends at the step that finds no
+        # victim, at the latest the one after every resident.
+        want = n if n <= resident else resident + 1
+        picked = work_scratch(&self.work, want)
+        fast = PyAnySet_CheckExact(protected)
+        self._walk_start(&c1, T1, SCAN)
+        self._walk_start(&c2, T2, SCAN)
+        v1 = self._next_victim(&c1, protected, fast)
+        v2 = self._next_victim(&c2, protected, fast)
+        for k in range(want):
+            if v2 != EMPTY and (v1 == EMPTY or stamp_of(&self.store.nodes[v2])
+                                < stamp_of(&self.store.nodes[v1])):
+                if guarded:
+                    return None  # a first-seen offer does not displace t2
+                picked[k] = v2
+                v2 = self._next_victim(&c2, protected, fast)
+            elif v1 != EMPTY:
+                picked[k] = v1
+                n_t1 += 1
+                v1 = self._next_victim(&c1, protected, fast)
+            else:
+                return None
+        drop1 = max(0, self.store.size[B1] + n_t1 - self.capacity)
+        drop2 = max(0, self.store.size[B2] + (want - n_t1) - self.capacity)
+        # Everything is allocated before the first change (as ARC's evict).
+        work_reserve(&self.work, want + drop1 + drop2)
+        for k in range(want):
+            node = &self.store.nodes[picked[k]]
+            work_hold(&self.work, arc_pair(node.key, node.chunk))
+        result = arc_list_from(self.work.refs, want)
+        for k in range(want):
+            i = picked[k]
+            node = &self.store.nodes[i]
+            list_move(&self.store, i, B1 if node.where == T1 else B2)
+            Py_XDECREF(node_take_chunk(&self.store, i))  # the result holds it
+        self._plus_trim(drop1, drop2)
+        return result
 
     cdef void _note(self, int what, object keys, object reused, object req_context) noexcept:
         """Tell the recorder what returned: after the call, not busy. What
@@ -726,6 +920,7 @@ cdef class ARCCore:
             self.capacity = capacity
             self.max_entries = MAX_ENTRIES
             self.target = 0.0
+            self._forget_fates()
             self._empty_lists(True)
         finally:
             self._released(outer, outer_thread)
@@ -759,10 +954,14 @@ cdef class ARCCore:
 
     @property
     def target_t1_size(self):
+        if self.plus:  # ARC's alone: ARC+ adapts no target
+            raise AttributeError(MSG_PLUS_NO_TARGET)
         return self.target
 
     @target_t1_size.setter
     def target_t1_size(self, value):
+        if self.plus:
+            raise AttributeError(MSG_PLUS_NO_TARGET)
         self._enter(OP_TARGET)
         try:
             self.target = check_target(value)
@@ -798,6 +997,29 @@ cdef class ARCCore:
             self.max_entries = check_max_entries(value)  # runs value.__index__
         finally:
             self._leave()
+
+    # ARC+'s alone: its ghosts' fates (arc_cy._policy.PLUS_DOC), read-only.
+
+    cdef uint64_t _fate(self, int f) except? 0:
+        if not self.plus:
+            raise AttributeError(MSG_ARC_NO_FATES)
+        return self.fates[f]
+
+    @property
+    def b1_returned(self):
+        return self._fate(RETURNED_B1)
+
+    @property
+    def b1_forgotten(self):
+        return self._fate(FORGOTTEN_B1)
+
+    @property
+    def b2_returned(self):
+        return self._fate(RETURNED_B2)
+
+    @property
+    def b2_forgotten(self):
+        return self._fate(FORGOTTEN_B2)
 
     @property
     def _scan_visits(self):
@@ -855,7 +1077,7 @@ cdef class ARCCore:
                 work_reserve(&self.work, 1)
                 list_unlink(&self.store, i)
                 work_hold(&self.work, node.key)
-                if self.plus:  # its second request: frequent (ARC+ rule 1)
+                if self.plus:  # its second request: frequent (ARC+ step 1)
                     to = T2
             node_fill(&self.store, i, <PyObject *>key, <PyObject *>chunk, h)
             list_link(&self.store, i, to)
@@ -892,10 +1114,13 @@ cdef class ARCCore:
             n = work_hold_keys(&self.work, keys)
             found = work_scratch(&self.work, n)
             self._resolve(n, IN_B, found)
-            for j in range(n - 1, -1, -1):
-                i = found[j]
-                if i != EMPTY:
-                    self._adapt(i)
+            if self.plus:
+                self._plus_store_miss(n, found)
+            else:
+                for j in range(n - 1, -1, -1):
+                    i = found[j]
+                    if i != EMPTY:
+                        self._adapt(i)
         finally:
             self._leave()
         if self.recorder is not None:
@@ -924,6 +1149,9 @@ cdef class ARCCore:
                 i = found[j]
                 if i != EMPTY and self.store.nodes[i].where == T1:
                     self._ref_cnt(self.store.nodes[i].chunk, &ref_cnts[j])
+            if self.plus:
+                self._plus_touch(n, found, ref_cnts)
+                return
             for j in range(n - 1, -1, -1):
                 i = found[j]
                 if i == EMPTY:
@@ -953,10 +1181,9 @@ cdef class ARCCore:
 
     def on_request_finished(self, key_groups=NO_ARG, insertion_only_keys=NO_ARG,
                             reused_keys=NO_ARG, req_context=NO_ARG):
-        cdef Py_ssize_t j, n, m = 0, size = 1, drop = 0
+        cdef Py_ssize_t j, n
         cdef int32_t *found
         cdef int32_t *kinds
-        cdef Py_hash_t *hashes = NULL
         cdef int32_t i
         cdef uint8_t w
         if (key_groups is NO_ARG or insertion_only_keys is NO_ARG
@@ -971,38 +1198,20 @@ cdef class ARCCore:
             n = work_hold_keys(&self.work, keys)
             work_reserve(&self.work, n)  # for the key objects replaced
             if self.plus:
-                # found, kinds, then (8-byte aligned: 2 * n int32s) hashes
-                # and _resolve_unknown's slots.
-                while size < 2 * n:
-                    size <<= 1
-                found = work_scratch(&self.work, 4 * n + size)
-                hashes = <Py_hash_t *>(found + 2 * n)
+                self._plus_finished(n, insertion_only_keys, reused_keys)
             else:
                 found = work_scratch(&self.work, 2 * n)
-            kinds = found + n
-            # Classify (tail first, as vLLM asks), then look up only the
-            # keys vLLM would look up (ARC+: every key); a failure in
-            # either changes nothing.
-            for j in range(n - 1, -1, -1):
-                key = <object>self.work.refs[j]
-                if key in insertion_only_keys:
-                    kinds[j] = INSERTED_ONLY
-                elif key in reused_keys:
-                    kinds[j] = REUSED
-                else:
-                    kinds[j] = 0
-            if self.plus:
-                m = self._resolve_unknown(n, found, hashes, found + 4 * n, size)
-                # Room for the keys remembered, and for the ghosts b1 then
-                # forgets (ARC+ rule 2), before the first change.
-                if m:
-                    if self.table.used + m > self.max_entries:
-                        raise MemoryError(MSG_FULL.format(self.max_entries))
-                    table_reserve_n(&self.table, m)
-                    nodes_reserve(&self.store, m, MAX_NODES)
-                drop = max(0, self.store.size[B1] + m - self.capacity)
-                work_reserve(&self.work, drop)
-            else:
+                kinds = found + n
+                # Classify (tail first, as vLLM asks), then look up only the
+                # keys vLLM would look up; a failure in either changes nothing.
+                for j in range(n - 1, -1, -1):
+                    key = <object>self.work.refs[j]
+                    if key in insertion_only_keys:
+                        kinds[j] = INSERTED_ONLY
+                    elif key in reused_keys:
+                        kinds[j] = REUSED
+                    else:
+                        kinds[j] = 0
                 for j in range(n - 1, -1, -1):
                     if kinds[j]:
                         key = <object>self.work.refs[j]
@@ -1010,27 +1219,19 @@ cdef class ARCCore:
                                               PyObject_Hash(key), IN_T)
                     else:
                         found[j] = EMPTY
-            for j in range(n - 1, -1, -1):
-                i = found[j]
-                if i == EMPTY:
-                    if self.plus:  # asked for, and in no list
-                        self._remember(self.work.refs[j], hashes[j])
-                    continue
-                if i == SEEN or kinds[j] == 0:
-                    continue
-                w = self.store.nodes[i].where
-                if w > T2:
-                    continue
-                if kinds[j] == INSERTED_ONLY:
-                    # A store is not a frequency hit: refresh recency only.
-                    list_to_end(&self.store, i, w)
-                elif w == T1:  # REUSED: popped from t1, stored in t2
-                    self._set_key(i, self.work.refs[j])
-                    list_move(&self.store, i, T2)
-                else:
-                    list_to_end(&self.store, i, T2)
-            if drop:
-                self._trim(B1, drop)
+                for j in range(n - 1, -1, -1):
+                    i = found[j]
+                    if i == EMPTY:
+                        continue
+                    w = self.store.nodes[i].where
+                    if kinds[j] == INSERTED_ONLY:
+                        # A store is not a frequency hit: refresh recency only.
+                        list_to_end(&self.store, i, w)
+                    elif w == T1:  # REUSED: popped from t1, stored in t2
+                        self._set_key(i, self.work.refs[j])
+                        list_move(&self.store, i, T2)
+                    else:
+                        list_to_end(&self.store, i, T2)
         finally:
             self._leave()
         if self.recorder is not None:
@@ -1043,7 +1244,7 @@ cdef class ARCCore:
         cdef int32_t i
         cdef Node *node
         cdef Walk c1, c2
-        cdef bint fast, exact, first_seen
+        cdef bint fast, exact
         cdef Py_ssize_t threshold = 0
         if n is NO_ARG or protected is NO_ARG:
             raise missing_arguments("evict", n=n, protected=protected)
@@ -1052,11 +1253,8 @@ cdef class ARCCore:
             n = check_evict_n(n)
             if n == 0:
                 return []
-            # ARC+ rule 3: an offer of first-seen keys is refused while t1
-            # has shown no value.
-            first_seen = self.plus and self._first_seen(protected)
-            if first_seen and self._threshold() == 0:
-                return None
+            if self.plus:
+                return self._plus_evict(n, protected)
             # More than is resident: the scan runs as vLLM's does (asking
             # protected, taking int(target)) and ends at the step that
             # finds no victim, at the latest the one after every resident.
@@ -1082,8 +1280,6 @@ cdef class ARCCore:
                         picked[k] = i
                         vt1 -= 1
                         continue
-                    if first_seen:
-                        return None  # t1's victims are pinned: ARC+ rule 3
                 i = self._next_victim(&c2, protected, fast)
                 if i != EMPTY:
                     picked[k] = i
@@ -1128,6 +1324,7 @@ cdef class ARCCore:
             self._releasing(OP_CLEAR)  # nothing but releasing runs from here
             self._empty_lists(False)
             self.target = 0.0
+            self._forget_fates()
         finally:
             self._released(outer, outer_thread)
         if self.recorder is not None:
@@ -1179,16 +1376,23 @@ cdef class ARCCore:
     cdef int _check(self) except -1:
         # The node store's invariant, then what its nodes hold (user code:
         # each key's hash is the one recorded, each chunk's type passes
-        # insert's check), the ghost lists' bound, and the table's.
+        # insert's check), ARC+'s order (t1 and t2 each in stamp order),
+        # the ghost lists' bound, and the table's.
         cdef int w
         cdef int32_t i
+        cdef uint64_t last
         cdef const NodeStore *store = &self.store
         cdef Py_ssize_t live = nodes_check(store)
         for w in range(4):
             i = store.head[w]
+            last = 0
             while i != EMPTY:
                 if w <= T2:
                     chunk_ref_offset(type(<object>store.nodes[i].chunk))
+                    if self.plus:
+                        assert i == store.head[w] or stamp_of(&store.nodes[i]) > last, (
+                            f"node {i} in {LIST_NAMES[w]}: out of its stamps' order")
+                        last = stamp_of(&store.nodes[i])
                 assert PyObject_Hash(<object>store.nodes[i].key) == store.nodes[i].hash, (
                     f"node {i} in {LIST_NAMES[w]}: its key's hash changed")
                 i = store.nodes[i].next

@@ -62,11 +62,16 @@ as the shadow did.
 --impl plus gets every check the core gets (the shadow an unarmed ARC+),
 and calls that reach ARC+'s paths: on_request_finished with keys in no
 list (remembered in b1), never seen before, repeated, in neither of the
-two sets, and more of them than cache_capacity (b1 trimmed); evict with a
-protected set that holds new keys (an offer of first-seen keys, refused
-while int(target_t1_size) is 0 or t1 has no victim left) and sometimes a
-ghost (no longer first-seen); in cleared mode the finalizers' calls do the
-same. In nomem mode these two calls' arguments are made before the
+two sets, ghosts (moved to b2), and more of them than cache_capacity (b1
+trimmed); evict with a protected set that holds new keys (an offer of
+first-seen keys, which takes no t2 victim while b1's ghosts come back less
+than b2's: refused, or admitted with t1's victims) and sometimes a ghost
+(no longer first-seen); unarmed store misses of b2's ghosts (on both
+sides), which tilt the ghosts' fates toward that guard. ARC+ has no
+target_t1_size: where the core's runs set it, ARC+'s set _max_entries, and
+its state holds its fates. In cleared mode the finalizers' calls do the
+same, and a policy built for the round is marked by its fates (nonzero),
+which only the collector's clear keeps while it empties the lists. In nomem mode these two calls' arguments are made before the
 allocations fail (the failures meet the core's own allocations), half of
 them fail at a point drawn across the whole call, and one with keys to
 remember that failed at a single allocation is often made again, failing
@@ -76,7 +81,8 @@ change (nomem_plus_near_end). It counts on_request_finished calls that
 failed with keys to remember (nomem_plus_remember), with b1 to trim, where
 the table or the node array had to grow for them, and evictions refused
 (plus_evict_refused: a first-seen offer that returned None where enough
-victims were there).
+victims were there; plus_evict_guarded_admitted: one that took t1's
+victims while the guard was on).
 
 Output: a line ``COVERAGE <run> {json}`` on stdout per run that passed
 (cleared-cython, cleared-plus, nomem-cython, nomem-plus); exit 1 if any
@@ -335,7 +341,10 @@ def _policy_call(p, r):
     elif name == "__init__":
         p.__init__(r.randint(0, 6))
     elif name == "target":
-        p.target_t1_size = r.choice([0, 1.5, Fraction(5, 2)])
+        if type(p) is PlusPolicy:  # no target: its other setter
+            p._max_entries = p._max_entries
+        else:
+            p.target_t1_size = r.choice([0, 1.5, Fraction(5, 2)])
     elif name == "views":
         for v in (p.t1, p.t2, p.b1, p.b2):
             len(v)
@@ -352,8 +361,24 @@ def _policy_call(p, r):
             Run.counts["check_while_running"] += 1
     else:
         p.cache_capacity  # noqa: B018 -- the read is the point
-        p.target_t1_size  # noqa: B018 -- for what it runs, not its value
+        _adaptive(p)  # for what it runs, not its value
     return name
+
+
+def _adaptive(p):
+    """What adapts in p: ARC's target, or ARC+'s ghost fates."""
+    if type(p) is PlusPolicy:
+        return (p.b1_returned, p.b1_forgotten, p.b2_returned, p.b2_forgotten)
+    return p.target_t1_size
+
+
+def _marked(p) -> bool:
+    """Whether p still bears its round's mark: ARC's target MARK, ARC+'s
+    fates (nonzero). clear() and __init__ reset both; the collector's
+    clear keeps both."""
+    if type(p) is PlusPolicy:
+        return any(_adaptive(p))
+    return p.target_t1_size == MARK
 
 
 def _plus_finished(p, r, k) -> None:
@@ -386,12 +411,12 @@ def _poke(obj, r, where):
             if (
                 type(obj) in CORES
                 and BUILT.get(id(obj))
-                and obj.target_t1_size == MARK
+                and _marked(obj)
                 and not any(obj._list_len(w) for w in range(4))
             ):
-                # entries gone, the target still the round's mark: the
-                # collector's clear emptied it (clear() and __init__ reset
-                # the target, remove() and evict() leave ghosts)
+                # entries gone, the mark still there: the collector's clear
+                # emptied it (clear() and __init__ reset the target and the
+                # fates, remove() and evict() leave ghosts)
                 Run.counts[f"poke_{where}_cleared_core"] += 1
             what = "policy." + _policy_call(obj, r)
         elif kind == "view":
@@ -460,7 +485,11 @@ def _build(cls, r: random.Random) -> None:
             p.touch(r.sample(keys, r.randint(1, len(keys))), None)
         if p.cache_capacity and r.random() < 0.6:
             p.evict(1, set())
-        p.target_t1_size = MARK
+        if type(p) is PlusPolicy:
+            # its mark: a fate, its ghosts returned (where it has ghosts)
+            p.on_store_miss([*p.b1.keys(), *p.b2.keys()], None)
+        else:
+            p.target_t1_size = MARK
         REG[id(p)] = "policy"
         BUILT[id(p)] = sum(p._list_len(w) for w in range(4))
         nodes.append(p)
@@ -648,7 +677,7 @@ class Side:
         lists = tuple(
             tuple((int(k), id(c)) for k, c in view.items()) for view in (p.t1, p.t2, p.b1, p.b2)
         )
-        t = p.target_t1_size
+        t = _adaptive(p)
         return lists, p.cache_capacity, type(t).__name__, t, p._max_entries
 
 
@@ -772,6 +801,8 @@ class NomemRound:
         self.ref_cnt = {id(c): c.ref_cnt for c in self.chunks}
         self.fresh = self.universe  # keys never used before: the table grows
         self.replay = None  # a call to make again, failing one allocation later
+        if self.plus and cap and r.random() < 0.5:
+            self.seed_fates()
 
     def rand_keys(self, n):
         return [self.r.randrange(self.universe) for _ in range(n)]
@@ -876,6 +907,12 @@ class NomemRound:
         if name == "__init__":
             cap = r.choice([p.cache_capacity, r.randint(0, 8), r.randint(40, 160)])
             return name, (lambda side: side.p.__init__(cap)), ()
+        if name == "target" and self.plus:  # no target: its other setter
+
+            def set_limit(side):
+                side.p._max_entries = side.p._max_entries
+
+            return "max_entries", set_limit, ()
         if name == "target":
             t = r.choice([0, 2, 1.5, 7.25, Fraction(7, 3), 10**20])
 
@@ -894,6 +931,44 @@ class NomemRound:
             return (len(view), side.key(i) in view, [int(k) for k, _ in view.items()])
 
         return "read", read, (i,)
+
+    def seed_fates(self):
+        """ARC+, unarmed, on both sides: ghost fates where b1's come back
+        less than b2's (b1: cache_capacity forgotten; b2: one ghost
+        returned 8 times), made with keys never used before, then the
+        lists emptied (each ghost inserted and removed: no fate). The
+        table and the node array grow as these calls make them (Shape)."""
+        cap = self.a.p.cache_capacity
+        first, forgotten = self.fresh_keys(cap), self.fresh_keys(cap)
+        (one,) = self.fresh_keys(1)
+        a = self.a.p
+        for side in (self.a, self.s):
+            p, key = side.p, side.key
+            shape = side is self.a
+
+            def used():
+                return sum(a._list_len(w) for w in range(4))
+
+            for i in first:
+                if shape:
+                    self.shape.inserted(used())
+                p.insert(key(i), self.chunks[0], None)
+            p.evict(cap, set())
+            if shape:
+                self.shape.reserved(used(), cap)
+            p.on_request_finished(([key(i) for i in forgotten],), set(), set(), CTX)
+            if shape:
+                self.shape.inserted(used())
+            p.insert(key(one), self.chunks[0], None)
+            p.on_request_finished(([key(one)],), set(), {key(one)}, CTX)
+            p.evict(1, set())
+            p.on_store_miss([key(one)] * 8, None)
+            for k in [*p.b1.keys(), *p.b2.keys()]:
+                p.insert(k, self.chunks[0], None)
+                p.remove(k)
+        assert not any(a._list_len(w) for w in range(4)), "not emptied"
+        assert _adaptive(a) == (0, cap, 8, 0), _adaptive(a)
+        Run.counts["plus_seeded"] += 1
 
     def fresh_keys(self, n):
         """n keys never used before (in no list)."""
@@ -968,9 +1043,11 @@ class NomemRound:
         if base == "on_request_finished":
             unknown = [i for i in ks if i not in anywhere]
             m = len(set(unknown))
+            asked_b1 = len(set(ks) & lists[2])
             return {
                 "m": m,
-                "trim": len(lists[2]) + m > before[1],
+                "to_b2": len(set(ks) & (lists[2] | lists[3])),
+                "trim": len(lists[2]) - asked_b1 + m > before[1],
                 "repeat": m < len(unknown),  # a key to remember, repeated
                 "grows": self.shape.reserve_grows(used, m),
             }
@@ -983,7 +1060,14 @@ class NomemRound:
                 for i, c in entries
                 if self.ref_cnt[c] == 0 and i not in prot
             )
-            return {"first_seen": first_seen, "victims": victims}
+            t2 = {i for i, _ in before[0][1]}
+            back1, gone1, back2, gone2 = before[3]
+
+            def rate(back, gone):
+                return back / (back + gone) if back + gone else 0.0
+
+            guarded = first_seen and rate(back1, gone1) < rate(back2, gone2)
+            return {"first_seen": first_seen, "victims": victims, "guarded": guarded, "t2": t2}
         return None
 
     def count_plus(self, base, plus, prefix, armed, result=None, after=None):
@@ -1004,19 +1088,26 @@ class NomemRound:
                 c[prefix + "nodes_grow"] += 1
             if ok:
                 c["plus_remembered_keys"] += plus["m"]
+                c["plus_ghosts_to_b2"] += plus["to_b2"]
                 if armed:
                     c["ok_armed_plus_remember"] += 1
         elif base == "evict" and plus["first_seen"]:
             c[prefix + "first_seen"] += 1
+            if plus["guarded"]:
+                c[prefix + "guarded"] += 1
             if ok and result is None and plus["victims"] >= self.evict_n:
-                # enough victims, as ARC would have evicted: refused
+                # enough victims, as ARC would have evicted: refused, which
+                # only the guard does
+                if not plus["guarded"]:
+                    fail(f"{Run.impl}: an unguarded first-seen offer refused")
                 c["plus_evict_refused"] += 1
-                if int(after[3]) == 0:
-                    c["plus_evict_refused_target0"] += 1
-                else:
-                    c["plus_evict_refused_t1"] += 1
                 if armed:
                     c["ok_armed_plus_evict_refused"] += 1
+            elif ok and result is not None and plus["guarded"]:
+                # admitted under the guard: its victims all t1's
+                if any(i in plus["t2"] for i, _ in result):
+                    fail(f"{Run.impl}: a guarded first-seen offer took t2's victims {result}")
+                c["plus_evict_guarded_admitted"] += 1
 
     def fill(self):
         """Unarmed inserts until t1 + t2 hold the capacity (or a few)."""
@@ -1044,12 +1135,16 @@ class NomemRound:
         else:
             if r.random() < 0.1:
                 self.fill()
-            if self.plus and r.random() < 0.05:
-                # unarmed, as fill(): a target of 1 or more, where ARC+ admits
-                # first-seen keys while t1 has victims (ARC+ rule 3)
-                t = r.choice([1, 2, 3.5])
-                for side in (self.a, self.s):
-                    side.p.target_t1_size = t
+            if self.plus and r.random() < 0.3:
+                # unarmed, as fill(): b2's ghosts asked for again (each
+                # several times), so that b1's come back less than b2's
+                # and first-seen offers are kept from t2 (ARC+ step 4)
+                b2 = [int(k) for k in self.a.p.b2]
+                if b2:
+                    ask = r.choices(b2, k=r.randint(1, 4)) * 8
+                    for side in (self.a, self.s):
+                        side.p.on_store_miss([side.key(i) for i in ask], None)
+                    Run.counts["plus_b2_asked"] += 1
             name, fn, ks = self.op()
         base = name.split("_many")[0]
         a, s = self.a, self.s

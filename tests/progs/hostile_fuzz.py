@@ -59,12 +59,16 @@ step (CHANGERS).
 (arc_cy._core.arc.ARCPlusCachePolicy: arc_cy._policy.PLUS_DOC) instead of ARC.
 There is no oracle for it: the rules draw against the policy itself, as in
 every chaos run, and where a step's keys keep the hash/eq contract and
-nothing else changed the policy, its three rules are checked as well
+nothing else changed the policy, its rules are checked as well
 (PlusRules): a ghost that insert() takes back goes to t2; after
-on_request_finished(), b1 is the old b1 plus the request's keys that were
-in no list (tail first, each once), trimmed to cache_capacity; evict() of
-n > 0 for an offer of first-seen keys (protected holds a key in no list, and
-none in b1 or b2) returns None while int(target_t1_size) is 0.
+on_request_finished(), b1 is the old b1 less the request's ghosts (gone to
+b2) plus the request's keys that were in no list (tail first, each once),
+trimmed to cache_capacity; evict() for an offer of first-seen keys
+(protected holds a key in no list, and none in b1 or b2) takes no victim
+from t2 while b1's ghosts come back at a lower rate than b2's (its fates),
+and it returns None with victims there only for such an offer. ARC+ has
+no target_t1_size: where ARC's runs set the target, its runs set
+_max_entries (another mutator, refused the same way while a call runs).
 
 Output: one line ``COVERAGE {json}`` on stdout, exit 0. A disagreement or
 failed check exits 1 after hypothesis prints the (shrunk) failing steps and
@@ -263,9 +267,50 @@ MUTATORS = {
     ),
     "evict": lambda p: p.evict(1, set()),
     "clear": lambda p: p.clear(),
-    "target": lambda p: setattr(p, "target_t1_size", 1),
+    "target": lambda p: set_target(p, 1),
     "__init__": lambda p: p.__init__(p.cache_capacity),
 }
+
+
+def plus_seed_fates(p) -> None:
+    """An empty ARC+ whose ghosts' fates say b1's come back less than
+    b2's, made through its own calls with keys outside every run's
+    universe (unarmed): capacity ghosts in b1 forgotten, one b2 ghost
+    returned, then every ghost inserted and removed (no fate)."""
+    cap = p.cache_capacity
+    keys = [HKey(100 + i) for i in range(cap)]
+    for k in keys:
+        p.insert(k, _fresh_chunk(), None)
+    p.evict(cap, set())  # to b1
+    p.on_request_finished((tuple(HKey(200 + i) for i in range(cap)),), set(), set(), _ctx())
+    one = HKey(300)
+    p.insert(one, _fresh_chunk(), None)
+    p.on_request_finished(((one,),), set(), {one}, _ctx())  # to t2
+    p.evict(1, set())  # to b2
+    p.on_store_miss([one], None)
+    for k in [*p.b1.keys(), *p.b2.keys()]:
+        p.insert(k, _fresh_chunk(), None)
+        p.remove(k)
+    assert not (p.t1 or p.t2 or p.b1 or p.b2), "not emptied"
+    assert (p.b1_returned, p.b1_forgotten, p.b2_returned, p.b2_forgotten) == (0, cap, 1, 0)
+
+
+def set_target(p, value) -> None:
+    """p's target set to value; ARC+, which has none, sets _max_entries to
+    its own value (a mutator all the same)."""
+    if type(p) is PlusPolicy:
+        p._max_entries = p._max_entries
+    else:
+        p.target_t1_size = value
+
+
+def adaptive(p):
+    """What adapts in p (for a state to compare): ARC's target and its
+    type, or ARC+'s ghost fates."""
+    if type(p) is PlusPolicy:
+        return (p.b1_returned, p.b1_forgotten, p.b2_returned, p.b2_forgotten)
+    t = p.target_t1_size
+    return (t, type(t))
 
 
 def attempt_mutator(p, name: str, kind: str) -> None:
@@ -555,7 +600,7 @@ M_ACTIONS = {
     "evict": lambda p, i: p.evict(1 + i % 2, set()),
     "clear": lambda p, i: p.clear(),
     "__init__": lambda p, i: p.__init__(i % 9),
-    "target": lambda p, i: setattr(p, "target_t1_size", i % 5),
+    "target": lambda p, i: set_target(p, i % 5),
     "get": lambda p, i: p.get(HKey(i % G.universe)),
 }
 MCHAIN = [("__init__", 3), ("insert", 5), ("clear", 0), ("touch", 2), ("evict", 1), ("remove", 4)]
@@ -571,8 +616,8 @@ def _mnorm(value):
 
 
 def _mseen(p):
-    t = p.target_t1_size
-    return (len(p.t1), len(p.t2), len(p.b1), len(p.b2), p.cache_capacity, type(t).__name__, str(t))
+    a = adaptive(p)
+    return (len(p.t1), len(p.t2), len(p.b1), len(p.b2), p.cache_capacity, *map(str, a))
 
 
 def _mdel(d):
@@ -1281,8 +1326,8 @@ class HostileMachine(RuleBasedStateMachine):
     # subclass: the runs of one process drive different policies.
     impls: tuple[str, ...]
 
-    @initialize(capacity=st.integers(0, 8), extra=st.integers(1, 5))
-    def setup(self, capacity, extra):
+    @initialize(capacity=st.integers(0, 8), extra=st.integers(1, 5), fates=st.booleans())
+    def setup(self, capacity, extra, fates):
         G.counts["examples"] += 1
         G.armed = G.hooked = False
         # The last example's garbage dies here, unarmed; what lives on
@@ -1297,6 +1342,11 @@ class HostileMachine(RuleBasedStateMachine):
         self.policies = {name: factories[name](capacity) for name in self.impls}
         self.ref = self.policies[self.impls[-1]]
         self.plus = "plus" in self.impls
+        if self.plus and fates and capacity:
+            # Half the runs start where b1's ghosts came back less than
+            # b2's: the refusal is reachable from the first step.
+            plus_seed_fates(self.ref)
+            G.counts["plus_seeded"] += 1
         # What besides the last step's call on the reference may have
         # changed it (G.changed_by, as run() found it): "" if nothing.
         self.changed_by = ""
@@ -1427,6 +1477,16 @@ class HostileMachine(RuleBasedStateMachine):
     # plus run where the step's keys keep the contract and nothing besides
     # the call changed the policy (self.changed_by); counted in any case.
 
+    def plus_guarded(self):
+        """Whether b1's ghosts come back at a lower rate than b2's (ARC+'s
+        fates: returned / (returned + forgotten), 0 before any fate)."""
+        p = self.ref
+
+        def rate(back, gone):
+            return back / (back + gone) if back + gone else 0.0
+
+        return rate(p.b1_returned, p.b1_forgotten) < rate(p.b2_returned, p.b2_forgotten)
+
     def plus_checked(self, rule, ok, detail):
         if self.changed_by:
             G.counts["plus_rules_skipped"] += 1
@@ -1533,7 +1593,10 @@ class HostileMachine(RuleBasedStateMachine):
         """Why target arithmetic may fail in this call, or "": a ghost hit
         adds to target_t1_size, which fails for an int beyond a float's
         range (10**400 + 2.0), halfway through the call (rule 11 reads and
-        checks everything else first, target arithmetic it cannot)."""
+        checks everything else first, target arithmetic it cannot). ARC+
+        has no target."""
+        if type(p) is PlusPolicy:
+            return ""
         t = p.target_t1_size
         if type(t) is float or (type(t) is int and abs(t) < 2**1000):
             return ""
@@ -1584,8 +1647,7 @@ class HostileMachine(RuleBasedStateMachine):
             [(keyid(k), oid(c)) for k, c in p.t2.items()],
             [keyid(k) for k in p.b1],
             [keyid(k) for k in p.b2],
-            p.target_t1_size,
-            type(p.target_t1_size),
+            adaptive(p),
             p.cache_capacity,
         )
 
@@ -1716,6 +1778,19 @@ class HostileMachine(RuleBasedStateMachine):
         make = self.iterable(ks, kind, action)
         self.run("on_store_miss", lambda p: p.on_store_miss(make(), None))
 
+    @precondition(lambda self: self.plus)
+    @rule(idx=st.lists(st.integers(0, 20), min_size=1, max_size=4))
+    def plus_b2_returns(self, idx):
+        """ARC+: b2's ghosts asked for again (a store miss of their canonical
+        keys), so that b2's ghosts come back more than b1's and the refusal
+        of first-seen offers is reached as well as its absence."""
+        b2 = [self.canon[kid] for kid in self.kid_list(3) if kid is not None]
+        if b2:
+            ks = [b2[i % len(b2)] for i in idx] * 8  # each asked again many times
+            del b2
+            G.counts["plus_b2_asked"] += 1
+            self.run("plus_b2_returns", lambda p: p.on_store_miss(ks, None))
+
     @rule(
         groups=st.lists(keys_st, min_size=1, max_size=3),
         ins=st.frozensets(st.integers(0, 11), max_size=6),
@@ -1733,24 +1808,28 @@ class HostileMachine(RuleBasedStateMachine):
         ins_c = self.container([self.canon[i % self.universe] for i in ins], ckind, cact)
         reu_c = self.container([self.canon[i % self.universe] for i in reused], ckind, cact)
         known = self.kids(0) | self.kids(1) | self.kids(2) | self.kids(3)
+        ghosts = self.kids(2) | self.kids(3)
         b1 = self.kid_list(2)
         contract = self.plus and self.contract(flat)
         result = self.run(
             "on_request_finished", lambda p: p.on_request_finished(key_groups, ins_c, reu_c, c)
         )
         if self.plus and result[0] == "ok":
-            # ARC+ rule 2: the request's keys in no list, tail first, each
-            # once, at b1's MRU end; b1 trimmed to cache_capacity. The
-            # order is the call's (unarmed: the context and keys are quiet).
-            new = []
+            # ARC+ step 2: the request's ghosts leave b1 (for b2); its keys
+            # in no list, tail first, each once, go to b1's MRU end; b1 is
+            # trimmed to cache_capacity. The order is the call's (unarmed:
+            # the context and keys are quiet).
+            new, asked = [], set()
             for k in reversed(order_request_keys(key_groups, c)):
+                asked.add(k.kid)
                 if k.kid not in known and k.kid not in new:
                     new.append(k.kid)
             after = self.kid_list(2)
             G.counts["plus_remembered"] += len(set(new) & set(after))
+            G.counts["plus_ghost_b2"] += len(asked & ghosts & self.kids(3))
             if contract:
                 cap = self.ref.cache_capacity
-                want = (b1 + new)[-cap:] if cap else []
+                want = ([kid for kid in b1 if kid not in asked] + new)[-cap:] if cap else []
                 self.plus_checked(2, after == want, ("b1", after, "want", want, "new", new))
 
     @rule(
@@ -1793,25 +1872,40 @@ class HostileMachine(RuleBasedStateMachine):
         before = [[(k.kid, getattr(c, "ref_cnt", None)) for k, c in d.items()] for d in (t1, t2)]
         full = self.ref.cache_capacity > 0 and len(t1) + len(t2) >= self.ref.cache_capacity
         del t1, t2
-        # ARC+ rule 3: an offer of first-seen keys (protected holds keys in
-        # no list, being stored, and none in b1 or b2) is refused while
-        # int(target_t1_size) is 0 (int() of it runs no action here: unarmed).
+        # ARC+ step 4: an offer of first-seen keys (protected holds keys in
+        # no list, being stored, and none in b1 or b2) takes no victim from
+        # t2 while b1's ghosts come back at a lower rate than b2's; evict()
+        # returns None with victims there only for such an offer.
         ghosts = self.kids(2) | self.kids(3)
         first_seen = bool(pkids - ghosts - self.kids(0) - self.kids(1)) and not pkids & ghosts
-        target0 = self.plus and int(self.ref.target_t1_size) == 0
+        guarded = self.plus and first_seen and self.plus_guarded()
+        if self.plus:
+            G.counts["plus_first_seen"] += first_seen
+            G.counts["plus_guard_on"] += self.plus_guarded()
         evictable = sum(r == 0 and kid not in pkids for entries in before for kid, r in entries)
+        t2_evictable = sum(r == 0 and kid not in pkids for kid, r in before[1])
         contract = self.plus and contract and self.contract()
         prot = make_prot()
         result = self.run(
             "evict", lambda p: p.evict(make_n(), prot), no_key_raise=G.mode == "agree"
         )
         if self.plus:
-            if result == ("ok", None) and first_seen and n is not None and 0 < n <= evictable:
+            refused = result == ("ok", None) and n is not None and 0 < n <= evictable
+            if refused and first_seen:
                 G.counts["plus_refused"] += 1  # ARC would have found n victims
             if result[0] == "raised" and result[1] == "TypeError" and pkind == "hcont":
                 G.counts["plus_not_iterable"] += 1
-            if contract and first_seen and target0 and n and n > 0 and result[0] == "ok":
-                self.plus_checked(3, result[1] is None, ("n", n, "target 0", result))
+            if contract and n and n > 0 and result[0] == "ok":
+                t2_before = {kid for kid, _ in before[1]}
+                taken = {v[0] for v in result[1] or ()}
+                G.counts["plus_guarded"] += guarded
+                G.counts["plus_guarded_admitted"] += guarded and result[1] is not None
+                self.plus_checked(
+                    3,
+                    (not guarded or not taken & t2_before)
+                    and (not refused or (guarded and t2_evictable > 0)),
+                    ("n", n, "guarded", guarded, "first seen", first_seen, "result", result),
+                )
         if result[0] == "ok" and result[1]:
             G.counts["evict_ok"] += 1
             if full:
@@ -1872,6 +1966,7 @@ class HostileMachine(RuleBasedStateMachine):
         if go == 0:
             self.run("clear", lambda p: p.clear())
 
+    @precondition(lambda self: not self.plus)  # ARC+ has no target
     @rule(value=target_st)
     def set_target(self, value):
         t = self.target(value)
