@@ -169,27 +169,27 @@ class Recorder:
         key = os.urandom(16)  # the ids' key: new for each recording, never written
         self.k0, self.k1 = int.from_bytes(key[:8], "little"), int.from_bytes(key[8:], "little")
         self.start = time.monotonic_ns()
-        # What the writer makes lines of: (keys, arrival ns, input and
-        # output tokens, the device's hits, loadable keys, order, tokens
-        # per key), and counts of the keys queued and written (each
-        # counter has one thread that writes it).
-        self.lines: collections.deque[
-            tuple[Sequence[Any], int, int, int, int, int, tuple[int, int, int], int | None]
-        ] = collections.deque()
+        # What the writer makes lines of: (keys, the request's context,
+        # arrival ns, the device's hits, order), and counts of the keys
+        # queued and written (each counter has one thread that writes it).
+        self.lines: collections.deque[tuple[Sequence[Any], Any, int, int, tuple[int, int, int]]] = (
+            collections.deque()
+        )
         self.keys_queued = self.keys_written = 0
         self.written = 0  # bytes
-        self.header = True  # the caller's thread: tokens per key, for the first line
-        self.headed = False  # the writer's: the first line is made
-        # req_id -> (arrival, monotonic ns; its first store of a miss in the
-        # order) of each request in flight that reached the policy: popped
-        # as it finishes, all of them as the cache is cleared (their
-        # requests never finish here). seq counts those firsts and finishes.
-        self.arrivals: dict[Any, tuple[int, int | None]] = {}
+        self.headed = False  # the first line is made
+        # req_id -> _state() of each request in flight that reached the
+        # policy: popped as it finishes, all of them as the cache is cleared
+        # (their requests never finish here). seq counts the places in the
+        # order: loads, first stores of a miss, finishes.
+        self.arrivals: dict[Any, list[Any]] = {}
         self.seq = 0
-        # The keys loads pinned since the requests in flight arrived, each
-        # with its place in the order (at most IN_FLIGHT: a request's are
-        # forgotten as it finishes).
+        # vLLM 0.33 and later show a load whole (on_request_access); before,
+        # only its pins: the keys loads pinned since the requests in flight
+        # arrived, each with its place (a request's forgotten as it finishes).
+        self.by_access = hasattr(CachePolicy, "on_request_access")
         self.pins: dict[Any, int] = {}
+        self.policy = weakref.ref(policy)
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
         self.pid = os.getpid()
@@ -200,14 +200,20 @@ class Recorder:
             self.on = False
             logger.warning("arc_cy: not recording to %s: %s. The policy goes on.", self.path, why)
 
-    def arrive(self, ctx: Any) -> None:
+    def arrive(self, keys: Any, ctx: Any) -> None:
         """on_request_access returned (vLLM 0.33 and later): the request's
-        arrival, if this is its first call."""
+        arrival, if this is its first call; before its first store of a
+        miss, a load if its first key is pinned (else a store of ready keys
+        alone, which pins nothing)."""
         if self.on:
             try:
-                rid = ctx.req_id
-                if rid not in self.arrivals:
-                    self._first(rid, None)
+                state = self._state(ctx.req_id)
+                if state[2] is None and state[1] is None and keys:
+                    policy = self.policy()
+                    chunk = policy.get(keys[0]) if policy is not None else None
+                    if chunk is not None and chunk.ref_cnt > 0:
+                        self.seq += 1
+                        state[2], state[3] = self.seq, keys[0]
             except Exception:  # no context, or no req_id: its finish's time serves
                 pass
 
@@ -217,31 +223,37 @@ class Recorder:
         before."""
         if self.on:
             try:
-                rid = ctx.req_id
-                seen = self.arrivals.get(rid)
-                if seen is None:
-                    self._first(rid, self._next())
-                elif seen[1] is None:
-                    self.arrivals[rid] = (seen[0], self._next())
+                state = self._state(ctx.req_id)
+                if state[1] is None:
+                    self.seq += 1
+                    state[1] = self.seq
             except Exception:  # no context, or no req_id: its finish's time serves
                 pass
 
-    def _first(self, rid: Any, order: int | None) -> None:
-        if len(self.arrivals) >= IN_FLIGHT:
-            self.arrivals.clear()
-        self.arrivals[rid] = (_monotonic_ns(), order)
+    def _state(self, rid: Any) -> list[Any]:
+        """Request rid's [arrival ns, its stores' place, its load's place,
+        the first key it loaded], made at its first call."""
+        state = self.arrivals.get(rid)
+        if state is None:
+            if len(self.arrivals) >= IN_FLIGHT:
+                self.arrivals.clear()
+            state = self.arrivals[rid] = [_monotonic_ns(), None, None, None]
+        return state
 
     def _next(self) -> int:
         self.seq += 1
         return self.seq
 
     def pinned(self, key: Any) -> None:
-        """mark_non_evictable returned: a load pinned key."""
-        if self.on:
+        """mark_non_evictable returned: a load pinned key. What shows a
+        load on vLLM 0.31 and 0.32, whose manager calls the policy with the
+        request's context only as it stores (on 0.33 and later, arrive()
+        sees a load whole): once a loaded key, the hottest note, kept to a
+        dict assignment (the compiled core does it inline)."""
+        if self.on and not self.by_access:
+            self.seq = seq = self.seq + 1
             try:
-                if len(self.pins) >= IN_FLIGHT:
-                    self.pins.clear()
-                self.pins[key] = self._next()
+                self.pins[key] = seq
             except Exception:  # an unhashable key: its request's line says less
                 pass
 
@@ -257,7 +269,9 @@ class Recorder:
         if not self.on:
             return
         try:
-            at, start = self.arrivals.pop(getattr(ctx, "req_id", None), (None, None))
+            at, start, loaded, first_load = self.arrivals.pop(
+                getattr(ctx, "req_id", None), (None, None, None, None)
+            )
             if not keys:
                 return  # nothing of it reached the CPU tier
             finish = self._next()
@@ -266,17 +280,21 @@ class Recorder:
             # The device's hits: the leading keys it reused without a load.
             # vLLM's connector offers them for store only when it loaded
             # nothing, and never looks them up in the CPU tier.
-            device, pins, loaded = 0, self.pins, None
+            device, pins = 0, self.pins
             for key in keys:
-                if key in pins or key not in reused:
+                if key not in reused or key == first_load or key in pins:
                     break
                 device += 1
-            for key in keys:
-                at_pin = pins.pop(key, None)
-                if at_pin is not None and (loaded is None or at_pin < loaded):
-                    loaded = at_pin
-            input_length, output_length, loadable, per_key = _lengths(keys, ctx, self.header)
-            self.header = False
+            if not self.by_access and device < len(keys):
+                # Its loads: the keys pinned right after the device's hits
+                # (a load is a run of the prefix); the first pin is their place.
+                loaded = pins.pop(keys[device], None)
+                if loaded is not None:
+                    for key in keys[device + 1 :]:
+                        if pins.pop(key, None) is None:
+                            break
+                if len(pins) >= IN_FLIGHT:  # loads of requests that never finish here
+                    pins.clear()
         except Exception as exc:
             self.stop(f"{type(exc).__name__}: {exc}")
             return
@@ -285,7 +303,7 @@ class Recorder:
             return
         store = finish if start is None else start
         order = (store if loaded is None else min(loaded, store), store, finish)
-        self.lines.append((keys, at, input_length, output_length, device, loadable, order, per_key))
+        self.lines.append((keys, ctx, at, device, order))
         self.keys_queued += len(keys)
         if self.thread is None:
             self.thread = threading.Thread(target=self._write, name="arc_cy-record", daemon=True)
@@ -346,28 +364,25 @@ class Recorder:
                     break
                 self.wake.wait(PERIOD)
                 self.wake.clear()
-        except Exception as exc:
-            self.stop(f"writing failed: {getattr(exc, 'strerror', None) or exc}")
+        except OSError as exc:
+            self.stop(f"writing failed: {exc.strerror or exc}")
+        except Exception as exc:  # a line that cannot be made: a context that fails
+            self.stop(f"{type(exc).__name__}: {exc}")
         finally:
             self.lines.clear()
             os.close(fd)
 
     def _line(
-        self,
-        keys: Sequence[Any],
-        at: int,
-        input_length: int,
-        output_length: int,
-        device: int,
-        loadable: int,
-        order: tuple[int, int, int],
-        per_key: int | None,
+        self, keys: Sequence[Any], ctx: Any, at: int, device: int, order: tuple[int, int, int]
     ) -> bytes:
-        """A request's line (the file's first carries the header)."""
+        """A request's line (the file's first carries the header). What it
+        reads of the context (its counts, its keys' positions) vLLM does
+        not change once the request finished."""
         try:
             ids = self.ids(keys, self.k0, self.k1)
         except TypeError:  # keys that are not bytes (vLLM's are)
             ids = self.ids([_key_bytes(k) for k in keys], self.k0, self.k1)
+        input_length, output_length, loadable, per_key = _lengths(keys, ctx, not self.headed)
         header = None
         if not self.headed:
             self.headed = True

@@ -650,10 +650,7 @@ def plus_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         )
         if f in PLUS_SMALL_POOLS:
             best, name, th = max(
-                (by[(f, t)]["hit_ratio"][n], n, t)
-                for t in thresholds
-                if (f, t) in by
-                for n in VLLM
+                (by[(f, t)]["hit_ratio"][n], n, t) for t in thresholds if (f, t) in by for n in VLLM
             )
             best_rows.append(
                 bl.target(

@@ -220,7 +220,11 @@ def test_the_refusal_needs_a_t2_victim_and_the_ghosts_evidence(plus_cls: type) -
     assert evicted(policy, 1, {K(9), K(1)}) == [K(3)]  # not first-seen (K(1) a ghost)
     assert evicted(policy, 1, {K(9), K(1)}) == [K(2)]  # ... and may take t2's
     # b1's rate against b2's: refused only where it is lower.
-    for b1, b2, refused in (((2, 2), (2, 2), False), ((3, 1), (2, 2), False), ((0, 4), (1, 3), True)):
+    for b1, b2, refused in (
+        ((2, 2), (2, 2), False),
+        ((3, 1), (2, 2), False),
+        ((0, 4), (1, 3), True),
+    ):
         policy = plus_cls(4)
         with_fates(policy, b1=b1, b2=b2)
         stored(policy, K(1))
@@ -420,9 +424,7 @@ class Lockstep:
         def rate(back: int, gone: int) -> float:
             return back / (back + gone) if back + gone else 0.0
 
-        return rate(twin.b1_returned, twin.b1_forgotten) < rate(
-            twin.b2_returned, twin.b2_forgotten
-        )
+        return rate(twin.b1_returned, twin.b1_forgotten) < rate(twin.b2_returned, twin.b2_forgotten)
 
     def request(self) -> None:
         rng = self.rng

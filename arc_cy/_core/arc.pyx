@@ -873,14 +873,18 @@ cdef class ARCCore:
         try:
             if what == NOTE_FINISHED:
                 self.recorder.finished(keys, reused, req_context)
-            elif what == NOTE_PINNED:
-                self.recorder.pinned(keys)
+            elif what == NOTE_PINNED:  # Recorder.pinned, inline: a note a key loaded
+                rec = self.recorder
+                if rec.on and not rec.by_access:
+                    seq = rec.seq + 1
+                    rec.seq = seq
+                    rec.pins[keys] = seq
             elif what == NOTE_CLEARED:
                 self.recorder.cleared()
             elif what == NOTE_MISS:
                 self.recorder.missed(req_context)
             else:
-                self.recorder.arrive(req_context)
+                self.recorder.arrive(keys, req_context)
         except Exception:
             pass
 
@@ -1177,7 +1181,7 @@ cdef class ARCCore:
         if keys is NO_ARG or req_context is NO_ARG:
             raise missing_arguments("on_request_access", keys=keys, req_context=req_context)
         if self.recorder is not None:
-            self._note(NOTE_ACCESS, None, None, req_context)
+            self._note(NOTE_ACCESS, keys, None, req_context)
 
     def on_request_finished(self, key_groups=NO_ARG, insertion_only_keys=NO_ARG,
                             reused_keys=NO_ARG, req_context=NO_ARG):

@@ -109,7 +109,7 @@ class ARCPlusCachePolicy(CachePolicy):
 
     def on_request_access(self, keys: Iterable[Any], req_context: Any) -> None:
         if self._recorder is not None:
-            self._recorder.arrive(req_context)
+            self._recorder.arrive(keys, req_context)
 
     def on_request_finished(
         self,

@@ -71,15 +71,16 @@ sides), which tilt the ghosts' fates toward that guard. ARC+ has no
 target_t1_size: where the core's runs set it, ARC+'s set _max_entries, and
 its state holds its fates. In cleared mode the finalizers' calls do the
 same, and a policy built for the round is marked by its fates (nonzero),
-which only the collector's clear keeps while it empties the lists. In nomem mode these two calls' arguments are made before the
-allocations fail (the failures meet the core's own allocations), half of
-them fail at a point drawn across the whole call, and one with keys to
-remember that failed at a single allocation is often made again, failing
-one allocation later (and so on, most times): when it returns, the failure
-before was among its last allocations, the reserves made before its first
-change (nomem_plus_near_end). It counts on_request_finished calls that
-failed with keys to remember (nomem_plus_remember), with b1 to trim, where
-the table or the node array had to grow for them, and evictions refused
+which only the collector's clear keeps while it empties the lists. In
+nomem mode these two calls' arguments are made before the allocations fail
+(the failures meet the core's own allocations), half of them fail at a
+point drawn across the whole call, and one with keys to remember that
+failed at a single allocation is often made again, failing one allocation
+later (and so on, most times): when it returns, the failure before was
+among its last allocations, the reserves made before its first change
+(nomem_plus_near_end). It counts on_request_finished calls that failed
+with keys to remember (nomem_plus_remember), with b1 to trim, where the
+table or the node array had to grow for them, and evictions refused
 (plus_evict_refused: a first-seen offer that returned None where enough
 victims were there; plus_evict_guarded_admitted: one that took t1's
 victims while the guard was on).
