@@ -66,6 +66,11 @@ def _shape(cls: type) -> str:
     return _guard.fingerprint._shape(ast.parse(textwrap.dedent(getsource(cls))))
 
 
+# Read before a fake takes its module's place: Python 3.13's getsource finds a
+# class by its module's file and its first line, which are then the fake's.
+CHUNK_SHAPE = _shape(ChunkStatus)
+
+
 def _edit(source: str, *pairs: str) -> str:
     for old, new in zip(pairs[::2], pairs[1::2]):
         assert source.count(old) == 1, f"{old!r} is not once in the file"
@@ -115,7 +120,7 @@ class Guard:
             fake = importlib.util.module_from_spec(spec)
             self.monkeypatch.setitem(sys.modules, module, fake)
             spec.loader.exec_module(fake)
-            if hasattr(fake, "ChunkStatus") and _shape(fake.ChunkStatus) == _shape(ChunkStatus):
+            if hasattr(fake, "ChunkStatus") and _shape(fake.ChunkStatus) == CHUNK_SHAPE:
                 fake.ChunkStatus = ChunkStatus  # one type, as where one base.py ran
         for package in PACKAGES:
             folder = self.root.joinpath(*package.split("."))
