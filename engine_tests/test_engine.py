@@ -272,15 +272,18 @@ def test_a_recording_replays_to_the_hits_the_engine_counted(drivers, runs):
     assert sched["loads"] >= 10
 
 
-# The replay of four requests a generate() call (arc_cy, 61 chunks),
-# measured in the engine leg (2026-12-07): 61 keys loaded where the engine
-# loaded 68. What differs (docs/usage.md, "Recording your traffic"): the
-# replay completes a request's load and stores as its next calls, where
-# the engine completes them at the end of the scheduler step, so the
-# stores of requests in the same step cannot evict what the others still
-# load; and a request's later stores (a later step's) are made with its
-# first.
-OVERLAP_DIFFERENCE = 0.15
+# The replay of four requests a generate() call (arc_cy, 61 chunks) falls
+# short of the engine's own count (docs/usage.md, "Recording your traffic"):
+# the replay completes a request's load and stores as its next calls, where
+# the engine completes them at the end of the scheduler step, so the stores
+# of requests in the same step cannot evict what the others still load;
+# and a request's later stores (a later step's) are made with its first.
+# Neither count is fixed: which stores the CPU worker has finished when a
+# step looks up depends on timing, and the recording follows the engine.
+# Measured (2026-12-07, this leg's engine, 6 runs, 2 of them under CI's
+# load): the engine loaded 68, 80, 98, 87, 92, 86 keys, the replay 61, 61,
+# 84, 73, 85, 75: 0.76x to 0.92x, never above.
+OVERLAP_BAND = (0.65, 1.0)
 
 
 def test_a_recording_of_overlapping_requests_replays_near_the_engines_hits(drivers, runs):
@@ -289,5 +292,6 @@ def test_a_recording_of_overlapping_requests_replays_near_the_engines_hits(drive
     rec = replay_recording(folder, sched["num_chunks"])
     engine, replay = sched["keys_loaded"], rec["hits"]["arc_cy"]
     print(f"overlapping requests: the engine loaded {engine} keys, the replay {replay}")
-    assert engine > 20 and abs(replay - engine) <= OVERLAP_DIFFERENCE * engine
+    low, high = OVERLAP_BAND
+    assert engine > 20 and low * engine <= replay <= high * engine
     assert len(recording(folder)) >= 44

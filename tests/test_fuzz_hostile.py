@@ -133,16 +133,18 @@ MIN = {
         # refused, and tiny capacities)
         "evict_protected_skip": 3,
         # ARC+'s rules (arc_cy._policy.PLUS_DOC) at work: runs started from
-        # fates that guard t2 (plus_seeded); first-seen offers evicted
+        # fates that guard t2 (plus_seeded), half of them with t2 full
+        # (plus_seeded_t2: a refusal at the first offer); first-seen offers evicted
         # under that guard (plus_guarded), from t1 alone (admitted), or
         # refused where ARC would have evicted (plus_refused); keys
         # remembered in b1 and ghosts moved to b2 by on_request_finished,
         # ghosts that insert() took back into t2, a protected that is not
         # iterable refused (TypeError); each rule checked (PlusRules)
         "plus_seeded": 110,
+        "plus_seeded_t2": 130,
         "plus_guarded": 25,
         "plus_guarded_admitted": 5,
-        "plus_refused": 5,
+        "plus_refused": 40,
         "plus_remembered": 300,
         "plus_ghost_b2": 55,
         "plus_ghost_t2": 65,

@@ -295,6 +295,16 @@ def plus_seed_fates(p) -> None:
     assert (p.b1_returned, p.b1_forgotten, p.b2_returned, p.b2_forgotten) == (0, cap, 1, 0)
 
 
+def plus_fill_t2(p, keys) -> None:
+    """keys inserted (their chunks ready) and hit once, into p's t2: with
+    the fates seeded, an offer of first-seen keys finds no victim in t1 and
+    is refused from the first step (plus_refused), where ARC would evict."""
+    for k in keys:
+        p.insert(k, _fresh_chunk(), None)
+        p.on_request_finished(((k,),), set(), {k}, _ctx())
+    assert list(p.t2) == list(keys) and not p.t1, "not in t2"
+
+
 def set_target(p, value) -> None:
     """p's target set to value; ARC+, which has none, sets _max_entries to
     its own value (a mutator all the same)."""
@@ -1347,6 +1357,10 @@ class HostileMachine(RuleBasedStateMachine):
             # b2's: the refusal is reachable from the first step.
             plus_seed_fates(self.ref)
             G.counts["plus_seeded"] += 1
+            if extra % 2:
+                # and, in half of those, t2 full of the run's own keys
+                plus_fill_t2(self.ref, self.canon[:capacity])
+                G.counts["plus_seeded_t2"] += 1
         # What besides the last step's call on the reference may have
         # changed it (G.changed_by, as run() found it): "" if nothing.
         self.changed_by = ""
