@@ -1,14 +1,10 @@
-"""The vLLM code guard: on the vLLM installed, arc_cy makes the decisions of
-that release's ARC, or refuses at start-up and says why (docs/usage.md, "The
-guard", says what it judges, once). Here: the check (:data:`vllm_guard`, which
-the plugin, the constructors and ``python -m arc_cy`` go through) and its
-messages; ``files`` reads vLLM's files, ``fingerprint`` judges them on release
-day, ``lockstep`` runs the claim, ``verified`` is the table."""
+"""The vLLM code guard: the check (:data:`vllm_guard`, which the plugin, the
+constructors and ``python -m arc_cy`` go through) and its messages.
+docs/usage.md, "The guard", says what it judges and how, once."""
 
 from __future__ import annotations
 
 import gc
-import hashlib
 import logging
 import os
 import sys
@@ -18,7 +14,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from .._flags import env_flag
-from . import files, fingerprint, lockstep, verified
+from . import files, lockstep, verified
 from .files import ARC_MODULE, BASE_MODULE, FILES, Unjudged
 
 OVERRIDE_ENV = "ARC_CY_ALLOW_UNVERIFIED_VLLM"
@@ -93,14 +89,11 @@ def check_vllm_code() -> CodeCheck | None:
     gc.disable()  # a collection in a process with torch costs more than the check
     try:
         if not _vllm.HAVE_VLLM:
-            err = _vllm.VLLM_IMPORT_ERROR
-            why = f"({type(err).__name__}: {err})"
-            raise Unjudged(
-                f"its policy module does not give arc_cy CachePolicy and ChunkStatus {why}"
-            )
+            why = f"CachePolicy and ChunkStatus ({files.why(_vllm.VLLM_IMPORT_ERROR)})"
+            raise Unjudged(f"its policy module does not give arc_cy {why}")
         return _judge(version)
     except (Exception, RecursionError, MemoryError) as exc:
-        why = str(exc) if isinstance(exc, Unjudged) else f"{type(exc).__name__}: {exc}"
+        why = str(exc) if isinstance(exc, Unjudged) else files.why(exc)
         return CodeCheck(version, problems=(f"arc_cy cannot judge it: {why}",))
     finally:
         if enabled:
@@ -117,10 +110,8 @@ def _judge(version: str) -> CodeCheck:
             sources[module] = (path, files.read(path))
         elif module in (ARC_MODULE, BASE_MODULE):
             raise Unjudged(f"{module} cannot be found")
-    # Hash first: a verified release's files as it shipped them, and what
-    # runs compared with them without compiling anything (files._written).
-    digests = {FILES[m]: hashlib.sha256(s).hexdigest() for m, (_, s) in sources.items()}
-    for release in [r for r in releases() if verified.FILES[r] == digests]:
+    digest = files.digest({m: source for m, (_, source) in sources.items()})
+    for release in [r for r in releases() if verified.FILES[r] == digest]:
         try:
             return CodeCheck(version, release, tuple(_stale(sources, files.started())), True)
         except files.Uncompared:
@@ -143,8 +134,14 @@ def _arc_cy_names() -> set[str]:
     return {n for cls in classes for n in dir(cls) if not n.startswith("__")}
 
 
+_DOES = {"read": "reads", "call": "calls", "write": "writes", "delete": "deletes"}
+_DOES.update(keyword="passes the keyword", string="has the string")
+
+
 def _release_day(version: str, sources: dict[str, tuple[str, bytes]]) -> CodeCheck:
-    arc, base = sources[ARC_MODULE][1], sources[BASE_MODULE][1]
+    from . import fingerprint  # its analysis (ast, symtable) is loaded on release day only
+
+    (arc_path, arc), (base_path, base) = sources[ARC_MODULE], sources[BASE_MODULE]
     for module, found in files.find_callers().items():
         sources.setdefault(module, found)
     try:
@@ -156,11 +153,11 @@ def _release_day(version: str, sources: dict[str, tuple[str, bytes]]) -> CodeChe
             if module not in (ARC_MODULE, BASE_MODULE)
         }
     except (SyntaxError, ValueError) as exc:
-        raise Unjudged(f"{type(exc).__name__}: {exc}") from None
+        raise Unjudged(files.why(exc)) from None
     matching = [r for r in releases() if verified_code(r) == code]
-    nearest = matching[0] if matching else _nearest(code)
-    problems = [] if matching else _changes(code, nearest, sources)
-    allowed = {n for r in (matching or [nearest]) for n in verified.USES[r].split()}
+    nearest, problems = (matching[0], []) if matching else _changes(code, arc_path, base_path)
+    made = set(matching or [nearest])
+    allowed = {use for use, rs in verified.USES.items() if made & set(rs.split())}
     for path, uses in callers.items():
         problems += [
             f"{path}:{line} {_DOES[kind]} {name!r}, which no caller of verified vLLM "
@@ -175,29 +172,21 @@ def _release_day(version: str, sources: dict[str, tuple[str, bytes]]) -> CodeChe
     return CodeCheck(version, nearest if matching else None, tuple(problems))
 
 
-_DOES = {"read": "reads", "call": "calls", "write": "writes", "delete": "deletes"}
-_DOES.update(keyword="passes the keyword", string="has the string")
-
-
-def _nearest(code: dict[str, str]) -> str:
-    def shared(r: str) -> tuple[int, tuple[int, ...]]:
-        return sum(code.get(k) == v for k, v in verified_code(r).items()), release_key(r)
-
-    return max(releases(), key=shared)
-
-
-def _changes(
-    code: dict[str, str], nearest: str, sources: dict[str, tuple[str, bytes]]
-) -> list[str]:
-    theirs, out = verified_code(nearest), []
+def _changes(code: dict[str, str], arc: str, base: str) -> tuple[str, list[str]]:
+    """The verified release nearest code, and each object that differs from its ARC code."""
+    ours = {r: verified_code(r) for r in releases()}
+    near = max(
+        ours, key=lambda r: (sum(code.get(k) == v for k, v in ours[r].items()), release_key(r))
+    )
+    theirs, out = ours[near], []
     for name in sorted(k for k in code.keys() | theirs.keys() if code.get(k) != theirs.get(k)):
         file, _, obj = name.partition(":")
         what = f"{file}'s module code" if obj == "<module code>" else f"`{obj}`"
         how = "is not in {}'s" if name not in theirs else "differs from {}'s"
         how = "is missing, which {}'s has" if name not in code else how
-        path = sources[ARC_MODULE if file == "arc.py" else BASE_MODULE][0]
-        out.append(f"{what} ({path}) {how.format(f'verified vLLM {nearest}')}")
-    return out
+        path = arc if file == "arc.py" else base
+        out.append(f"{what} ({path}) {how.format(f'verified vLLM {near}')}")
+    return near, out
 
 
 LOCKSTEP_PASSED = (
@@ -214,9 +203,8 @@ def lockstep_difference() -> str | None:
 
 
 def plus_refusal() -> str | None:
-    """Why ARC+ is not built on this vLLM, whose manager never calls the hook
-    ARC+ learns in (its CachePolicy has no on_request_finished: 0.30); None
-    where it is, or without vLLM. The plugin and both ARC+ constructors ask."""
+    """Why ARC+ is not built on this vLLM (its CachePolicy has no
+    on_request_finished: 0.30); None where it is, or without vLLM."""
     policy = getattr(sys.modules.get(BASE_MODULE), "CachePolicy", None)
     if policy is None or hasattr(policy, "on_request_finished"):
         return None
@@ -253,10 +241,8 @@ class VllmGuard:
 
     def allowed(self) -> bool:
         """Whether arc_cy may run: verified code, or the override (logged once)."""
-        if self._running == threading.get_ident():
-            return True  # the check's own lockstep
-        code = self.result()
-        if code is None or code.ok:
+        code = None if self._running == threading.get_ident() else self.result()
+        if code is None or code.ok:  # no vLLM, verified code, or the check's own lockstep
             return True
         if not override_set():
             return False
@@ -278,9 +264,6 @@ class VllmGuard:
 
 
 vllm_guard = VllmGuard()
-
-
-# --- what the operator reads ----------------------------------------------------
 
 
 def verified_message(code: CodeCheck) -> str:

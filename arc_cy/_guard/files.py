@@ -4,6 +4,7 @@ Standard library only."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import marshal
 import os
@@ -18,7 +19,7 @@ BASE_MODULE = "vllm.v1.kv_offload.cpu.policies.base"
 CPU_MANAGER = "vllm.v1.kv_offload.cpu.manager"
 TIERING_MANAGER = "vllm.v1.kv_offload.tiering.manager"
 KV_OFFLOAD = "vllm.v1.kv_offload"
-POLICIES_PACKAGE = "vllm.v1.kv_offload.cpu.policies"
+_POLICIES = f"{KV_OFFLOAD}.cpu.policies"  # not a caller's package
 FILES = {
     ARC_MODULE: "arc.py",
     BASE_MODULE: "base.py",
@@ -34,6 +35,17 @@ class Unjudged(Exception):
 
 class Uncompared(Exception):
     """What a module runs is not comparable without compiling: release day."""
+
+
+def digest(sources: dict[str, bytes]) -> str:
+    """The files' SHA-256 as the table holds it: of their hex SHA-256s, a
+    line each, in FILES' order (``sha256sum FILE... | cut -c1-64 | sha256sum``)."""
+    lines = "".join(hashlib.sha256(sources[m]).hexdigest() + "\n" for m in FILES if m in sources)
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def why(exc: BaseException | None) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def started() -> float:
@@ -64,27 +76,24 @@ def package_dirs(package: str) -> list[str]:
 def source_path(module: str) -> str | None:
     """The source file of a module: an imported module's own, else the one
     an import would find in its package's directories; None if none."""
-    live = sys.modules.get(module)
-    if live is not None:
-        origin = getattr(getattr(live, "__spec__", None), "origin", None)
-        if not (isinstance(origin, str) and origin.endswith(".py")):
-            raise Unjudged(f"{module} is a module object with no Python source file")
-        return origin
-    package, _, name = module.rpartition(".")
-    if package in sys.modules:  # as an import would find it: its finders, nothing imported
-        try:
-            spec = importlib.util.find_spec(module)
-        except Exception as exc:
-            raise Unjudged(f"{module} cannot be found ({type(exc).__name__}: {exc})") from None
-        origin = getattr(spec, "origin", None)
-        if spec is not None and not (isinstance(origin, str) and origin.endswith(".py")):
-            raise Unjudged(f"{module} is not loaded from a Python source file")
-        return origin
-    for folder in package_dirs(package):
-        for path in (os.path.join(folder, name + ".py"), os.path.join(folder, name, "__init__.py")):
-            if os.path.lexists(path):
-                return path
-    return None
+    live, (package, _, name) = sys.modules.get(module), module.rpartition(".")
+    if live is None and package not in sys.modules:
+        for folder in package_dirs(package):
+            base = os.path.join(folder, name)
+            for path in (base + ".py", os.path.join(base, "__init__.py")):
+                if os.path.lexists(path):
+                    return path
+        return None
+    try:  # an imported module's spec, else what its finders find (nothing imported)
+        spec = getattr(live, "__spec__", None) if live else importlib.util.find_spec(module)
+    except Exception as exc:
+        raise Unjudged(f"{module} cannot be found ({why(exc)})") from None
+    origin = getattr(spec, "origin", None)
+    if live is None and spec is None:
+        return None
+    if not (isinstance(origin, str) and origin.endswith(".py")):
+        raise Unjudged(f"{module} is not loaded from a Python source file")
+    return origin
 
 
 def read(path: str) -> bytes:
@@ -95,7 +104,7 @@ def read(path: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     except OSError as exc:
-        raise Unjudged(f"cannot read {path} ({type(exc).__name__}: {exc})") from None
+        raise Unjudged(f"cannot read {path} ({why(exc)})") from None
 
 
 _MARK = re.compile(
@@ -107,9 +116,8 @@ or vLLM's ARC module."""
 
 
 def find_callers(roots: list[str] | None = None) -> dict[str, tuple[str, bytes]]:
-    """The policy's callers, by their files: each module file of the
-    vllm/v1/kv_offload tree (its folders, or roots), outside cpu/policies,
-    that bears a caller's mark; module name -> (path, source)."""
+    """Each module file of vllm/v1/kv_offload (or roots) outside cpu/policies
+    that bears a caller's mark: module name -> (path, source)."""
     found: dict[str, tuple[str, bytes]] = {}
     todo = [(d, KV_OFFLOAD) for d in (package_dirs(KV_OFFLOAD) if roots is None else roots)]
     while todo:
@@ -119,16 +127,14 @@ def find_callers(roots: list[str] | None = None) -> dict[str, tuple[str, bytes]]
         except OSError:
             continue
         for entry in entries:
-            name, path = entry.name, entry.path
-            if entry.is_dir() and name.isidentifier():
-                sub = f"{package}.{name}"
-                if sub != POLICIES_PACKAGE and os.path.isfile(os.path.join(path, "__init__.py")):
-                    todo.append((path, sub))
-            elif name.endswith(".py") and name[:-3].isidentifier() and entry.is_file():
-                source = read(path)
-                if _MARK.search(source):
-                    stem = name[:-3]
-                    found[package if stem == "__init__" else f"{package}.{stem}"] = (path, source)
+            stem, ext = os.path.splitext(entry.name)
+            sub = f"{package}.{stem}" if stem != "__init__" else package
+            if not stem.isidentifier():
+                continue
+            if not ext and sub != _POLICIES and os.path.isfile(f"{entry.path}/__init__.py"):
+                todo.append((entry.path, sub))
+            elif ext == ".py" and entry.is_file() and _MARK.search(source := read(entry.path)):
+                found[sub] = (entry.path, source)
     return found
 
 
@@ -140,11 +146,10 @@ def _key(code: CodeType) -> tuple[object, ...]:
 
 
 def _written(path: str, source: bytes, since: float | None) -> CodeType | None:
-    """The code an import of path runs now: its .pyc when the header says it
-    is this source's (Python's rule; a hash-based one by its hash, always),
-    else the source compiled; but on the hash path (since: the process's
-    start), None (imported, the file was compiled as it is) where it has not
-    changed since and no hash-based .pyc may run unchecked, else Uncompared."""
+    """The code an import of path runs now: its .pyc where its header says it
+    is this source's (Python's rule), else the source compiled; on the hash
+    path (since: the process's start) None for the file as it was compiled,
+    unchanged since, or Uncompared (docs/usage.md, "Stale bytecode")."""
     try:
         cache = importlib.util.cache_from_source(path)
         data = read(cache) if os.path.lexists(cache) else b""
@@ -152,15 +157,13 @@ def _written(path: str, source: bytes, since: float | None) -> CodeType | None:
         data = b""
     st, pyc = os.stat(path), data[:4] == importlib.util.MAGIC_NUMBER
     hashed = pyc and int.from_bytes(data[4:8], "little") & 1
-    if pyc:
-        if hashed:
-            valid = data[8:16] == importlib.util.source_hash(source)
-        else:
-            stamp = (int(st.st_mtime) & 0xFFFFFFFF) | (st.st_size & 0xFFFFFFFF) << 32
-            valid = data[8:16] == stamp.to_bytes(8, "little")
-        code = marshal.loads(data[16:]) if valid else None
-        if isinstance(code, CodeType):
-            return code
+    if hashed:
+        valid = data[8:16] == importlib.util.source_hash(source)
+    else:
+        stamp = (int(st.st_mtime) & 0xFFFFFFFF) | (st.st_size & 0xFFFFFFFF) << 32
+        valid = pyc and data[8:16] == stamp.to_bytes(8, "little")
+    if valid and isinstance(code := marshal.loads(data[16:]), CodeType):
+        return code
     if since is not None:
         if hashed or st.st_ctime >= since - 0.05:  # the clocks' granularity
             raise Uncompared(path)
@@ -168,7 +171,7 @@ def _written(path: str, source: bytes, since: float | None) -> CodeType | None:
     try:
         return compile(source, path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        raise Unjudged(f"cannot compile {path} ({type(exc).__name__}: {exc})") from None
+        raise Unjudged(f"cannot compile {path} ({why(exc)})") from None
 
 
 def not_its_source(module: str, path: str, source: bytes, since: float | None) -> str | None:
@@ -177,14 +180,12 @@ def not_its_source(module: str, path: str, source: bytes, since: float | None) -
     import); None when none does, or the module is not imported."""
     live = sys.modules.get(module)
     written = None if live is None else _written(path, source, since)
-    if written is None:
-        return None
-    todo, expected = [written], {}
+    todo, expected = [written] if written else [], {}
     while todo:
         code = todo.pop()
         expected[code.co_qualname, code.co_firstlineno] = _key(code)
         todo += [c for c in code.co_consts if isinstance(c, CodeType)]
-    for value in list(vars(live).values()):
+    for value in list(vars(live).values()) if written else ():
         mine = isinstance(value, type) and value.__module__ == module
         for obj in list(vars(value).values()) if mine else [value]:
             for f in (obj, getattr(obj, "__func__", None), getattr(obj, "fget", None)):

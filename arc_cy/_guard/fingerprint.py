@@ -1,13 +1,6 @@
 """Release day: what a vLLM's ARC code is, object by object, and what its
-callers do with a policy, from their sources. Standard library only.
-
-An object is a name arc.py or base.py binds at module level, a method of
-``ARCCachePolicy`` or ``CachePolicy``, or a class's body less its methods;
-its fingerprint hashes its syntax tree without positions, docstrings or
-string prefixes. Judged: all of arc.py; of base.py what runs code at import,
-what that and ARC's code read (Python's ``symtable`` says what binds and
-reads a module name), ``ChunkStatus``, ``order_request_keys``, and the
-``CachePolicy`` methods ARC inherits or reaches through ``super()``."""
+callers do with a policy, from their sources (docs/usage.md, "The guard",
+says which objects and uses). Standard library only."""
 
 from __future__ import annotations
 
@@ -33,10 +26,8 @@ _READS += (ast.List, ast.BinOp, ast.UnaryOp, ast.expr_context, ast.operator, ast
 
 
 def _doc(body: list[ast.stmt]) -> ast.Constant | None:
-    first = body[0] if body else None
-    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-        return first.value if isinstance(first.value.value, str) else None
-    return None
+    value = getattr(body[0], "value", None) if body and isinstance(body[0], ast.Expr) else None
+    return value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
 
 
 def _shape(node: object) -> str:
@@ -94,8 +85,7 @@ def _split(file: str, cls: ast.ClassDef, skip: set[str]) -> dict[str, list[ast.s
 def _runs_at_import(stmt: ast.stmt, lazy: bool) -> bool:
     """Whether a statement runs code at import: all but a def without
     decorators whose defaults and annotations (unless lazy) only read names
-    and constants. (A name such a def binds besides its own, a walrus's, is
-    judged where ARC's code reads it.)"""
+    and constants."""
     if not isinstance(stmt, _DEFS):
         return True
     a = stmt.args
@@ -114,13 +104,11 @@ def arc_code(arc_source: bytes, base_source: bytes) -> dict[str, str]:
         raise ValueError(f"arc.py does not define {ARC_CLASS} once")
     out = _split("arc.py", cls, set())
     out.update((f"arc.py:{n}", s) for n, s in arc_names.items() if n != ARC_CLASS)
-    supers = {
-        n.func.attr
+    supers = {  # super().name: the method of CachePolicy ARC reaches
+        n.attr
         for n in ast.walk(cls)
-        if isinstance(n, ast.Call)
-        and isinstance(n.func, ast.Attribute)
-        and isinstance(n.func.value, ast.Call)
-        and getattr(n.func.value.func, "id", None) == "super"
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Call)
+        if getattr(n.value.func, "id", None) == "super"
     }
     overridden = {s.name for s in cls.body if isinstance(s, _DEFS)} - supers
     lazy = "annotations" in base_names and "__future__" in ast.unparse(base_names["annotations"][0])
@@ -140,19 +128,15 @@ def arc_code(arc_source: bytes, base_source: bytes) -> dict[str, str]:
             for key, stmts in parts.items():
                 out.setdefault(key, []).extend(stmts)
                 todo |= {r for s in stmts for r in _scope(s)[1]}
-    return {k: _fingerprint(v) for k, v in sorted(out.items())}
-
-
-def _fingerprint(nodes: list[ast.stmt]) -> str:
-    text = ";".join(map(_shape, nodes))
-    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()[:12]
+    return {
+        k: hashlib.md5(";".join(map(_shape, v)).encode(), usedforsecurity=False).hexdigest()[:12]
+        for k, v in sorted(out.items())
+    }
 
 
 def arc_names(arc_source: bytes) -> set[str]:
     """The names vLLM's ARC policy has: its methods and ``self.x``."""
-    [cls] = [
-        s for s in ast.parse(arc_source).body if isinstance(s, ast.ClassDef) and s.name == ARC_CLASS
-    ]
+    [cls] = [s for s in ast.parse(arc_source).body if getattr(s, "name", None) == ARC_CLASS]
     out = {ARC_CLASS} | {s.name for s in cls.body if isinstance(s, _DEFS)}
     self = (n for n in ast.walk(cls) if isinstance(n, ast.Attribute))
     return out | {n.attr for n in self if getattr(n.value, "id", None) == "self"}
@@ -160,10 +144,7 @@ def arc_names(arc_source: bytes) -> set[str]:
 
 def caller_uses(source: bytes, watched: set[str]) -> dict[str, int]:
     """Each use a caller makes of a watched name, as ``kind:name``, with the
-    first line that makes it: a ``read``, ``call``, ``write`` or ``delete``
-    of an attribute or a name (a class pattern's attribute is a read; a
-    name bound is no use), a ``keyword``, or a ``string`` equal to the name
-    or to a policy's registered name (a docstring is not a use)."""
+    first line that makes it (the kinds: docs/usage.md, "The guard")."""
     tree = ast.parse(source)
     docs = {id(d) for n in ast.walk(tree) if isinstance(n, _SCOPES) and (d := _doc(n.body))}
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}

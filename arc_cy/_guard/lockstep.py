@@ -1,8 +1,5 @@
-"""The claim, run through vLLM's own callers: its CPUOffloadingManager and the
-tiering spec's CPU primary tier, built as an operator configures them with
-vLLM's "arc" and with arc_cy by both routes, driven as vLLM's scheduler
-drives them; after each call, every answer and each policy's t1, t2, b1, b2
-and target_t1_size are compared. Standard library only."""
+"""The claim, run through vLLM's own callers, as docs/usage.md ("The
+guard") describes it. Standard library only."""
 
 from __future__ import annotations
 
@@ -34,13 +31,9 @@ def first_difference(module: str = "arc_cy", seed: int = 0) -> str | None:
         "CPUOffloadingManager": import_module(CPU_MANAGER).CPUOffloadingManager,
         "tiering CPUPrimaryTierOffloadingManager": lambda **kw: tier(mmap_region=region, **kw),
     }
-    routes: dict[str, tuple[str, str | None]] = {
-        '"arc"': ("arc", None),
-        '"arc_cy"': ("arc_cy", None),
-    }
+    routes = {'"arc"': ("arc", None), '"arc_cy"': ("arc_cy", None)}
     routes[f'"ARCCachePolicy" from {module!r}'] = ("ARCCachePolicy", module)
-    registry = factory._registry  # "arc_cy" as the plugin registers it, while this runs
-    old = registry.pop("arc_cy", None)
+    old = factory._registry.pop("arc_cy", None)  # "arc_cy" as the plugin registers it, meanwhile
     factory.register_cache_policy("arc_cy", module, "ARCCachePolicy")
     try:
         for kind, make in kinds.items():
@@ -56,8 +49,8 @@ def first_difference(module: str = "arc_cy", seed: int = 0) -> str | None:
                 return f"through vLLM's {kind}, {exc}"
         return None
     finally:
-        registry.pop("arc_cy", None)
-        registry.update({"arc_cy": old} if old else {})
+        factory._registry.pop("arc_cy", None)
+        factory._registry.update({"arc_cy": old} if old else {})
 
 
 def _plain(x: Any) -> Any:
@@ -75,9 +68,7 @@ def _plain(x: Any) -> Any:
 
 
 def _state(policy: Any) -> tuple[Any, ...]:
-    t1, t2 = (
-        [(k, c.chunk_id, c.ref_cnt) for k, c in lst.items()] for lst in (policy.t1, policy.t2)
-    )
+    t1, t2 = ([(k, c.chunk_id, c.ref_cnt) for k, c in x.items()] for x in (policy.t1, policy.t2))
     return t1, t2, list(policy.b1), list(policy.b2), policy.target_t1_size
 
 
@@ -89,6 +80,8 @@ def _drive(managers: dict[str, Any], rng: random.Random) -> None:
     made, cls = 0, type(next(iter(managers.values())))
     finishes = hasattr(cls, "on_request_finished")
     touches = hasattr(cls, "touch") and not finishes  # 0.30's scheduler touches instead
+    shown = reprlib.Repr()
+    shown.maxlist = shown.maxtuple = 4
 
     def call(method: str, *args: Any) -> Any:
         """method on each manager (a dict argument: each its own context)."""
@@ -103,12 +96,10 @@ def _drive(managers: dict[str, Any], rng: random.Random) -> None:
         for ours in seen[1:]:
             for what, i in (("answered", 2), ("left t1, t2, b1, b2, target_t1_size", 3)):
                 if ours[i] != seen[0][i]:
-                    r = reprlib.Repr()
-                    r.maxlist = r.maxtuple = 4
-                    shown = ", ".join("ctx" if type(a) is dict else r.repr(a) for a in args)
+                    said = ", ".join("ctx" if type(a) is dict else shown.repr(a) for a in args)
                     raise _Differs(
-                        f"call {made}, {method}({shown}): {seen[0][0]} {what} "
-                        f"{r.repr(seen[0][i])}, {ours[0]} {r.repr(ours[i])}"
+                        f"call {made}, {method}({said}): {seen[0][0]} {what} "
+                        f"{shown.repr(seen[0][i])}, {ours[0]} {shown.repr(ours[i])}"
                     )
         return seen[0][1]
 
