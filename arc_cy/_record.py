@@ -37,7 +37,7 @@ from . import __version__
 from ._flags import RECORDING
 from ._guard import logger, vllm_version
 from ._trace import FORMAT, encode_line
-from ._vllm import CachePolicy
+from ._vllm import HAVE_VLLM, CachePolicy
 
 ENV, MAX_MB_ENV = RECORDING
 MAX_MB = 4096
@@ -459,7 +459,7 @@ def record_for(policy: Any, capacity: int, ids: KeyedIds | None = None) -> Recor
         if not template:
             return None
         path = template.replace("{pid}", str(os.getpid()))
-        if not hasattr(CachePolicy, FINISHED):
+        if HAVE_VLLM and not hasattr(CachePolicy, FINISHED):  # vLLM 0.30
             raise RuntimeError(
                 f"vLLM {vllm_version()}'s manager never calls {FINISHED} (0.31.0 and later "
                 "do), so no request ends"

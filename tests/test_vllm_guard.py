@@ -70,6 +70,11 @@ def _shape(cls: type) -> str:
     return fingerprint._shape(ast.parse(textwrap.dedent(getsource(cls))))
 
 
+# Read before a fake takes its module's place: Python 3.13's getsource finds a
+# class by its module's file and its first line, which are then the fake's.
+CHUNK_SHAPE = _shape(ChunkStatus)
+
+
 class Guard:
     """One test's vLLM: the installed one under another version, its judged
     modules copies in a temporary tree (edited or not), imported as vLLM
@@ -107,7 +112,7 @@ class Guard:
             fake = importlib.util.module_from_spec(spec)
             self.monkeypatch.setitem(sys.modules, module, fake)
             spec.loader.exec_module(fake)
-            if hasattr(fake, "ChunkStatus") and _shape(fake.ChunkStatus) == _shape(ChunkStatus):
+            if hasattr(fake, "ChunkStatus") and _shape(fake.ChunkStatus) == CHUNK_SHAPE:
                 fake.ChunkStatus = ChunkStatus  # one type, as where one base.py ran
         for package in PACKAGES:
             folder = self.root.joinpath(*package.split("."))
