@@ -28,7 +28,7 @@ def _code(release: str, edits: tuple[str, ...]) -> dict[str, str]:
     """The release's ARC code, with base.py edited (old, new, ...)."""
     folder = DATA / release / "vllm/v1/kv_offload/cpu/policies"
     base = edited((folder / "base.py").read_text(), *edits)
-    return fingerprint.arc_code((folder / "arc.py").read_bytes(), base.encode())
+    return fingerprint.arc_code((folder / "arc.py").read_bytes(), base.encode())[0]
 
 
 CHECK = """

@@ -64,11 +64,11 @@ def judge(target: str | None, table: dict[str, dict]) -> bool:
     for path, source in find_callers([kv]).values():  # as the guard finds them
         if path not in paths.values():
             sources[path] = source
-    code = fp.arc_code(arc, base)
+    code, names = fp.arc_code(arc, base)
     matching = [r for r in _guard.releases() if _guard.verified_code(r) == code]
     same = version if version in matching else matching[0] if matching else None
     print(f"    its ARC code is verified vLLM {same}'s" if same else "    new ARC code")
-    watched = fp.arc_names(arc) | _guard._arc_cy_names() | fp.DYNAMIC
+    watched = names | _guard._arc_cy_names() | fp.DYNAMIC
     uses: set[str] = set()
     for module, source in sources.items():
         if module not in (_guard.ARC_MODULE, _guard.BASE_MODULE):

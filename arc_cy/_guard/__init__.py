@@ -17,12 +17,10 @@ from .._flags import env_flag
 from . import files, lockstep, verified
 from .files import ARC_MODULE, BASE_MODULE, FILES, Unjudged
 
-OVERRIDE_ENV = "ARC_CY_ALLOW_UNVERIFIED_VLLM"
-"""Set to 1 to use arc_cy on vLLM code it has not verified, at your risk."""
-DEPRECATED_OVERRIDE_ENV = "ARC_CY_IGNORE_VLLM_VERSION"
-"""The override's old name: still honoured, with a FutureWarning."""
-
+OVERRIDE_ENV = "ARC_CY_ALLOW_UNVERIFIED_VLLM"  # 1: use unverified vLLM code, at your risk
+DEPRECATED_OVERRIDE_ENV = "ARC_CY_IGNORE_VLLM_VERSION"  # its old name, with a FutureWarning
 logger: logging.Logger = logging.getLogger("vllm.plugins.arc_cy")
+_MODULE_PATH = '"ARCCachePolicy" with "cache_policy_module_path": "arc_cy"'
 
 
 def override_set() -> bool:
@@ -71,16 +69,8 @@ class CodeCheck:
         return self.verified_as is not None and not self.problems
 
 
-_ARC_CY_IN_PLACE = (
-    "vLLM's ARCCachePolicy is arc_cy's own class, patched into vLLM's module: leave vLLM's "
-    'module as it is and name arc_cy in the configuration instead, "eviction_policy": '
-    '"arc_cy", or "eviction_policy": "ARCCachePolicy" with "cache_policy_module_path": "arc_cy"'
-)
-
-
 def check_vllm_code() -> CodeCheck | None:
-    """Judge this process's vLLM (None where vLLM does not import). Never
-    raises; reads the files afresh on every call."""
+    """Judge this process's vLLM afresh (None where vLLM does not import); never raises."""
     from .. import _vllm
 
     if not _vllm.VLLM_IMPORTED:
@@ -103,7 +93,12 @@ def check_vllm_code() -> CodeCheck | None:
 def _judge(version: str) -> CodeCheck:
     theirs = getattr(sys.modules.get(ARC_MODULE), "ARCCachePolicy", None)
     if isinstance(theirs, type) and theirs.__module__.partition(".")[0] == "arc_cy":
-        return CodeCheck(version, problems=(_ARC_CY_IN_PLACE,))
+        in_place = (
+            "vLLM's ARCCachePolicy is arc_cy's own class, patched into vLLM's module: leave "
+            "vLLM's module as it is and name arc_cy in the configuration instead, "
+            f'"eviction_policy": "arc_cy", or "eviction_policy": {_MODULE_PATH}'
+        )
+        return CodeCheck(version, problems=(in_place,))
     sources: dict[str, tuple[str, bytes]] = {}
     for module in FILES:
         if (path := files.source_path(module)) is not None:
@@ -145,8 +140,8 @@ def _release_day(version: str, sources: dict[str, tuple[str, bytes]]) -> CodeChe
     for module, found in files.find_callers().items():
         sources.setdefault(module, found)
     try:
-        code = fingerprint.arc_code(arc, base)
-        watched = fingerprint.arc_names(arc) | _arc_cy_names() | fingerprint.DYNAMIC
+        code, names = fingerprint.arc_code(arc, base)
+        watched = names | _arc_cy_names() | fingerprint.DYNAMIC
         callers = {
             path: fingerprint.caller_uses(source, watched)
             for module, (path, source) in sources.items()
@@ -196,23 +191,22 @@ LOCKSTEP_PASSED = (
 
 
 def lockstep_difference() -> str | None:
-    """How a manager of this vLLM with arc_cy (the implementation this
-    process selected) first differs from one with vLLM's ARC; None if never."""
+    """How vLLM's managers with arc_cy (as this process selected it) first
+    differ from them with vLLM's ARC; None if never."""
     differs = lockstep.first_difference()
     return differs and f"arc_cy decides otherwise than this vLLM's ARC {differs}"
 
 
 def plus_refusal() -> str | None:
-    """Why ARC+ is not built on this vLLM (its CachePolicy has no
-    on_request_finished: 0.30); None where it is, or without vLLM."""
+    """Why ARC+ is not built on this vLLM (0.30: no on_request_finished); None
+    where it is, or without vLLM."""
     policy = getattr(sys.modules.get(BASE_MODULE), "CachePolicy", None)
     if policy is None or hasattr(policy, "on_request_finished"):
         return None
     return (
         'ARC+ ("arc_cy_plus", ARCPlusCachePolicy) learns in on_request_finished, which vLLM '
         f"{vllm_version()}'s manager never calls: it would stop admitting blocks once the pool "
-        'is full. Use "arc_cy" instead, or "ARCCachePolicy" with "cache_policy_module_path": '
-        '"arc_cy"'
+        f'is full. Use "arc_cy" instead, or {_MODULE_PATH}'
     )
 
 
@@ -252,8 +246,8 @@ class VllmGuard:
         return True
 
     def check(self, plus: bool = False) -> None:
-        """Raise RuntimeError, with the plugin's message, unless allowed();
-        for ARC+ (plus), also where plus_refusal() says why."""
+        """Raise RuntimeError, with the plugin's message, unless allowed() (and
+        for ARC+, plus, where plus_refusal() says why)."""
         if not self.allowed():
             raise RuntimeError(refused_message(self.result()))  # type: ignore[arg-type]
         if plus and (why := plus_refusal()):
@@ -267,7 +261,6 @@ vllm_guard = VllmGuard()
 
 
 def verified_message(code: CodeCheck) -> str:
-    """E.g. "its ARC code is verified vLLM 0.34.0's"."""
     return f"its ARC code is verified vLLM {code.verified_as}'s"
 
 
@@ -287,7 +280,6 @@ def refused_message(code: CodeCheck) -> str:
 
 
 def overridden_message(code: CodeCheck) -> str:
-    """What the operator reads when the override lets unverified code in."""
     return (
         f"arc_cy: using arc_cy on vLLM {code.version}'s unverified code because "
         f"{OVERRIDE_ENV} is set ({'; '.join(code.problems)})"

@@ -20,13 +20,12 @@ CPU_MANAGER = "vllm.v1.kv_offload.cpu.manager"
 TIERING_MANAGER = "vllm.v1.kv_offload.tiering.manager"
 KV_OFFLOAD = "vllm.v1.kv_offload"
 _POLICIES = f"{KV_OFFLOAD}.cpu.policies"  # not a caller's package
-FILES = {
+FILES = {  # the judged modules, by the names the table and the messages use
     ARC_MODULE: "arc.py",
     BASE_MODULE: "base.py",
     CPU_MANAGER: "cpu/manager.py",
     TIERING_MANAGER: "tiering/manager.py",
 }
-"""The judged modules by the names the table and the messages use."""
 
 
 class Unjudged(Exception):
@@ -61,16 +60,14 @@ def started() -> float:
 
 
 def package_dirs(package: str) -> list[str]:
-    """Where a package's modules are, importing nothing: its ``__path__``
-    if imported, else its parent's directories joined with its name."""
+    """Where a package's modules are, importing nothing."""
     path = getattr(sys.modules.get(package), "__path__", None)
-    if path is not None:
-        return [p for p in list(path) if isinstance(p, str)]
     parent, _, name = package.rpartition(".")
-    if parent:
+    if path is None and parent:
         return [os.path.join(d, name) for d in package_dirs(parent)]
-    spec = importlib.util.find_spec(package)  # a top-level search imports nothing
-    return [p for p in list(getattr(spec, "submodule_search_locations", None) or ())]
+    if path is None:  # a top-level search imports nothing
+        path = getattr(importlib.util.find_spec(package), "submodule_search_locations", None)
+    return [p for p in list(path or ()) if isinstance(p, str)]
 
 
 def source_path(module: str) -> str | None:
@@ -78,20 +75,16 @@ def source_path(module: str) -> str | None:
     an import would find in its package's directories; None if none."""
     live, (package, _, name) = sys.modules.get(module), module.rpartition(".")
     if live is None and package not in sys.modules:
-        for folder in package_dirs(package):
-            base = os.path.join(folder, name)
-            for path in (base + ".py", os.path.join(base, "__init__.py")):
-                if os.path.lexists(path):
-                    return path
-        return None
+        bases = [os.path.join(d, name) for d in package_dirs(package)]
+        paths = [p for b in bases for p in (b + ".py", os.path.join(b, "__init__.py"))]
+        return next((p for p in paths if os.path.lexists(p)), None)
     try:  # an imported module's spec, else what its finders find (nothing imported)
         spec = getattr(live, "__spec__", None) if live else importlib.util.find_spec(module)
     except Exception as exc:
         raise Unjudged(f"{module} cannot be found ({why(exc)})") from None
-    origin = getattr(spec, "origin", None)
     if live is None and spec is None:
         return None
-    if not (isinstance(origin, str) and origin.endswith(".py")):
+    if not (isinstance(origin := getattr(spec, "origin", None), str) and origin.endswith(".py")):
         raise Unjudged(f"{module} is not loaded from a Python source file")
     return origin
 
@@ -107,12 +100,11 @@ def read(path: str) -> bytes:
         raise Unjudged(f"cannot read {path} ({why(exc)})") from None
 
 
+# A caller's mark: the manager's _policy, a policy class, the factory, or vLLM's ARC module.
 _MARK = re.compile(
     rb"(?<!\w)(?:_policy|CachePolicy|ARCCachePolicy|CachePolicyFactory)(?!\w)"
     rb"|(?<!\w)policies(?:\.arc(?!\w)|\s+import\b)"
 )
-"""A caller's mark: the manager's ``_policy``, a policy class, the factory,
-or vLLM's ARC module."""
 
 
 def find_callers(roots: list[str] | None = None) -> dict[str, tuple[str, bytes]]:
@@ -148,8 +140,8 @@ def _key(code: CodeType) -> tuple[object, ...]:
 def _written(path: str, source: bytes, since: float | None) -> CodeType | None:
     """The code an import of path runs now: its .pyc where its header says it
     is this source's (Python's rule), else the source compiled; on the hash
-    path (since: the process's start) None for the file as it was compiled,
-    unchanged since, or Uncompared (docs/usage.md, "Stale bytecode")."""
+    path (since: the process's start) None, or Uncompared where the file may
+    have changed since (docs/usage.md, "Stale bytecode")."""
     try:
         cache = importlib.util.cache_from_source(path)
         data = read(cache) if os.path.lexists(cache) else b""
@@ -157,12 +149,9 @@ def _written(path: str, source: bytes, since: float | None) -> CodeType | None:
         data = b""
     st, pyc = os.stat(path), data[:4] == importlib.util.MAGIC_NUMBER
     hashed = pyc and int.from_bytes(data[4:8], "little") & 1
-    if hashed:
-        valid = data[8:16] == importlib.util.source_hash(source)
-    else:
-        stamp = (int(st.st_mtime) & 0xFFFFFFFF) | (st.st_size & 0xFFFFFFFF) << 32
-        valid = pyc and data[8:16] == stamp.to_bytes(8, "little")
-    if valid and isinstance(code := marshal.loads(data[16:]), CodeType):
+    stamp = (int(st.st_mtime) & 0xFFFFFFFF) | (st.st_size & 0xFFFFFFFF) << 32
+    header = importlib.util.source_hash(source) if hashed else stamp.to_bytes(8, "little")
+    if pyc and data[8:16] == header and isinstance(code := marshal.loads(data[16:]), CodeType):
         return code
     if since is not None:
         if hashed or st.st_ctime >= since - 0.05:  # the clocks' granularity
@@ -179,13 +168,14 @@ def not_its_source(module: str, path: str, source: bytes, since: float | None) -
     compiled from its source (a stale .pyc; a source replaced after the
     import); None when none does, or the module is not imported."""
     live = sys.modules.get(module)
-    written = None if live is None else _written(path, source, since)
-    todo, expected = [written] if written else [], {}
+    if live is None or (written := _written(path, source, since)) is None:
+        return None
+    todo, expected = [written], {}
     while todo:
         code = todo.pop()
         expected[code.co_qualname, code.co_firstlineno] = _key(code)
         todo += [c for c in code.co_consts if isinstance(c, CodeType)]
-    for value in list(vars(live).values()) if written else ():
+    for value in list(vars(live).values()):
         mine = isinstance(value, type) and value.__module__ == module
         for obj in list(vars(value).values()) if mine else [value]:
             for f in (obj, getattr(obj, "__func__", None), getattr(obj, "fget", None)):

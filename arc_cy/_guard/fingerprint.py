@@ -1,6 +1,5 @@
 """Release day: what a vLLM's ARC code is, object by object, and what its
-callers do with a policy, from their sources (docs/usage.md, "The guard",
-says which objects and uses). Standard library only."""
+callers do with a policy (docs/usage.md, "The guard"). Standard library only."""
 
 from __future__ import annotations
 
@@ -12,13 +11,12 @@ from typing import Any
 
 ARC_CLASS = "ARCCachePolicy"
 BASE_ROOTS = {"CachePolicy", "ChunkStatus", "order_request_keys"}  # what arc_cy takes
+# What reaches a policy's attributes by a computed name, or its state whole:
 DYNAMIC = frozenset(
-    {"getattr", "setattr", "delattr", "vars", "__dict__", "attrgetter", "methodcaller"}
-    | {"__getstate__", "__setstate__", "__reduce__", "__reduce_ex__", "__copy__", "__deepcopy__"}
+    "getattr setattr delattr vars __dict__ attrgetter methodcaller __getstate__ __setstate__ "
+    "__reduce__ __reduce_ex__ __copy__ __deepcopy__".split()
 )
-"""Names that reach a policy's attributes by a computed name, or its state whole."""
-POLICY_NAMES = frozenset({"lru", "arc", "arc_cy", "arc_cy_plus"})
-"""The names vLLM's factory and arc_cy's plugin register policies by."""
+POLICY_NAMES = frozenset({"lru", "arc", "arc_cy", "arc_cy_plus"})  # as the factory names them
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _SCOPES = (*_DEFS, ast.ClassDef, ast.Module)
 _READS: tuple[type, ...] = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Tuple)
@@ -83,9 +81,8 @@ def _split(file: str, cls: ast.ClassDef, skip: set[str]) -> dict[str, list[ast.s
 
 
 def _runs_at_import(stmt: ast.stmt, lazy: bool) -> bool:
-    """Whether a statement runs code at import: all but a def without
-    decorators whose defaults and annotations (unless lazy) only read names
-    and constants."""
+    """All but a def without decorators whose defaults and annotations
+    (unless lazy) only read names and constants."""
     if not isinstance(stmt, _DEFS):
         return True
     a = stmt.args
@@ -95,8 +92,9 @@ def _runs_at_import(stmt: ast.stmt, lazy: bool) -> bool:
     return bool(stmt.decorator_list) or any(not isinstance(n, _READS) for n in nodes)
 
 
-def arc_code(arc_source: bytes, base_source: bytes) -> dict[str, str]:
-    """Each judged object of arc.py and base.py: name -> fingerprint."""
+def arc_code(arc_source: bytes, base_source: bytes) -> tuple[dict[str, str], set[str]]:
+    """Each judged object of arc.py and base.py: name -> fingerprint; and the
+    names vLLM's ARC policy has (its methods and ``self.x``)."""
     arc, base = ast.parse(arc_source), ast.parse(base_source)
     arc_names, base_names = _objects(arc), _objects(base)
     [cls] = arc_names.get(ARC_CLASS) or [ast.Pass()]
@@ -104,13 +102,11 @@ def arc_code(arc_source: bytes, base_source: bytes) -> dict[str, str]:
         raise ValueError(f"arc.py does not define {ARC_CLASS} once")
     out = _split("arc.py", cls, set())
     out.update((f"arc.py:{n}", s) for n, s in arc_names.items() if n != ARC_CLASS)
-    supers = {  # super().name: the method of CachePolicy ARC reaches
-        n.attr
-        for n in ast.walk(cls)
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Call)
-        if getattr(n.value.func, "id", None) == "super"
-    }
-    overridden = {s.name for s in cls.body if isinstance(s, _DEFS)} - supers
+    attrs = [(n.attr, n.value) for n in ast.walk(cls) if isinstance(n, ast.Attribute)]
+    supers = {a for a, v in attrs if getattr(getattr(v, "func", 0), "id", 0) == "super"}
+    methods = {s.name for s in cls.body if isinstance(s, _DEFS)}
+    names = {ARC_CLASS, *methods, *(a for a, v in attrs if getattr(v, "id", None) == "self")}
+    overridden = methods - supers  # what ARC reaches through super() is CachePolicy's
     lazy = "annotations" in base_names and "__future__" in ast.unparse(base_names["annotations"][0])
     imports = ast.Module([s for s in arc.body if isinstance(s, ast.ImportFrom)], [])
     todo = BASE_ROOTS | set(_scope(imports)[0])
@@ -128,18 +124,9 @@ def arc_code(arc_source: bytes, base_source: bytes) -> dict[str, str]:
             for key, stmts in parts.items():
                 out.setdefault(key, []).extend(stmts)
                 todo |= {r for s in stmts for r in _scope(s)[1]}
-    return {
-        k: hashlib.md5(";".join(map(_shape, v)).encode(), usedforsecurity=False).hexdigest()[:12]
-        for k, v in sorted(out.items())
-    }
-
-
-def arc_names(arc_source: bytes) -> set[str]:
-    """The names vLLM's ARC policy has: its methods and ``self.x``."""
-    [cls] = [s for s in ast.parse(arc_source).body if getattr(s, "name", None) == ARC_CLASS]
-    out = {ARC_CLASS} | {s.name for s in cls.body if isinstance(s, _DEFS)}
-    self = (n for n in ast.walk(cls) if isinstance(n, ast.Attribute))
-    return out | {n.attr for n in self if getattr(n.value, "id", None) == "self"}
+    shapes = {k: ";".join(map(_shape, v)).encode() for k, v in sorted(out.items())}
+    fps = {k: hashlib.md5(s, usedforsecurity=False).hexdigest()[:12] for k, s in shapes.items()}
+    return fps, names
 
 
 def caller_uses(source: bytes, watched: set[str]) -> dict[str, int]:

@@ -1,5 +1,5 @@
-"""The claim, run through vLLM's own callers, as docs/usage.md ("The
-guard") describes it. Standard library only."""
+"""The claim, run through vLLM's own managers (docs/usage.md, "The guard").
+Standard library only."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class _Differs(Exception):
     pass
 
 
-def first_difference(module: str = "arc_cy", seed: int = 0) -> str | None:
+def first_difference(module: str = "arc_cy") -> str | None:
     """The first call after which a manager with arc_cy (its ARCCachePolicy
     from module) differs from one with vLLM's ARC, as ``through vLLM's
     Manager, call N, method(args): ...``; None if none does."""
@@ -37,14 +37,13 @@ def first_difference(module: str = "arc_cy", seed: int = 0) -> str | None:
     factory.register_cache_policy("arc_cy", module, "ARCCachePolicy")
     try:
         for kind, make in kinds.items():
+            options = {"num_chunks": 16, "enable_events": True}
             managers = {
-                route: make(
-                    num_chunks=16, cache_policy=p, cache_policy_module_path=m, enable_events=True
-                )
+                route: make(cache_policy=p, cache_policy_module_path=m, **options)
                 for route, (p, m) in routes.items()
             }
             try:
-                _drive(managers, random.Random(seed))
+                _drive(managers)
             except _Differs as exc:
                 return f"through vLLM's {kind}, {exc}"
         return None
@@ -67,16 +66,11 @@ def _plain(x: Any) -> Any:
     return type(x).__name__, [v.tolist() for v in vars(x).values() if hasattr(v, "tolist")]
 
 
-def _state(policy: Any) -> tuple[Any, ...]:
-    t1, t2 = ([(k, c.chunk_id, c.ref_cnt) for k, c in x.items()] for x in (policy.t1, policy.t2))
-    return t1, t2, list(policy.b1), list(policy.b2), policy.target_t1_size
-
-
-def _drive(managers: dict[str, Any], rng: random.Random) -> None:
+def _drive(managers: dict[str, Any]) -> None:
     """Requests sharing prefixes: lookups, loads of the hits and stores of the
     rest (0.30's touches), each completed (a store failed in 10) or not yet,
     finished requests, resets; the first manager's answers lead."""
-    base = import_module(f"{KV_OFFLOAD}.base")
+    base, rng = import_module(f"{KV_OFFLOAD}.base"), random.Random(0)
     made, cls = 0, type(next(iter(managers.values())))
     finishes = hasattr(cls, "on_request_finished")
     touches = hasattr(cls, "touch") and not finishes  # 0.30's scheduler touches instead
@@ -90,9 +84,12 @@ def _drive(managers: dict[str, Any], rng: random.Random) -> None:
         for route, manager in managers.items():
             try:
                 raw = getattr(manager, method)(*(a[route] if type(a) is dict else a for a in args))
-                seen.append((route, raw, _plain(raw), _state(manager._policy)))
+                answer = _plain(raw)
             except Exception as exc:
-                seen.append((route, None, f"raises {type(exc).__name__}", _state(manager._policy)))
+                raw, answer = None, f"raises {type(exc).__name__}"
+            p = manager._policy
+            t1, t2 = ([(k, c.chunk_id, c.ref_cnt) for k, c in x.items()] for x in (p.t1, p.t2))
+            seen.append((route, raw, answer, (t1, t2, list(p.b1), list(p.b2), p.target_t1_size)))
         for ours in seen[1:]:
             for what, i in (("answered", 2), ("left t1, t2, b1, b2, target_t1_size", 3)):
                 if ours[i] != seen[0][i]:
