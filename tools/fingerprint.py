@@ -99,7 +99,7 @@ def _string(value: str, indent: str) -> str:
 def main(argv: list[str]) -> int:
     table = {
         "FILES": dict(verified.FILES),
-        "ARC": {n: dict(v) for n, v in verified.ARC.items()},
+        "ARC": {n: dict(e.split(" ", 1) for e in v.split("; ")) for n, v in verified.ARC.items()},
         "USES": {u: {"": rs} for u, rs in verified.USES.items()},
     }
     ok = all([judge(t, table) for t in (list(argv) or [None])])
@@ -109,18 +109,11 @@ def main(argv: list[str]) -> int:
     out.append(f'SUPPORTED_VLLM = ">={releases[0]},<{newest[0]}.{newest[1] + 1}"\n')
     out.append("FILES: dict[str, str] = {\n")
     out += [f'    "{r}": "{table["FILES"][r]}",\n' for r in releases]
-    out.append("}\nARC: dict[str, dict[str, str]] = {\n")
+    out.append("}\nARC: dict[str, str] = {\n")
     for name, by_fp in sorted(table["ARC"].items()):
-        items = {f: rs for f, rs in by_fp.items() if rs}
-        if not items:
-            continue
-        line = f'    "{name}": {{' + ", ".join(f'"{f}": "{rs}"' for f, rs in items.items()) + "},\n"
-        if len(line) <= 101:
-            out.append(line)
-        else:
-            out.append(f'    "{name}": {{\n')
-            out += [f'        "{f}": {_string(rs, " " * 8)},\n' for f, rs in items.items()]
-            out.append("    },\n")
+        if value := "; ".join(f"{f} {rs}" for f, rs in by_fp.items() if rs):
+            line = f'    "{name}": "{value}",\n'
+            out.append(line if len(line) <= 101 else f'    "{name}": {_string(value, "    ")},\n')
     out.append("}\nUSES: dict[str, str] = {\n")
     out += [f'    "{u}": "{rs[""]}",\n' for u, rs in sorted(table["USES"].items()) if rs[""]]
     out.append("}\n")

@@ -51,8 +51,8 @@ def releases() -> list[str]:
 
 def verified_code(release: str) -> dict[str, str]:
     """A verified release's ARC code: object -> fingerprint."""
-    arc = verified.ARC.items()
-    return {name: fp for name, fps in arc for fp, rs in fps.items() if release in rs.split()}
+    fps = [(name, fp.split()) for name, fps in verified.ARC.items() for fp in fps.split("; ")]
+    return {name: fp for name, (fp, *rs) in fps if release in rs}
 
 
 @dataclass(frozen=True)
@@ -106,11 +106,11 @@ def _judge(version: str) -> CodeCheck:
         elif module in (ARC_MODULE, BASE_MODULE):
             raise Unjudged(f"{module} cannot be found")
     digest = files.digest({m: source for m, (_, source) in sources.items()})
-    for release in [r for r in releases() if verified.FILES[r] == digest]:
-        try:
+    try:  # Uncompared: a file changed since the process started
+        if release := next((r for r in releases() if verified.FILES[r] == digest), None):
             return CodeCheck(version, release, tuple(_stale(sources, files.started())), True)
-        except files.Uncompared:
-            pass
+    except files.Uncompared:
+        pass
     return _release_day(version, sources)
 
 
@@ -129,8 +129,7 @@ def _arc_cy_names() -> set[str]:
     return {n for cls in classes for n in dir(cls) if not n.startswith("__")}
 
 
-_DOES = {"read": "reads", "call": "calls", "write": "writes", "delete": "deletes"}
-_DOES.update(keyword="passes the keyword", string="has the string")
+_DOES = {"keyword": "passes the keyword", "string": "has the string"}  # else kind + "s"
 
 
 def _release_day(version: str, sources: dict[str, tuple[str, bytes]]) -> CodeCheck:
@@ -155,8 +154,8 @@ def _release_day(version: str, sources: dict[str, tuple[str, bytes]]) -> CodeChe
     allowed = {use for use, rs in verified.USES.items() if made & set(rs.split())}
     for path, uses in callers.items():
         problems += [
-            f"{path}:{line} {_DOES[kind]} {name!r}, which no caller of verified vLLM "
-            f"{nearest}'s ARC code does"
+            f"{path}:{line} {_DOES.get(kind, kind + 's')} {name!r}, which no caller of "
+            f"verified vLLM {nearest}'s ARC code does"
             for use, line in sorted(uses.items(), key=lambda u: u[1])
             if use not in allowed
             for kind, _, name in [use.partition(":")]
@@ -170,9 +169,8 @@ def _release_day(version: str, sources: dict[str, tuple[str, bytes]]) -> CodeChe
 def _changes(code: dict[str, str], arc: str, base: str) -> tuple[str, list[str]]:
     """The verified release nearest code, and each object that differs from its ARC code."""
     ours = {r: verified_code(r) for r in releases()}
-    near = max(
-        ours, key=lambda r: (sum(code.get(k) == v for k, v in ours[r].items()), release_key(r))
-    )
+    score = {r: (sum(code.get(k) == v for k, v in ours[r].items()), release_key(r)) for r in ours}
+    near = max(ours, key=score.__getitem__)
     theirs, out = ours[near], []
     for name in sorted(k for k in code.keys() | theirs.keys() if code.get(k) != theirs.get(k)):
         file, _, obj = name.partition(":")
@@ -212,8 +210,7 @@ def plus_refusal() -> str | None:
 
 class VllmGuard:
     """The check, run once per process. The constructors start with ``if
-    vllm_guard.pending: vllm_guard.check()`` (ARC+'s: ``plus_pending``,
-    ``check(plus=True)``): once accepted, one attribute read each."""
+    vllm_guard.pending: vllm_guard.check()`` (ARC+'s: ``plus_pending``, ``check(plus=True)``)."""
 
     def __init__(self) -> None:
         self.pending = True  # False once arc_cy may run here: no vLLM, or its code accepted
@@ -266,15 +263,14 @@ def verified_message(code: CodeCheck) -> str:
 
 def refused_message(code: CodeCheck) -> str:
     """Why the installed vLLM's code is refused, and what to do about it."""
+    how = "not code arc_cy verified:"
     if code.verified_as is not None:
-        head = f"vLLM {code.version}'s ARC code is verified vLLM {code.verified_as}'s, but "
-    else:
-        head = f"vLLM {code.version}'s ARC code is not code arc_cy verified: "
+        how = f"verified vLLM {code.verified_as}'s, but"
     return (
-        f"arc_cy: {head}{'; '.join(code.problems)}. arc_cy reproduces vLLM arc decision for "
-        f"decision on the ARC code of the releases it verified ({', '.join(releases()[::-1])}). "
-        "Install one of them, or verify this vLLM from an arc_cy checkout with "
-        "`tools/vllm_compat.sh VERSION` (docs/usage.md#the-guard), or set "
+        f"arc_cy: vLLM {code.version}'s ARC code is {how} {'; '.join(code.problems)}. arc_cy "
+        "reproduces vLLM arc decision for decision on the ARC code of the releases it verified "
+        f"({', '.join(releases()[::-1])}). Install one of them, or verify this vLLM from an "
+        "arc_cy checkout with `tools/vllm_compat.sh VERSION` (docs/usage.md#the-guard), or set "
         f"{OVERRIDE_ENV}=1 to use arc_cy anyway, unverified."
     )
 

@@ -12,6 +12,7 @@ import re
 import stat
 import sys
 import time
+from pathlib import PurePath
 from types import CodeType
 
 ARC_MODULE = "vllm.v1.kv_offload.cpu.policies.arc"
@@ -111,22 +112,19 @@ def find_callers(roots: list[str] | None = None) -> dict[str, tuple[str, bytes]]
     """Each module file of vllm/v1/kv_offload (or roots) outside cpu/policies
     that bears a caller's mark: module name -> (path, source)."""
     found: dict[str, tuple[str, bytes]] = {}
-    todo = [(d, KV_OFFLOAD) for d in (package_dirs(KV_OFFLOAD) if roots is None else roots)]
-    while todo:
-        folder, package = todo.pop()
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in entries:
-            stem, ext = os.path.splitext(entry.name)
-            sub = f"{package}.{stem}" if stem != "__init__" else package
-            if not stem.isidentifier():
-                continue
-            if not ext and sub != _POLICIES and os.path.isfile(f"{entry.path}/__init__.py"):
-                todo.append((entry.path, sub))
-            elif ext == ".py" and entry.is_file() and _MARK.search(source := read(entry.path)):
-                found[sub] = (entry.path, source)
+    for root in package_dirs(KV_OFFLOAD) if roots is None else roots:
+        for folder, dirs, names in os.walk(root, followlinks=True):  # unreadable ones: skipped
+            package = ".".join([KV_OFFLOAD, *PurePath(os.path.relpath(folder, root)).parts])
+            dirs[:] = [
+                d
+                for d in sorted(dirs)
+                if d.isidentifier() and f"{package}.{d}" != _POLICIES
+                if os.path.isfile(os.path.join(folder, d, "__init__.py"))
+            ]
+            for name in sorted(n for n in names if n.endswith(".py") and n[:-3].isidentifier()):
+                path = os.path.join(folder, name)
+                if os.path.isfile(path) and _MARK.search(source := read(path)):
+                    found[f"{package}.{name[:-3]}".removesuffix(".__init__")] = (path, source)
     return found
 
 
