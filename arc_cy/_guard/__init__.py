@@ -108,18 +108,10 @@ def _judge(version: str) -> CodeCheck:
     digest = files.digest({m: source for m, (_, source) in sources.items()})
     try:  # Uncompared: a file changed since the process started
         if release := next((r for r in releases() if verified.FILES[r] == digest), None):
-            return CodeCheck(version, release, tuple(_stale(sources, files.started())), True)
+            return CodeCheck(version, release, tuple(files.stale(sources, files.started())), True)
     except files.Uncompared:
         pass
     return _release_day(version, sources)
-
-
-def _stale(sources: dict[str, tuple[str, bytes]], since: float | None = None) -> list[str]:
-    return [
-        f"the code that runs for {path} is not its source's: {why}"
-        for module, (path, source) in sources.items()
-        if (why := files.not_its_source(module, path, source, since))
-    ]
 
 
 def _arc_cy_names() -> set[str]:
@@ -160,7 +152,7 @@ def _release_day(version: str, sources: dict[str, tuple[str, bytes]]) -> CodeChe
             if use not in allowed
             for kind, _, name in [use.partition(":")]
         ]
-    problems += _stale(sources)
+    problems += files.stale(sources)
     if not problems and (differs := lockstep_difference()):
         problems.append(differs)
     return CodeCheck(version, nearest if matching else None, tuple(problems))
@@ -182,22 +174,14 @@ def _changes(code: dict[str, str], arc: str, base: str) -> tuple[str, list[str]]
     return near, out
 
 
-LOCKSTEP_PASSED = (
-    'its CPUOffloadingManager and tiering CPU primary tier decided alike with "arc" and with '
-    f"arc_cy by both routes, {lockstep.REQUESTS} requests in lockstep"
-)
-
-
 def lockstep_difference() -> str | None:
-    """How vLLM's managers with arc_cy (as this process selected it) first
-    differ from them with vLLM's ARC; None if never."""
+    """How vLLM's managers first decide otherwise with arc_cy than with their ARC; None if never."""
     differs = lockstep.first_difference()
     return differs and f"arc_cy decides otherwise than this vLLM's ARC {differs}"
 
 
 def plus_refusal() -> str | None:
-    """Why ARC+ is not built on this vLLM (0.30: no on_request_finished); None
-    where it is, or without vLLM."""
+    """Why ARC+ is not built on this vLLM (0.30's manager never calls on_request_finished)."""
     policy = getattr(sys.modules.get(BASE_MODULE), "CachePolicy", None)
     if policy is None or hasattr(policy, "on_request_finished"):
         return None
@@ -209,8 +193,7 @@ def plus_refusal() -> str | None:
 
 
 class VllmGuard:
-    """The check, run once per process. The constructors start with ``if
-    vllm_guard.pending: vllm_guard.check()`` (ARC+'s: ``plus_pending``, ``check(plus=True)``)."""
+    """Runs once per process: constructors call check() while ``pending`` (ARC+: plus_pending)."""
 
     def __init__(self) -> None:
         self.pending = True  # False once arc_cy may run here: no vLLM, or its code accepted
@@ -243,8 +226,7 @@ class VllmGuard:
         return True
 
     def check(self, plus: bool = False) -> None:
-        """Raise RuntimeError, with the plugin's message, unless allowed() (and
-        for ARC+, plus, where plus_refusal() says why)."""
+        """Raise RuntimeError, with the plugin's message, unless allowed() (ARC+: plus_refusal)."""
         if not self.allowed():
             raise RuntimeError(refused_message(self.result()))  # type: ignore[arg-type]
         if plus and (why := plus_refusal()):

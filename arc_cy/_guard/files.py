@@ -1,6 +1,5 @@
-"""vLLM's judged files, found and read without importing them, and the
-check that what an imported module runs is compiled from its source.
-Standard library only."""
+"""vLLM's judged files, found and read without importing them, and whether what an imported
+module runs is compiled from its source. Standard library only."""
 
 from __future__ import annotations
 
@@ -38,8 +37,7 @@ class Uncompared(Exception):
 
 
 def digest(sources: dict[str, bytes]) -> str:
-    """The files' SHA-256 as the table holds it: of their hex SHA-256s, a
-    line each, in FILES' order (``sha256sum FILE... | cut -c1-64 | sha256sum``)."""
+    """Of the hex SHA-256s in FILES' order: ``sha256sum FILE... | cut -c1-64 | sha256sum``."""
     lines = "".join(hashlib.sha256(sources[m]).hexdigest() + "\n" for m in FILES if m in sources)
     return hashlib.sha256(lines.encode()).hexdigest()
 
@@ -49,8 +47,7 @@ def why(exc: BaseException | None) -> str:
 
 
 def started() -> float:
-    """When this process started, in time.time()'s seconds, to a clock tick
-    (Linux's /proc); -inf where unknown (every file then changed since)."""
+    """When this process started, in time.time()'s seconds (Linux's /proc); else -inf."""
     try:
         with open("/proc/self/stat", "rb") as f:
             ticks = int(f.read().rpartition(b")")[2].split()[19])
@@ -72,8 +69,7 @@ def package_dirs(package: str) -> list[str]:
 
 
 def source_path(module: str) -> str | None:
-    """The source file of a module: an imported module's own, else the one
-    an import would find in its package's directories; None if none."""
+    """An imported module's source file, else the one an import would find; None if none."""
     live, (package, _, name) = sys.modules.get(module), module.rpartition(".")
     if live is None and package not in sys.modules:
         bases = [os.path.join(d, name) for d in package_dirs(package)]
@@ -109,8 +105,7 @@ _MARK = re.compile(
 
 
 def find_callers(roots: list[str] | None = None) -> dict[str, tuple[str, bytes]]:
-    """Each module file of vllm/v1/kv_offload (or roots) outside cpu/policies
-    that bears a caller's mark: module name -> (path, source)."""
+    """Each module of vllm/v1/kv_offload (or roots) but cpu/policies that has a caller's mark."""
     found: dict[str, tuple[str, bytes]] = {}
     for root in package_dirs(KV_OFFLOAD) if roots is None else roots:
         for folder, dirs, names in os.walk(root, followlinks=True):  # unreadable ones: skipped
@@ -129,17 +124,14 @@ def find_callers(roots: list[str] | None = None) -> dict[str, tuple[str, bytes]]
 
 
 def _key(code: CodeType) -> tuple[object, ...]:
-    """A code object's bytecode (co_code is unspecialised), names and
-    constants, its nested code's included."""
+    """A code object's bytecode (unspecialised), names and constants, its nested code's too."""
     consts = tuple(_key(c) if isinstance(c, CodeType) else c for c in code.co_consts)
     return code.co_code, code.co_names, code.co_varnames, code.co_flags, consts
 
 
 def _written(path: str, source: bytes, since: float | None) -> CodeType | None:
-    """The code an import of path runs now: its .pyc where its header says it
-    is this source's (Python's rule), else the source compiled; on the hash
-    path (since: the process's start) None, or Uncompared where the file may
-    have changed since (docs/usage.md, "Stale bytecode")."""
+    """The code an import of path runs now: its .pyc if valid, else the source compiled; on the
+    hash path (since) None, or Uncompared where it may have changed (usage.md, "Stale bytecode")."""
     try:
         cache = importlib.util.cache_from_source(path)
         data = read(cache) if os.path.lexists(cache) else b""
@@ -161,24 +153,26 @@ def _written(path: str, source: bytes, since: float | None) -> CodeType | None:
         raise Unjudged(f"cannot compile {path} ({why(exc)})") from None
 
 
-def not_its_source(module: str, path: str, source: bytes, since: float | None) -> str | None:
-    """Why a function an imported module defined runs code that is not
-    compiled from its source (a stale .pyc; a source replaced after the
-    import); None when none does, or the module is not imported."""
-    live = sys.modules.get(module)
-    if live is None or (written := _written(path, source, since)) is None:
-        return None
-    todo, expected = [written], {}
-    while todo:
-        code = todo.pop()
-        expected[code.co_qualname, code.co_firstlineno] = _key(code)
-        todo += [c for c in code.co_consts if isinstance(c, CodeType)]
-    for value in list(vars(live).values()):
-        mine = isinstance(value, type) and value.__module__ == module
-        for obj in list(vars(value).values()) if mine else [value]:
-            for f in (obj, getattr(obj, "__func__", None), getattr(obj, "fget", None)):
-                runs = getattr(f, "__code__", None)
-                if isinstance(runs, CodeType) and runs.co_filename == path:
-                    if expected.get((runs.co_qualname, runs.co_firstlineno)) != _key(runs):
-                        return f"{runs.co_qualname} runs code that is not compiled from it"
-    return None
+def stale(sources: dict[str, tuple[str, bytes]], since: float | None = None) -> list[str]:
+    """Each imported module whose function runs code not compiled from its source (a stale .pyc;
+    a source replaced after the import), as the operator reads it."""
+    out = []
+    for module, (path, source) in sources.items():
+        live = sys.modules.get(module)
+        if live is None or (written := _written(path, source, since)) is None:
+            continue
+        todo, expected = [written], {}
+        while todo:
+            code = todo.pop()
+            expected[code.co_qualname, code.co_firstlineno] = _key(code)
+            todo += [c for c in code.co_consts if isinstance(c, CodeType)]
+        mine = [v for v in vars(live).values() if isinstance(v, type) and v.__module__ == module]
+        objs = [*vars(live).values(), *(o for cls in mine for o in vars(cls).values())]
+        objs += [getattr(o, a, None) for o in objs for a in ("__func__", "fget")]
+        for runs in (getattr(o, "__code__", None) for o in objs):
+            if isinstance(runs, CodeType) and runs.co_filename == path:
+                if expected.get((runs.co_qualname, runs.co_firstlineno)) != _key(runs):
+                    why = f"{runs.co_qualname} runs code that is not compiled from it"
+                    out.append(f"the code that runs for {path} is not its source's: {why}")
+                    break
+    return out

@@ -53,11 +53,8 @@ def _scope(stmt: ast.AST) -> tuple[list[str], set[str]]:
     while tables:
         t = tables.pop()
         tables += t.get_children()
-        reads |= {
-            s.get_name()
-            for s in t.get_symbols()
-            if s.is_referenced() and s.is_global() and not (t is table and s.is_local())
-        }
+        symbols = [s for s in t.get_symbols() if s.is_referenced() and s.is_global()]
+        reads |= {s.get_name() for s in symbols if not (t is table and s.is_local())}
     return bound, reads
 
 
@@ -130,8 +127,7 @@ def arc_code(arc_source: bytes, base_source: bytes) -> tuple[dict[str, str], set
 
 
 def caller_uses(source: bytes, watched: set[str]) -> dict[str, int]:
-    """Each use a caller makes of a watched name, as ``kind:name``, with the
-    first line that makes it (the kinds: docs/usage.md, "The guard")."""
+    """Each use a caller makes of a watched name, ``kind:name`` -> the first line that makes it."""
     tree = ast.parse(source)
     docs = {id(d) for n in ast.walk(tree) if isinstance(n, _SCOPES) and (d := _doc(n.body))}
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}

@@ -1,5 +1,4 @@
-"""The claim, run through vLLM's own managers (docs/usage.md, "The guard").
-Standard library only."""
+"""The claim, run through vLLM's own managers (docs/usage.md, "The guard"). Standard library."""
 
 from __future__ import annotations
 
@@ -21,9 +20,8 @@ class _Differs(Exception):
 
 
 def first_difference(module: str = "arc_cy") -> str | None:
-    """The first call after which a manager with arc_cy (its ARCCachePolicy
-    from module) differs from one with vLLM's ARC, as ``through vLLM's
-    Manager, call N, method(args): ...``; None if none does."""
+    """The first call after which vLLM's managers with arc_cy (its ARCCachePolicy from module)
+    differ from them with vLLM's ARC: ``through vLLM's Manager, call N, method(args): ...``."""
     factory = import_module(f"{KV_OFFLOAD}.cpu.policies.factory").CachePolicyFactory
     tier = import_module(TIERING_MANAGER).CPUPrimaryTierOffloadingManager
     region = SimpleNamespace(create_kv_memoryview=lambda: memoryview(b""), cleanup=lambda: None)
@@ -53,8 +51,7 @@ def first_difference(module: str = "arc_cy") -> str | None:
 
 
 def _plain(x: Any) -> Any:
-    """An answer as data: containers and dataclasses (their compared fields)
-    by their items, any other object by its arrays."""
+    """An answer as data: containers and dataclasses by their items, other objects by arrays."""
     if x is None or isinstance(x, (str, bytes, int, float, enum.Enum)):
         return x
     if dataclasses.is_dataclass(x):
@@ -67,9 +64,8 @@ def _plain(x: Any) -> Any:
 
 
 def _drive(managers: dict[str, Any]) -> None:
-    """Requests sharing prefixes: lookups, loads of the hits and stores of the
-    rest (0.30's touches), each completed (a store failed in 10) or not yet,
-    finished requests, resets; the first manager's answers lead."""
+    """Requests sharing prefixes: lookups, loads of hits, stores of the rest (0.30: touches), each
+    completed (a store failed in 10) or not yet, finished requests, resets; the first one leads."""
     base, rng = import_module(f"{KV_OFFLOAD}.base"), random.Random(0)
     made, cls = 0, type(next(iter(managers.values())))
     finishes = hasattr(cls, "on_request_finished")
