@@ -33,8 +33,8 @@ from typing import Any
 
 import arc_cy
 from arc_cy._guard import (
-    LOCKSTEP_PASSED,
     OVERRIDE_ENV,
+    lockstep,
     lockstep_difference,
     overridden_message,
     override_set,
@@ -45,6 +45,11 @@ from arc_cy._guard import (
 )
 from arc_cy._guard.files import BASE_MODULE
 from arc_cy._guard.verified import SUPPORTED_VLLM
+
+LOCKSTEP_PASSED = (
+    'its CPUOffloadingManager and tiering CPU primary tier decided alike with "arc" and with '
+    f"arc_cy by both routes, {lockstep.REQUESTS} requests in lockstep"
+)
 
 
 def _built_with() -> str:

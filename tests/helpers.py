@@ -242,6 +242,14 @@ ARC_CY_DIR = os.path.dirname(os.path.abspath(_vllm.__file__)) + os.sep
 """The source tree (a checkout or an unpacked sdist) the tests came from."""
 
 
+def edited(source: str, *pairs: str) -> str:
+    """source with each old of (old, new, ...) replaced by its new, once."""
+    for old, new in zip(pairs[::2], pairs[1::2]):
+        assert source.count(old) == 1, f"{old!r} is not once in the file"
+        source = source.replace(old, new)
+    return source
+
+
 def pyproject() -> dict[str, Any]:
     with open(REPO / "pyproject.toml", "rb") as f:
         return tomllib.load(f)

@@ -15,7 +15,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 import arc_cy
-from arc_cy._guard import LOCKSTEP_PASSED, releases
+from arc_cy.__main__ import LOCKSTEP_PASSED
+from arc_cy._guard import releases
 from arc_cy._guard.verified import SUPPORTED_VLLM
 from arc_cy_harness import vllm_overlay
 from helpers import IMPLEMENTATIONS, PURE, PURE_ENV, REGISTERED, REPO, build_requirement

@@ -7,8 +7,8 @@ arc_cy/_guard/verified.py with them added (or replaced):
                                         a checkout, tests/data/vllm/X)
 
 For each vLLM: the SHA-256 of its four judged files (arc.py, base.py, the
-CPU and tiering managers), which verified ARC code its own is, and what
-its callers use of the policy. A release joins the table only after
+CPU and tiering managers: ``files.digest``), which verified ARC code its
+own is, and what its callers use of the policy. A release joins the table only after
 tools/vllm_compat.sh passed on it: the table accepts its files by hash.
 Exits 1 if a release cannot be read.
 
@@ -18,7 +18,6 @@ no vLLM), or with the checkout on the path (``PYTHONPATH=.``).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import textwrap
@@ -26,7 +25,7 @@ import textwrap
 from arc_cy import _guard
 from arc_cy._guard import fingerprint as fp
 from arc_cy._guard import verified
-from arc_cy._guard.files import FILES, KV_OFFLOAD, find_callers
+from arc_cy._guard.files import FILES, KV_OFFLOAD, digest, find_callers
 
 
 def _tree(target: str | None) -> tuple[str, str]:
@@ -65,11 +64,11 @@ def judge(target: str | None, table: dict[str, dict]) -> bool:
     for path, source in find_callers([kv]).values():  # as the guard finds them
         if path not in paths.values():
             sources[path] = source
-    code = fp.arc_code(arc, base)
+    code, names = fp.arc_code(arc, base)
     matching = [r for r in _guard.releases() if _guard.verified_code(r) == code]
     same = version if version in matching else matching[0] if matching else None
     print(f"    its ARC code is verified vLLM {same}'s" if same else "    new ARC code")
-    watched = fp.arc_names(arc) | _guard._arc_cy_names() | fp.DYNAMIC
+    watched = names | _guard._arc_cy_names() | fp.DYNAMIC
     uses: set[str] = set()
     for module, source in sources.items():
         if module not in (_guard.ARC_MODULE, _guard.BASE_MODULE):
@@ -77,17 +76,15 @@ def judge(target: str | None, table: dict[str, dict]) -> bool:
             name = os.path.relpath(module, kv) if "/" in module else FILES[module]
             print(f"    {name} uses {sorted(found)}")
             uses |= set(found)
-    table["FILES"][version] = {
-        FILES[m]: hashlib.sha256(s).hexdigest() for m, s in sources.items() if m in FILES
-    }
-    for name, value in code.items():
-        by_fp = table["ARC"].setdefault(name, {})
-        for fp_, rs in list(by_fp.items()):
-            by_fp[fp_] = " ".join(r for r in rs.split() if r != version)
-        by_fp[value] = " ".join(
-            sorted({*by_fp.get(value, "").split(), version}, key=_guard.release_key)
+    table["FILES"][version] = digest({m: s for m, s in sources.items() if m in FILES})
+    for by_key in [*table["ARC"].values(), *table["USES"].values()]:
+        for key, rs in list(by_key.items()):
+            by_key[key] = " ".join(r for r in rs.split() if r != version)
+    added = [(table["ARC"].setdefault(n, {}), fp_) for n, fp_ in code.items()]
+    for by_key, key in added + [(table["USES"].setdefault(u, {}), "") for u in uses]:
+        by_key[key] = " ".join(
+            sorted({*by_key.get(key, "").split(), version}, key=_guard.release_key)
         )
-    table["USES"][version] = " ".join(sorted(uses))
     return True
 
 
@@ -101,34 +98,24 @@ def _string(value: str, indent: str) -> str:
 
 def main(argv: list[str]) -> int:
     table = {
-        "FILES": {r: dict(v) for r, v in verified.FILES.items()},
-        "ARC": {n: dict(v) for n, v in verified.ARC.items()},
-        "USES": dict(verified.USES),
+        "FILES": dict(verified.FILES),
+        "ARC": {n: dict(e.split(" ", 1) for e in v.split("; ")) for n, v in verified.ARC.items()},
+        "USES": {u: {"": rs} for u, rs in verified.USES.items()},
     }
     ok = all([judge(t, table) for t in (list(argv) or [None])])
     releases = sorted(table["FILES"], key=_guard.release_key)
     newest = _guard.release_key(releases[-1])
     out = [f'"""{verified.__doc__}"""\n\n']
     out.append(f'SUPPORTED_VLLM = ">={releases[0]},<{newest[0]}.{newest[1] + 1}"\n')
-    out.append("FILES: dict[str, dict[str, str]] = {\n")
-    for r in releases:
-        out.append(f'    "{r}": {{\n')
-        out += [f'        "{n}": "{h}",\n' for n, h in sorted(table["FILES"][r].items())]
-        out.append("    },\n")
-    out.append("}\nARC: dict[str, dict[str, str]] = {\n")
+    out.append("FILES: dict[str, str] = {\n")
+    out += [f'    "{r}": "{table["FILES"][r]}",\n' for r in releases]
+    out.append("}\nARC: dict[str, str] = {\n")
     for name, by_fp in sorted(table["ARC"].items()):
-        items = {f: rs for f, rs in by_fp.items() if rs}
-        if not items:
-            continue
-        line = f'    "{name}": {{' + ", ".join(f'"{f}": "{rs}"' for f, rs in items.items()) + "},\n"
-        if len(line) <= 101:
-            out.append(line)
-        else:
-            out.append(f'    "{name}": {{\n')
-            out += [f'        "{f}": {_string(rs, " " * 8)},\n' for f, rs in items.items()]
-            out.append("    },\n")
+        if value := "; ".join(f"{f} {rs}" for f, rs in by_fp.items() if rs):
+            line = f'    "{name}": "{value}",\n'
+            out.append(line if len(line) <= 101 else f'    "{name}": {_string(value, "    ")},\n')
     out.append("}\nUSES: dict[str, str] = {\n")
-    out += [f'    "{r}": {_string(table["USES"][r], " " * 4)},\n' for r in releases]
+    out += [f'    "{u}": "{rs[""]}",\n' for u, rs in sorted(table["USES"].items()) if rs[""]]
     out.append("}\n")
     print("\narc_cy/_guard/verified.py, with these releases:\n")
     print("".join(out))

@@ -1,14 +1,10 @@
-"""The vLLM code guard: on the vLLM installed, arc_cy makes the decisions of
-that release's ARC, or refuses at start-up and says why (docs/usage.md, "The
-guard", says what it judges, once). Here: the check (:data:`vllm_guard`, which
-the plugin, the constructors and ``python -m arc_cy`` go through) and its
-messages; ``files`` reads vLLM's files, ``fingerprint`` judges them on release
-day, ``lockstep`` runs the claim, ``verified`` is the table."""
+"""The vLLM code guard: the check (:data:`vllm_guard`, which the plugin, the
+constructors and ``python -m arc_cy`` go through) and its messages.
+docs/usage.md, "The guard", says what it judges and how, once."""
 
 from __future__ import annotations
 
 import gc
-import hashlib
 import logging
 import os
 import sys
@@ -18,15 +14,13 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from .._flags import env_flag
-from . import files, fingerprint, lockstep, verified
+from . import files, lockstep, verified
 from .files import ARC_MODULE, BASE_MODULE, FILES, Unjudged
 
-OVERRIDE_ENV = "ARC_CY_ALLOW_UNVERIFIED_VLLM"
-"""Set to 1 to use arc_cy on vLLM code it has not verified, at your risk."""
-DEPRECATED_OVERRIDE_ENV = "ARC_CY_IGNORE_VLLM_VERSION"
-"""The override's old name: still honoured, with a FutureWarning."""
-
+OVERRIDE_ENV = "ARC_CY_ALLOW_UNVERIFIED_VLLM"  # 1: use unverified vLLM code, at your risk
+DEPRECATED_OVERRIDE_ENV = "ARC_CY_IGNORE_VLLM_VERSION"  # its old name, with a FutureWarning
 logger: logging.Logger = logging.getLogger("vllm.plugins.arc_cy")
+_MODULE_PATH = '"ARCCachePolicy" with "cache_policy_module_path": "arc_cy"'
 
 
 def override_set() -> bool:
@@ -57,8 +51,8 @@ def releases() -> list[str]:
 
 def verified_code(release: str) -> dict[str, str]:
     """A verified release's ARC code: object -> fingerprint."""
-    arc = verified.ARC.items()
-    return {name: fp for name, fps in arc for fp, rs in fps.items() if release in rs.split()}
+    fps = [(name, fp.split()) for name, fps in verified.ARC.items() for fp in fps.split("; ")]
+    return {name: fp for name, (fp, *rs) in fps if release in rs}
 
 
 @dataclass(frozen=True)
@@ -75,16 +69,8 @@ class CodeCheck:
         return self.verified_as is not None and not self.problems
 
 
-_ARC_CY_IN_PLACE = (
-    "vLLM's ARCCachePolicy is arc_cy's own class, patched into vLLM's module: leave vLLM's "
-    'module as it is and name arc_cy in the configuration instead, "eviction_policy": '
-    '"arc_cy", or "eviction_policy": "ARCCachePolicy" with "cache_policy_module_path": "arc_cy"'
-)
-
-
 def check_vllm_code() -> CodeCheck | None:
-    """Judge this process's vLLM (None where vLLM does not import). Never
-    raises; reads the files afresh on every call."""
+    """Judge this process's vLLM afresh (None where vLLM does not import); never raises."""
     from .. import _vllm
 
     if not _vllm.VLLM_IMPORTED:
@@ -93,14 +79,11 @@ def check_vllm_code() -> CodeCheck | None:
     gc.disable()  # a collection in a process with torch costs more than the check
     try:
         if not _vllm.HAVE_VLLM:
-            err = _vllm.VLLM_IMPORT_ERROR
-            why = f"({type(err).__name__}: {err})"
-            raise Unjudged(
-                f"its policy module does not give arc_cy CachePolicy and ChunkStatus {why}"
-            )
+            why = f"CachePolicy and ChunkStatus ({files.why(_vllm.VLLM_IMPORT_ERROR)})"
+            raise Unjudged(f"its policy module does not give arc_cy {why}")
         return _judge(version)
     except (Exception, RecursionError, MemoryError) as exc:
-        why = str(exc) if isinstance(exc, Unjudged) else f"{type(exc).__name__}: {exc}"
+        why = str(exc) if isinstance(exc, Unjudged) else files.why(exc)
         return CodeCheck(version, problems=(f"arc_cy cannot judge it: {why}",))
     finally:
         if enabled:
@@ -110,30 +93,25 @@ def check_vllm_code() -> CodeCheck | None:
 def _judge(version: str) -> CodeCheck:
     theirs = getattr(sys.modules.get(ARC_MODULE), "ARCCachePolicy", None)
     if isinstance(theirs, type) and theirs.__module__.partition(".")[0] == "arc_cy":
-        return CodeCheck(version, problems=(_ARC_CY_IN_PLACE,))
+        in_place = (
+            "vLLM's ARCCachePolicy is arc_cy's own class, patched into vLLM's module: leave "
+            "vLLM's module as it is and name arc_cy in the configuration instead, "
+            f'"eviction_policy": "arc_cy", or "eviction_policy": {_MODULE_PATH}'
+        )
+        return CodeCheck(version, problems=(in_place,))
     sources: dict[str, tuple[str, bytes]] = {}
     for module in FILES:
         if (path := files.source_path(module)) is not None:
             sources[module] = (path, files.read(path))
         elif module in (ARC_MODULE, BASE_MODULE):
             raise Unjudged(f"{module} cannot be found")
-    # Hash first: a verified release's files as it shipped them, and what
-    # runs compared with them without compiling anything (files._written).
-    digests = {FILES[m]: hashlib.sha256(s).hexdigest() for m, (_, s) in sources.items()}
-    for release in [r for r in releases() if verified.FILES[r] == digests]:
-        try:
-            return CodeCheck(version, release, tuple(_stale(sources, files.started())), True)
-        except files.Uncompared:
-            pass
+    digest = files.digest({m: source for m, (_, source) in sources.items()})
+    try:  # Uncompared: a file changed since the process started
+        if release := next((r for r in releases() if verified.FILES[r] == digest), None):
+            return CodeCheck(version, release, tuple(files.stale(sources, files.started())), True)
+    except files.Uncompared:
+        pass
     return _release_day(version, sources)
-
-
-def _stale(sources: dict[str, tuple[str, bytes]], since: float | None = None) -> list[str]:
-    return [
-        f"the code that runs for {path} is not its source's: {why}"
-        for module, (path, source) in sources.items()
-        if (why := files.not_its_source(module, path, source, since))
-    ]
 
 
 def _arc_cy_names() -> set[str]:
@@ -143,95 +121,79 @@ def _arc_cy_names() -> set[str]:
     return {n for cls in classes for n in dir(cls) if not n.startswith("__")}
 
 
+_DOES = {"keyword": "passes the keyword", "string": "has the string"}  # else kind + "s"
+
+
 def _release_day(version: str, sources: dict[str, tuple[str, bytes]]) -> CodeCheck:
-    arc, base = sources[ARC_MODULE][1], sources[BASE_MODULE][1]
+    from . import fingerprint  # its analysis (ast, symtable) is loaded on release day only
+
+    (arc_path, arc), (base_path, base) = sources[ARC_MODULE], sources[BASE_MODULE]
     for module, found in files.find_callers().items():
         sources.setdefault(module, found)
     try:
-        code = fingerprint.arc_code(arc, base)
-        watched = fingerprint.arc_names(arc) | _arc_cy_names() | fingerprint.DYNAMIC
+        code, names = fingerprint.arc_code(arc, base)
+        watched = names | _arc_cy_names() | fingerprint.DYNAMIC
         callers = {
             path: fingerprint.caller_uses(source, watched)
             for module, (path, source) in sources.items()
             if module not in (ARC_MODULE, BASE_MODULE)
         }
     except (SyntaxError, ValueError) as exc:
-        raise Unjudged(f"{type(exc).__name__}: {exc}") from None
+        raise Unjudged(files.why(exc)) from None
     matching = [r for r in releases() if verified_code(r) == code]
-    nearest = matching[0] if matching else _nearest(code)
-    problems = [] if matching else _changes(code, nearest, sources)
-    allowed = {n for r in (matching or [nearest]) for n in verified.USES[r].split()}
+    nearest, problems = (matching[0], []) if matching else _changes(code, arc_path, base_path)
+    made = set(matching or [nearest])
+    allowed = {use for use, rs in verified.USES.items() if made & set(rs.split())}
     for path, uses in callers.items():
         problems += [
-            f"{path}:{line} {_DOES[kind]} {name!r}, which no caller of verified vLLM "
-            f"{nearest}'s ARC code does"
+            f"{path}:{line} {_DOES.get(kind, kind + 's')} {name!r}, which no caller of "
+            f"verified vLLM {nearest}'s ARC code does"
             for use, line in sorted(uses.items(), key=lambda u: u[1])
             if use not in allowed
             for kind, _, name in [use.partition(":")]
         ]
-    problems += _stale(sources)
+    problems += files.stale(sources)
     if not problems and (differs := lockstep_difference()):
         problems.append(differs)
     return CodeCheck(version, nearest if matching else None, tuple(problems))
 
 
-_DOES = {"read": "reads", "call": "calls", "write": "writes", "delete": "deletes"}
-_DOES.update(keyword="passes the keyword", string="has the string")
-
-
-def _nearest(code: dict[str, str]) -> str:
-    def shared(r: str) -> tuple[int, tuple[int, ...]]:
-        return sum(code.get(k) == v for k, v in verified_code(r).items()), release_key(r)
-
-    return max(releases(), key=shared)
-
-
-def _changes(
-    code: dict[str, str], nearest: str, sources: dict[str, tuple[str, bytes]]
-) -> list[str]:
-    theirs, out = verified_code(nearest), []
+def _changes(code: dict[str, str], arc: str, base: str) -> tuple[str, list[str]]:
+    """The verified release nearest code, and each object that differs from its ARC code."""
+    ours = {r: verified_code(r) for r in releases()}
+    score = {r: (sum(code.get(k) == v for k, v in ours[r].items()), release_key(r)) for r in ours}
+    near = max(ours, key=score.__getitem__)
+    theirs, out = ours[near], []
     for name in sorted(k for k in code.keys() | theirs.keys() if code.get(k) != theirs.get(k)):
         file, _, obj = name.partition(":")
         what = f"{file}'s module code" if obj == "<module code>" else f"`{obj}`"
         how = "is not in {}'s" if name not in theirs else "differs from {}'s"
         how = "is missing, which {}'s has" if name not in code else how
-        path = sources[ARC_MODULE if file == "arc.py" else BASE_MODULE][0]
-        out.append(f"{what} ({path}) {how.format(f'verified vLLM {nearest}')}")
-    return out
-
-
-LOCKSTEP_PASSED = (
-    'its CPUOffloadingManager and tiering CPU primary tier decided alike with "arc" and with '
-    f"arc_cy by both routes, {lockstep.REQUESTS} requests in lockstep"
-)
+        path = arc if file == "arc.py" else base
+        out.append(f"{what} ({path}) {how.format(f'verified vLLM {near}')}")
+    return near, out
 
 
 def lockstep_difference() -> str | None:
-    """How a manager of this vLLM with arc_cy (the implementation this
-    process selected) first differs from one with vLLM's ARC; None if never."""
+    """How vLLM's managers first decide otherwise with arc_cy than with their ARC; None if never."""
     differs = lockstep.first_difference()
     return differs and f"arc_cy decides otherwise than this vLLM's ARC {differs}"
 
 
 def plus_refusal() -> str | None:
-    """Why ARC+ is not built on this vLLM, whose manager never calls the hook
-    ARC+ learns in (its CachePolicy has no on_request_finished: 0.30); None
-    where it is, or without vLLM. The plugin and both ARC+ constructors ask."""
+    """Why ARC+ is not built on this vLLM (0.30's manager never calls on_request_finished)."""
     policy = getattr(sys.modules.get(BASE_MODULE), "CachePolicy", None)
     if policy is None or hasattr(policy, "on_request_finished"):
         return None
     return (
         'ARC+ ("arc_cy_plus", ARCPlusCachePolicy) learns in on_request_finished, which vLLM '
         f"{vllm_version()}'s manager never calls: it would stop admitting blocks once the pool "
-        'is full. Use "arc_cy" instead, or "ARCCachePolicy" with "cache_policy_module_path": '
-        '"arc_cy"'
+        f'is full. Use "arc_cy" instead, or {_MODULE_PATH}'
     )
 
 
 class VllmGuard:
-    """The check, run once per process. The constructors start with ``if
-    vllm_guard.pending: vllm_guard.check()`` (ARC+'s: ``plus_pending``,
-    ``check(plus=True)``): once accepted, one attribute read each."""
+    """Runs once per process: constructors call check() while ``pending`` (ARC+: plus_pending)."""
 
     def __init__(self) -> None:
         self.pending = True  # False once arc_cy may run here: no vLLM, or its code accepted
@@ -253,10 +215,8 @@ class VllmGuard:
 
     def allowed(self) -> bool:
         """Whether arc_cy may run: verified code, or the override (logged once)."""
-        if self._running == threading.get_ident():
-            return True  # the check's own lockstep
-        code = self.result()
-        if code is None or code.ok:
+        code = None if self._running == threading.get_ident() else self.result()
+        if code is None or code.ok:  # no vLLM, verified code, or the check's own lockstep
             return True
         if not override_set():
             return False
@@ -266,8 +226,7 @@ class VllmGuard:
         return True
 
     def check(self, plus: bool = False) -> None:
-        """Raise RuntimeError, with the plugin's message, unless allowed();
-        for ARC+ (plus), also where plus_refusal() says why."""
+        """Raise RuntimeError, with the plugin's message, unless allowed() (ARC+: plus_refusal)."""
         if not self.allowed():
             raise RuntimeError(refused_message(self.result()))  # type: ignore[arg-type]
         if plus and (why := plus_refusal()):
@@ -280,31 +239,25 @@ class VllmGuard:
 vllm_guard = VllmGuard()
 
 
-# --- what the operator reads ----------------------------------------------------
-
-
 def verified_message(code: CodeCheck) -> str:
-    """E.g. "its ARC code is verified vLLM 0.34.0's"."""
     return f"its ARC code is verified vLLM {code.verified_as}'s"
 
 
 def refused_message(code: CodeCheck) -> str:
     """Why the installed vLLM's code is refused, and what to do about it."""
+    how = "not code arc_cy verified:"
     if code.verified_as is not None:
-        head = f"vLLM {code.version}'s ARC code is verified vLLM {code.verified_as}'s, but "
-    else:
-        head = f"vLLM {code.version}'s ARC code is not code arc_cy verified: "
+        how = f"verified vLLM {code.verified_as}'s, but"
     return (
-        f"arc_cy: {head}{'; '.join(code.problems)}. arc_cy reproduces vLLM arc decision for "
-        f"decision on the ARC code of the releases it verified ({', '.join(releases()[::-1])}). "
-        "Install one of them, or verify this vLLM from an arc_cy checkout with "
-        "`tools/vllm_compat.sh VERSION` (docs/usage.md#the-guard), or set "
+        f"arc_cy: vLLM {code.version}'s ARC code is {how} {'; '.join(code.problems)}. arc_cy "
+        "reproduces vLLM arc decision for decision on the ARC code of the releases it verified "
+        f"({', '.join(releases()[::-1])}). Install one of them, or verify this vLLM from an "
+        "arc_cy checkout with `tools/vllm_compat.sh VERSION` (docs/usage.md#the-guard), or set "
         f"{OVERRIDE_ENV}=1 to use arc_cy anyway, unverified."
     )
 
 
 def overridden_message(code: CodeCheck) -> str:
-    """What the operator reads when the override lets unverified code in."""
     return (
         f"arc_cy: using arc_cy on vLLM {code.version}'s unverified code because "
         f"{OVERRIDE_ENV} is set ({'; '.join(code.problems)})"

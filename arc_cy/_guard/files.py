@@ -1,9 +1,9 @@
-"""vLLM's judged files, found and read without importing them, and the
-check that what an imported module runs is compiled from its source.
-Standard library only."""
+"""vLLM's judged files, found and read without importing them, and whether what an imported
+module runs is compiled from its source. Standard library only."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import marshal
 import os
@@ -11,6 +11,7 @@ import re
 import stat
 import sys
 import time
+from pathlib import PurePath
 from types import CodeType
 
 ARC_MODULE = "vllm.v1.kv_offload.cpu.policies.arc"
@@ -18,14 +19,13 @@ BASE_MODULE = "vllm.v1.kv_offload.cpu.policies.base"
 CPU_MANAGER = "vllm.v1.kv_offload.cpu.manager"
 TIERING_MANAGER = "vllm.v1.kv_offload.tiering.manager"
 KV_OFFLOAD = "vllm.v1.kv_offload"
-POLICIES_PACKAGE = "vllm.v1.kv_offload.cpu.policies"
-FILES = {
+_POLICIES = f"{KV_OFFLOAD}.cpu.policies"  # not a caller's package
+FILES = {  # the judged modules, by the names the table and the messages use
     ARC_MODULE: "arc.py",
     BASE_MODULE: "base.py",
     CPU_MANAGER: "cpu/manager.py",
     TIERING_MANAGER: "tiering/manager.py",
 }
-"""The judged modules by the names the table and the messages use."""
 
 
 class Unjudged(Exception):
@@ -36,9 +36,18 @@ class Uncompared(Exception):
     """What a module runs is not comparable without compiling: release day."""
 
 
+def digest(sources: dict[str, bytes]) -> str:
+    """Of the hex SHA-256s in FILES' order: ``sha256sum FILE... | cut -c1-64 | sha256sum``."""
+    lines = "".join(hashlib.sha256(sources[m]).hexdigest() + "\n" for m in FILES if m in sources)
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def why(exc: BaseException | None) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 def started() -> float:
-    """When this process started, in time.time()'s seconds, to a clock tick
-    (Linux's /proc); -inf where unknown (every file then changed since)."""
+    """When this process started, in time.time()'s seconds (Linux's /proc); else -inf."""
     try:
         with open("/proc/self/stat", "rb") as f:
             ticks = int(f.read().rpartition(b")")[2].split()[19])
@@ -49,42 +58,32 @@ def started() -> float:
 
 
 def package_dirs(package: str) -> list[str]:
-    """Where a package's modules are, importing nothing: its ``__path__``
-    if imported, else its parent's directories joined with its name."""
+    """Where a package's modules are, importing nothing."""
     path = getattr(sys.modules.get(package), "__path__", None)
-    if path is not None:
-        return [p for p in list(path) if isinstance(p, str)]
     parent, _, name = package.rpartition(".")
-    if parent:
+    if path is None and parent:
         return [os.path.join(d, name) for d in package_dirs(parent)]
-    spec = importlib.util.find_spec(package)  # a top-level search imports nothing
-    return [p for p in list(getattr(spec, "submodule_search_locations", None) or ())]
+    if path is None:  # a top-level search imports nothing
+        path = getattr(importlib.util.find_spec(package), "submodule_search_locations", None)
+    return [p for p in list(path or ()) if isinstance(p, str)]
 
 
 def source_path(module: str) -> str | None:
-    """The source file of a module: an imported module's own, else the one
-    an import would find in its package's directories; None if none."""
-    live = sys.modules.get(module)
-    if live is not None:
-        origin = getattr(getattr(live, "__spec__", None), "origin", None)
-        if not (isinstance(origin, str) and origin.endswith(".py")):
-            raise Unjudged(f"{module} is a module object with no Python source file")
-        return origin
-    package, _, name = module.rpartition(".")
-    if package in sys.modules:  # as an import would find it: its finders, nothing imported
-        try:
-            spec = importlib.util.find_spec(module)
-        except Exception as exc:
-            raise Unjudged(f"{module} cannot be found ({type(exc).__name__}: {exc})") from None
-        origin = getattr(spec, "origin", None)
-        if spec is not None and not (isinstance(origin, str) and origin.endswith(".py")):
-            raise Unjudged(f"{module} is not loaded from a Python source file")
-        return origin
-    for folder in package_dirs(package):
-        for path in (os.path.join(folder, name + ".py"), os.path.join(folder, name, "__init__.py")):
-            if os.path.lexists(path):
-                return path
-    return None
+    """An imported module's source file, else the one an import would find; None if none."""
+    live, (package, _, name) = sys.modules.get(module), module.rpartition(".")
+    if live is None and package not in sys.modules:
+        bases = [os.path.join(d, name) for d in package_dirs(package)]
+        paths = [p for b in bases for p in (b + ".py", os.path.join(b, "__init__.py"))]
+        return next((p for p in paths if os.path.lexists(p)), None)
+    try:  # an imported module's spec, else what its finders find (nothing imported)
+        spec = getattr(live, "__spec__", None) if live else importlib.util.find_spec(module)
+    except Exception as exc:
+        raise Unjudged(f"{module} cannot be found ({why(exc)})") from None
+    if live is None and spec is None:
+        return None
+    if not (isinstance(origin := getattr(spec, "origin", None), str) and origin.endswith(".py")):
+        raise Unjudged(f"{module} is not loaded from a Python source file")
+    return origin
 
 
 def read(path: str) -> bytes:
@@ -95,56 +94,44 @@ def read(path: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     except OSError as exc:
-        raise Unjudged(f"cannot read {path} ({type(exc).__name__}: {exc})") from None
+        raise Unjudged(f"cannot read {path} ({why(exc)})") from None
 
 
+# A caller's mark: the manager's _policy, a policy class, the factory, or vLLM's ARC module.
 _MARK = re.compile(
     rb"(?<!\w)(?:_policy|CachePolicy|ARCCachePolicy|CachePolicyFactory)(?!\w)"
     rb"|(?<!\w)policies(?:\.arc(?!\w)|\s+import\b)"
 )
-"""A caller's mark: the manager's ``_policy``, a policy class, the factory,
-or vLLM's ARC module."""
 
 
 def find_callers(roots: list[str] | None = None) -> dict[str, tuple[str, bytes]]:
-    """The policy's callers, by their files: each module file of the
-    vllm/v1/kv_offload tree (its folders, or roots), outside cpu/policies,
-    that bears a caller's mark; module name -> (path, source)."""
+    """Each module of vllm/v1/kv_offload (or roots) but cpu/policies that has a caller's mark."""
     found: dict[str, tuple[str, bytes]] = {}
-    todo = [(d, KV_OFFLOAD) for d in (package_dirs(KV_OFFLOAD) if roots is None else roots)]
-    while todo:
-        folder, package = todo.pop()
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in entries:
-            name, path = entry.name, entry.path
-            if entry.is_dir() and name.isidentifier():
-                sub = f"{package}.{name}"
-                if sub != POLICIES_PACKAGE and os.path.isfile(os.path.join(path, "__init__.py")):
-                    todo.append((path, sub))
-            elif name.endswith(".py") and name[:-3].isidentifier() and entry.is_file():
-                source = read(path)
-                if _MARK.search(source):
-                    stem = name[:-3]
-                    found[package if stem == "__init__" else f"{package}.{stem}"] = (path, source)
+    for root in package_dirs(KV_OFFLOAD) if roots is None else roots:
+        for folder, dirs, names in os.walk(root, followlinks=True):  # unreadable ones: skipped
+            package = ".".join([KV_OFFLOAD, *PurePath(os.path.relpath(folder, root)).parts])
+            dirs[:] = [
+                d
+                for d in sorted(dirs)
+                if d.isidentifier() and f"{package}.{d}" != _POLICIES
+                if os.path.isfile(os.path.join(folder, d, "__init__.py"))
+            ]
+            for name in sorted(n for n in names if n.endswith(".py") and n[:-3].isidentifier()):
+                path = os.path.join(folder, name)
+                if os.path.isfile(path) and _MARK.search(source := read(path)):
+                    found[f"{package}.{name[:-3]}".removesuffix(".__init__")] = (path, source)
     return found
 
 
 def _key(code: CodeType) -> tuple[object, ...]:
-    """A code object's bytecode (co_code is unspecialised), names and
-    constants, its nested code's included."""
+    """A code object's bytecode (unspecialised), names and constants, its nested code's too."""
     consts = tuple(_key(c) if isinstance(c, CodeType) else c for c in code.co_consts)
     return code.co_code, code.co_names, code.co_varnames, code.co_flags, consts
 
 
 def _written(path: str, source: bytes, since: float | None) -> CodeType | None:
-    """The code an import of path runs now: its .pyc when the header says it
-    is this source's (Python's rule; a hash-based one by its hash, always),
-    else the source compiled; but on the hash path (since: the process's
-    start), None (imported, the file was compiled as it is) where it has not
-    changed since and no hash-based .pyc may run unchecked, else Uncompared."""
+    """The code an import of path runs now: its .pyc if valid, else the source compiled; on the
+    hash path (since) None, or Uncompared where it may have changed (usage.md, "Stale bytecode")."""
     try:
         cache = importlib.util.cache_from_source(path)
         data = read(cache) if os.path.lexists(cache) else b""
@@ -152,15 +139,10 @@ def _written(path: str, source: bytes, since: float | None) -> CodeType | None:
         data = b""
     st, pyc = os.stat(path), data[:4] == importlib.util.MAGIC_NUMBER
     hashed = pyc and int.from_bytes(data[4:8], "little") & 1
-    if pyc:
-        if hashed:
-            valid = data[8:16] == importlib.util.source_hash(source)
-        else:
-            stamp = (int(st.st_mtime) & 0xFFFFFFFF) | (st.st_size & 0xFFFFFFFF) << 32
-            valid = data[8:16] == stamp.to_bytes(8, "little")
-        code = marshal.loads(data[16:]) if valid else None
-        if isinstance(code, CodeType):
-            return code
+    stamp = (int(st.st_mtime) & 0xFFFFFFFF) | (st.st_size & 0xFFFFFFFF) << 32
+    header = importlib.util.source_hash(source) if hashed else stamp.to_bytes(8, "little")
+    if pyc and data[8:16] == header and isinstance(code := marshal.loads(data[16:]), CodeType):
+        return code
     if since is not None:
         if hashed or st.st_ctime >= since - 0.05:  # the clocks' granularity
             raise Uncompared(path)
@@ -168,28 +150,29 @@ def _written(path: str, source: bytes, since: float | None) -> CodeType | None:
     try:
         return compile(source, path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        raise Unjudged(f"cannot compile {path} ({type(exc).__name__}: {exc})") from None
+        raise Unjudged(f"cannot compile {path} ({why(exc)})") from None
 
 
-def not_its_source(module: str, path: str, source: bytes, since: float | None) -> str | None:
-    """Why a function an imported module defined runs code that is not
-    compiled from its source (a stale .pyc; a source replaced after the
-    import); None when none does, or the module is not imported."""
-    live = sys.modules.get(module)
-    written = None if live is None else _written(path, source, since)
-    if written is None:
-        return None
-    todo, expected = [written], {}
-    while todo:
-        code = todo.pop()
-        expected[code.co_qualname, code.co_firstlineno] = _key(code)
-        todo += [c for c in code.co_consts if isinstance(c, CodeType)]
-    for value in list(vars(live).values()):
-        mine = isinstance(value, type) and value.__module__ == module
-        for obj in list(vars(value).values()) if mine else [value]:
-            for f in (obj, getattr(obj, "__func__", None), getattr(obj, "fget", None)):
-                runs = getattr(f, "__code__", None)
-                if isinstance(runs, CodeType) and runs.co_filename == path:
-                    if expected.get((runs.co_qualname, runs.co_firstlineno)) != _key(runs):
-                        return f"{runs.co_qualname} runs code that is not compiled from it"
-    return None
+def stale(sources: dict[str, tuple[str, bytes]], since: float | None = None) -> list[str]:
+    """Each imported module whose function runs code not compiled from its source (a stale .pyc;
+    a source replaced after the import), as the operator reads it."""
+    out = []
+    for module, (path, source) in sources.items():
+        live = sys.modules.get(module)
+        if live is None or (written := _written(path, source, since)) is None:
+            continue
+        todo, expected = [written], {}
+        while todo:
+            code = todo.pop()
+            expected[code.co_qualname, code.co_firstlineno] = _key(code)
+            todo += [c for c in code.co_consts if isinstance(c, CodeType)]
+        mine = [v for v in vars(live).values() if isinstance(v, type) and v.__module__ == module]
+        objs = [*vars(live).values(), *(o for cls in mine for o in vars(cls).values())]
+        objs += [getattr(o, a, None) for o in objs for a in ("__func__", "fget")]
+        for runs in (getattr(o, "__code__", None) for o in objs):
+            if isinstance(runs, CodeType) and runs.co_filename == path:
+                if expected.get((runs.co_qualname, runs.co_firstlineno)) != _key(runs):
+                    why = f"{runs.co_qualname} runs code that is not compiled from it"
+                    out.append(f"the code that runs for {path} is not its source's: {why}")
+                    break
+    return out

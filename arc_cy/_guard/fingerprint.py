@@ -1,13 +1,5 @@
 """Release day: what a vLLM's ARC code is, object by object, and what its
-callers do with a policy, from their sources. Standard library only.
-
-An object is a name arc.py or base.py binds at module level, a method of
-``ARCCachePolicy`` or ``CachePolicy``, or a class's body less its methods;
-its fingerprint hashes its syntax tree without positions, docstrings or
-string prefixes. Judged: all of arc.py; of base.py what runs code at import,
-what that and ARC's code read (Python's ``symtable`` says what binds and
-reads a module name), ``ChunkStatus``, ``order_request_keys``, and the
-``CachePolicy`` methods ARC inherits or reaches through ``super()``."""
+callers do with a policy (docs/usage.md, "The guard"). Standard library only."""
 
 from __future__ import annotations
 
@@ -19,13 +11,12 @@ from typing import Any
 
 ARC_CLASS = "ARCCachePolicy"
 BASE_ROOTS = {"CachePolicy", "ChunkStatus", "order_request_keys"}  # what arc_cy takes
+# What reaches a policy's attributes by a computed name, or its state whole:
 DYNAMIC = frozenset(
-    {"getattr", "setattr", "delattr", "vars", "__dict__", "attrgetter", "methodcaller"}
-    | {"__getstate__", "__setstate__", "__reduce__", "__reduce_ex__", "__copy__", "__deepcopy__"}
+    "getattr setattr delattr vars __dict__ attrgetter methodcaller __getstate__ __setstate__ "
+    "__reduce__ __reduce_ex__ __copy__ __deepcopy__".split()
 )
-"""Names that reach a policy's attributes by a computed name, or its state whole."""
-POLICY_NAMES = frozenset({"lru", "arc", "arc_cy", "arc_cy_plus"})
-"""The names vLLM's factory and arc_cy's plugin register policies by."""
+POLICY_NAMES = frozenset({"lru", "arc", "arc_cy", "arc_cy_plus"})  # as the factory names them
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _SCOPES = (*_DEFS, ast.ClassDef, ast.Module)
 _READS: tuple[type, ...] = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Tuple)
@@ -33,10 +24,8 @@ _READS += (ast.List, ast.BinOp, ast.UnaryOp, ast.expr_context, ast.operator, ast
 
 
 def _doc(body: list[ast.stmt]) -> ast.Constant | None:
-    first = body[0] if body else None
-    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-        return first.value if isinstance(first.value.value, str) else None
-    return None
+    value = getattr(body[0], "value", None) if body and isinstance(body[0], ast.Expr) else None
+    return value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
 
 
 def _shape(node: object) -> str:
@@ -64,11 +53,8 @@ def _scope(stmt: ast.AST) -> tuple[list[str], set[str]]:
     while tables:
         t = tables.pop()
         tables += t.get_children()
-        reads |= {
-            s.get_name()
-            for s in t.get_symbols()
-            if s.is_referenced() and s.is_global() and not (t is table and s.is_local())
-        }
+        symbols = [s for s in t.get_symbols() if s.is_referenced() and s.is_global()]
+        reads |= {s.get_name() for s in symbols if not (t is table and s.is_local())}
     return bound, reads
 
 
@@ -92,10 +78,8 @@ def _split(file: str, cls: ast.ClassDef, skip: set[str]) -> dict[str, list[ast.s
 
 
 def _runs_at_import(stmt: ast.stmt, lazy: bool) -> bool:
-    """Whether a statement runs code at import: all but a def without
-    decorators whose defaults and annotations (unless lazy) only read names
-    and constants. (A name such a def binds besides its own, a walrus's, is
-    judged where ARC's code reads it.)"""
+    """All but a def without decorators whose defaults and annotations
+    (unless lazy) only read names and constants."""
     if not isinstance(stmt, _DEFS):
         return True
     a = stmt.args
@@ -105,8 +89,9 @@ def _runs_at_import(stmt: ast.stmt, lazy: bool) -> bool:
     return bool(stmt.decorator_list) or any(not isinstance(n, _READS) for n in nodes)
 
 
-def arc_code(arc_source: bytes, base_source: bytes) -> dict[str, str]:
-    """Each judged object of arc.py and base.py: name -> fingerprint."""
+def arc_code(arc_source: bytes, base_source: bytes) -> tuple[dict[str, str], set[str]]:
+    """Each judged object of arc.py and base.py: name -> fingerprint; and the
+    names vLLM's ARC policy has (its methods and ``self.x``)."""
     arc, base = ast.parse(arc_source), ast.parse(base_source)
     arc_names, base_names = _objects(arc), _objects(base)
     [cls] = arc_names.get(ARC_CLASS) or [ast.Pass()]
@@ -114,15 +99,11 @@ def arc_code(arc_source: bytes, base_source: bytes) -> dict[str, str]:
         raise ValueError(f"arc.py does not define {ARC_CLASS} once")
     out = _split("arc.py", cls, set())
     out.update((f"arc.py:{n}", s) for n, s in arc_names.items() if n != ARC_CLASS)
-    supers = {
-        n.func.attr
-        for n in ast.walk(cls)
-        if isinstance(n, ast.Call)
-        and isinstance(n.func, ast.Attribute)
-        and isinstance(n.func.value, ast.Call)
-        and getattr(n.func.value.func, "id", None) == "super"
-    }
-    overridden = {s.name for s in cls.body if isinstance(s, _DEFS)} - supers
+    attrs = [(n.attr, n.value) for n in ast.walk(cls) if isinstance(n, ast.Attribute)]
+    supers = {a for a, v in attrs if getattr(getattr(v, "func", 0), "id", 0) == "super"}
+    methods = {s.name for s in cls.body if isinstance(s, _DEFS)}
+    names = {ARC_CLASS, *methods, *(a for a, v in attrs if getattr(v, "id", None) == "self")}
+    overridden = methods - supers  # what ARC reaches through super() is CachePolicy's
     lazy = "annotations" in base_names and "__future__" in ast.unparse(base_names["annotations"][0])
     imports = ast.Module([s for s in arc.body if isinstance(s, ast.ImportFrom)], [])
     todo = BASE_ROOTS | set(_scope(imports)[0])
@@ -140,30 +121,13 @@ def arc_code(arc_source: bytes, base_source: bytes) -> dict[str, str]:
             for key, stmts in parts.items():
                 out.setdefault(key, []).extend(stmts)
                 todo |= {r for s in stmts for r in _scope(s)[1]}
-    return {k: _fingerprint(v) for k, v in sorted(out.items())}
-
-
-def _fingerprint(nodes: list[ast.stmt]) -> str:
-    text = ";".join(map(_shape, nodes))
-    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()[:12]
-
-
-def arc_names(arc_source: bytes) -> set[str]:
-    """The names vLLM's ARC policy has: its methods and ``self.x``."""
-    [cls] = [
-        s for s in ast.parse(arc_source).body if isinstance(s, ast.ClassDef) and s.name == ARC_CLASS
-    ]
-    out = {ARC_CLASS} | {s.name for s in cls.body if isinstance(s, _DEFS)}
-    self = (n for n in ast.walk(cls) if isinstance(n, ast.Attribute))
-    return out | {n.attr for n in self if getattr(n.value, "id", None) == "self"}
+    shapes = {k: ";".join(map(_shape, v)).encode() for k, v in sorted(out.items())}
+    fps = {k: hashlib.md5(s, usedforsecurity=False).hexdigest()[:12] for k, s in shapes.items()}
+    return fps, names
 
 
 def caller_uses(source: bytes, watched: set[str]) -> dict[str, int]:
-    """Each use a caller makes of a watched name, as ``kind:name``, with the
-    first line that makes it: a ``read``, ``call``, ``write`` or ``delete``
-    of an attribute or a name (a class pattern's attribute is a read; a
-    name bound is no use), a ``keyword``, or a ``string`` equal to the name
-    or to a policy's registered name (a docstring is not a use)."""
+    """Each use a caller makes of a watched name, ``kind:name`` -> the first line that makes it."""
     tree = ast.parse(source)
     docs = {id(d) for n in ast.walk(tree) if isinstance(n, _SCOPES) and (d := _doc(n.body))}
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}

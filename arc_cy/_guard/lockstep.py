@@ -1,8 +1,4 @@
-"""The claim, run through vLLM's own callers: its CPUOffloadingManager and the
-tiering spec's CPU primary tier, built as an operator configures them with
-vLLM's "arc" and with arc_cy by both routes, driven as vLLM's scheduler
-drives them; after each call, every answer and each policy's t1, t2, b1, b2
-and target_t1_size are compared. Standard library only."""
+"""The claim, run through vLLM's own managers (docs/usage.md, "The guard"). Standard library."""
 
 from __future__ import annotations
 
@@ -23,10 +19,9 @@ class _Differs(Exception):
     pass
 
 
-def first_difference(module: str = "arc_cy", seed: int = 0) -> str | None:
-    """The first call after which a manager with arc_cy (its ARCCachePolicy
-    from module) differs from one with vLLM's ARC, as ``through vLLM's
-    Manager, call N, method(args): ...``; None if none does."""
+def first_difference(module: str = "arc_cy") -> str | None:
+    """The first call after which vLLM's managers with arc_cy (its ARCCachePolicy from module)
+    differ from them with vLLM's ARC: ``through vLLM's Manager, call N, method(args): ...``."""
     factory = import_module(f"{KV_OFFLOAD}.cpu.policies.factory").CachePolicyFactory
     tier = import_module(TIERING_MANAGER).CPUPrimaryTierOffloadingManager
     region = SimpleNamespace(create_kv_memoryview=lambda: memoryview(b""), cleanup=lambda: None)
@@ -34,35 +29,29 @@ def first_difference(module: str = "arc_cy", seed: int = 0) -> str | None:
         "CPUOffloadingManager": import_module(CPU_MANAGER).CPUOffloadingManager,
         "tiering CPUPrimaryTierOffloadingManager": lambda **kw: tier(mmap_region=region, **kw),
     }
-    routes: dict[str, tuple[str, str | None]] = {
-        '"arc"': ("arc", None),
-        '"arc_cy"': ("arc_cy", None),
-    }
+    routes = {'"arc"': ("arc", None), '"arc_cy"': ("arc_cy", None)}
     routes[f'"ARCCachePolicy" from {module!r}'] = ("ARCCachePolicy", module)
-    registry = factory._registry  # "arc_cy" as the plugin registers it, while this runs
-    old = registry.pop("arc_cy", None)
+    old = factory._registry.pop("arc_cy", None)  # "arc_cy" as the plugin registers it, meanwhile
     factory.register_cache_policy("arc_cy", module, "ARCCachePolicy")
     try:
         for kind, make in kinds.items():
+            options = {"num_chunks": 16, "enable_events": True}
             managers = {
-                route: make(
-                    num_chunks=16, cache_policy=p, cache_policy_module_path=m, enable_events=True
-                )
+                route: make(cache_policy=p, cache_policy_module_path=m, **options)
                 for route, (p, m) in routes.items()
             }
             try:
-                _drive(managers, random.Random(seed))
+                _drive(managers)
             except _Differs as exc:
                 return f"through vLLM's {kind}, {exc}"
         return None
     finally:
-        registry.pop("arc_cy", None)
-        registry.update({"arc_cy": old} if old else {})
+        factory._registry.pop("arc_cy", None)
+        factory._registry.update({"arc_cy": old} if old else {})
 
 
 def _plain(x: Any) -> Any:
-    """An answer as data: containers and dataclasses (their compared fields)
-    by their items, any other object by its arrays."""
+    """An answer as data: containers and dataclasses by their items, other objects by arrays."""
     if x is None or isinstance(x, (str, bytes, int, float, enum.Enum)):
         return x
     if dataclasses.is_dataclass(x):
@@ -74,21 +63,15 @@ def _plain(x: Any) -> Any:
     return type(x).__name__, [v.tolist() for v in vars(x).values() if hasattr(v, "tolist")]
 
 
-def _state(policy: Any) -> tuple[Any, ...]:
-    t1, t2 = (
-        [(k, c.chunk_id, c.ref_cnt) for k, c in lst.items()] for lst in (policy.t1, policy.t2)
-    )
-    return t1, t2, list(policy.b1), list(policy.b2), policy.target_t1_size
-
-
-def _drive(managers: dict[str, Any], rng: random.Random) -> None:
-    """Requests sharing prefixes: lookups, loads of the hits and stores of the
-    rest (0.30's touches), each completed (a store failed in 10) or not yet,
-    finished requests, resets; the first manager's answers lead."""
-    base = import_module(f"{KV_OFFLOAD}.base")
+def _drive(managers: dict[str, Any]) -> None:
+    """Requests sharing prefixes: lookups, loads of hits, stores of the rest (0.30: touches), each
+    completed (a store failed in 10) or not yet, finished requests, resets; the first one leads."""
+    base, rng = import_module(f"{KV_OFFLOAD}.base"), random.Random(0)
     made, cls = 0, type(next(iter(managers.values())))
     finishes = hasattr(cls, "on_request_finished")
     touches = hasattr(cls, "touch") and not finishes  # 0.30's scheduler touches instead
+    shown = reprlib.Repr()
+    shown.maxlist = shown.maxtuple = 4
 
     def call(method: str, *args: Any) -> Any:
         """method on each manager (a dict argument: each its own context)."""
@@ -97,18 +80,19 @@ def _drive(managers: dict[str, Any], rng: random.Random) -> None:
         for route, manager in managers.items():
             try:
                 raw = getattr(manager, method)(*(a[route] if type(a) is dict else a for a in args))
-                seen.append((route, raw, _plain(raw), _state(manager._policy)))
+                answer = _plain(raw)
             except Exception as exc:
-                seen.append((route, None, f"raises {type(exc).__name__}", _state(manager._policy)))
+                raw, answer = None, f"raises {type(exc).__name__}"
+            p = manager._policy
+            t1, t2 = ([(k, c.chunk_id, c.ref_cnt) for k, c in x.items()] for x in (p.t1, p.t2))
+            seen.append((route, raw, answer, (t1, t2, list(p.b1), list(p.b2), p.target_t1_size)))
         for ours in seen[1:]:
             for what, i in (("answered", 2), ("left t1, t2, b1, b2, target_t1_size", 3)):
                 if ours[i] != seen[0][i]:
-                    r = reprlib.Repr()
-                    r.maxlist = r.maxtuple = 4
-                    shown = ", ".join("ctx" if type(a) is dict else r.repr(a) for a in args)
+                    said = ", ".join("ctx" if type(a) is dict else shown.repr(a) for a in args)
                     raise _Differs(
-                        f"call {made}, {method}({shown}): {seen[0][0]} {what} "
-                        f"{r.repr(seen[0][i])}, {ours[0]} {r.repr(ours[i])}"
+                        f"call {made}, {method}({said}): {seen[0][0]} {what} "
+                        f"{shown.repr(seen[0][i])}, {ours[0]} {shown.repr(ours[i])}"
                     )
         return seen[0][1]
 
