@@ -29,7 +29,10 @@ def first_difference(module: str = "arc_cy") -> str | None:
         "CPUOffloadingManager": import_module(CPU_MANAGER).CPUOffloadingManager,
         "tiering CPUPrimaryTierOffloadingManager": lambda **kw: tier(mmap_region=region, **kw),
     }
-    routes = {'"arc"': ("arc", None), '"arc_cy"': ("arc_cy", None)}
+    routes: dict[str, tuple[str, str | None]] = {
+        '"arc"': ("arc", None),
+        '"arc_cy"': ("arc_cy", None),
+    }
     routes[f'"ARCCachePolicy" from {module!r}'] = ("ARCCachePolicy", module)
     old = factory._registry.pop("arc_cy", None)  # "arc_cy" as the plugin registers it, meanwhile
     factory.register_cache_policy("arc_cy", module, "ARCCachePolicy")
