@@ -184,6 +184,10 @@ class Recorder:
         # order: loads, first stores of a miss, finishes.
         self.arrivals: dict[Any, list[Any]] = {}
         self.seq = 0
+        # The context of the request last placed whole (its stores' place
+        # set): its further arrive() and missed() calls, most of them, have
+        # nothing to note. Forgotten as it finishes or the cache is cleared.
+        self.placed: Any = None
         # vLLM 0.33 and later show a load whole (on_request_access); before,
         # only its pins: the keys loads pinned since the requests in flight
         # arrived, each with its place (a request's forgotten as it finishes).
@@ -205,7 +209,7 @@ class Recorder:
         arrival, if this is its first call; before its first store of a
         miss, a load if its first key is pinned (else a store of ready keys
         alone, which pins nothing)."""
-        if self.on:
+        if self.on and ctx is not self.placed:
             try:
                 state = self._state(ctx.req_id)
                 if state[2] is None and state[1] is None and keys:
@@ -221,12 +225,13 @@ class Recorder:
         """on_store_miss returned: the request's first store of a miss, its
         stores' place in the order, and its arrival if nothing came
         before."""
-        if self.on:
+        if self.on and ctx is not self.placed:
             try:
                 state = self._state(ctx.req_id)
                 if state[1] is None:
                     self.seq += 1
                     state[1] = self.seq
+                self.placed = ctx
             except Exception:  # no context, or no req_id: its finish's time serves
                 pass
 
@@ -261,6 +266,7 @@ class Recorder:
         """clear() returned: the requests in flight never finish here."""
         self.arrivals.clear()
         self.pins.clear()
+        self.placed = None
 
     def finished(self, keys: Sequence[Any], reused: Any, ctx: Any) -> None:
         """on_request_finished returned, with the request's keys in prefix
@@ -268,6 +274,7 @@ class Recorder:
         and written by the writer."""
         if not self.on:
             return
+        self.placed = None
         try:
             at, start, loaded, first_load = self.arrivals.pop(
                 getattr(ctx, "req_id", None), (None, None, None, None)
@@ -395,7 +402,7 @@ class Recorder:
                 "policy": self.policy_name,
             }
         ms = max(0, at - self.start) // 1_000_000
-        extra: dict[str, Any] = {"order": list(order)}
+        extra: dict[str, int | list[int]] = {"order": list(order)}
         if device:
             extra["device_hits"] = device
         if loadable < len(keys):

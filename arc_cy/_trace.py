@@ -303,14 +303,13 @@ def encode_line(
     output_length: int,
     ids: bytes,
     header: dict[str, Any] | None = None,
-    counts: dict[str, Any] | None = None,
+    counts: dict[str, int | list[int]] | None = None,
 ) -> bytes:
     """One request's line: ``ids`` are its hash ids, comma-separated ASCII
     decimals; ``header`` (a recording's first line) its HEADER field;
-    ``counts`` the recording's fields of the line (COUNTS, ORDER)."""
-    extra = b"".join(
-        b', "%s": %s' % (k.encode(), json.dumps(v).encode()) for k, v in (counts or {}).items()
-    )
+    ``counts`` the recording's fields of the line (COUNTS, ORDER): integers
+    or lists of them, whose repr is their JSON."""
+    extra = "".join([f', "{k}": {v!r}' for k, v in (counts or {}).items()]).encode()
     if header is not None:
         extra += b', "%s": %s' % (HEADER.encode(), json.dumps(header, sort_keys=True).encode())
     return b'{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": [%s]%s}\n' % (

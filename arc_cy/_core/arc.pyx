@@ -327,8 +327,10 @@ cdef class ARCCore:
         unsigned long releaser  # and its thread, whose calls nest in it
 
         # What reaches the policy, to ARC_CY_RECORD_TRACE (arc_cy._record),
-        # or None: told after a call returns (_note).
+        # or None: told after a call returns (_note); loads by their pins
+        # only where vLLM shows no load whole (before 0.33: not by_access).
         object recorder
+        bint note_pins
 
         # Caches and counters.
         object last_type_ref    # a weak reference to the chunk type last
@@ -875,12 +877,14 @@ cdef class ARCCore:
                 self.recorder.finished(keys, reused, req_context)
             elif what == NOTE_PINNED:  # Recorder.pinned, inline: a note a key loaded
                 rec = self.recorder
-                if rec.on and not rec.by_access:
+                if rec.on:
                     seq = rec.seq + 1
                     rec.seq = seq
                     rec.pins[keys] = seq
             elif what == NOTE_CLEARED:
                 self.recorder.cleared()
+            elif req_context is self.recorder.placed:
+                pass  # Recorder.arrive and missed have nothing to note
             elif what == NOTE_MISS:
                 self.recorder.missed(req_context)
             else:
@@ -931,6 +935,7 @@ cdef class ARCCore:
         if self.recorder is None:  # one a policy, kept if called again
             try:
                 self.recorder = record_for(self, self.capacity, keyed_ids)
+                self.note_pins = self.recorder is not None and not self.recorder.by_access
             except Exception:  # out of memory to ask: made, not recording
                 pass
 
@@ -1342,7 +1347,7 @@ cdef class ARCCore:
     def mark_non_evictable(self, key=NO_ARG):
         if key is NO_ARG:
             raise missing_arguments("mark_non_evictable", key=key)
-        if self.recorder is not None:
+        if self.note_pins:
             self._note(NOTE_PINNED, key, None, None)
 
     # --- views and checks ------------------------------------------------
