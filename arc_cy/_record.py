@@ -14,9 +14,9 @@ request's first call is its arrival), ``missed`` after ``on_store_miss``
 recorder never changes what the policy does and never raises: any failure
 is one WARNING, and recording stops while the policy goes on. The caller's
 thread only queues a finished request's keys and counts; a writer thread
-makes the lines (the keys' ids in C without the GIL where the core is
-built), opens the file and writes, so the scheduler never waits on the
-disk.
+makes the lines (a batch's ids in one call, in C without the GIL where the
+core is built), opens the file and writes, so the scheduler never waits on
+the disk.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ IN_FLIGHT = 1 << 20
 that never finishes them): their lines take their finish's time."""
 
 _monotonic_ns = time.monotonic_ns
-KeyedIds = Callable[[Sequence[Any], int, int], bytes]
+KeyedIds = Callable[[list[Sequence[Any]], int, int], list[bytes]]
 
 
 def _rotl(x: int, b: int) -> int:
@@ -106,16 +106,22 @@ def siphash24(data: bytes, k0: int, k1: int) -> int:
     return v[0] ^ v[1] ^ v[2] ^ v[3]
 
 
-def keyed_ids(keys: Sequence[Any], k0: int, k1: int) -> bytes:
-    """The compiled core's ``keyed_ids``, in Python: each key's SipHash-2-4
-    under (k0, k1), its top 63 bits, comma-separated. TypeError for keys
-    that are not a list or tuple of bytes."""
-    if type(keys) not in (list, tuple):
-        raise TypeError(f"keyed_ids: a list or tuple, not {type(keys).__name__}")
-    for j, key in enumerate(keys):
-        if type(key) is not bytes:
-            raise TypeError(f"keyed_ids: item {j} is {type(key).__name__}, not bytes")
-    return b",".join(b"%d" % (siphash24(key, k0, k1) >> 1) for key in keys)
+def keyed_ids(requests: list[Sequence[Any]], k0: int, k1: int) -> list[bytes]:
+    """The compiled core's ``keyed_ids``, in Python: for each request's
+    keys, each key's SipHash-2-4 under (k0, k1), its top 63 bits,
+    comma-separated. TypeError for what is not a list of lists or tuples of
+    bytes."""
+    if type(requests) is not list:
+        raise TypeError(f"keyed_ids: a list of requests, not {type(requests).__name__}")
+    for r, keys in enumerate(requests):
+        if type(keys) not in (list, tuple):
+            raise TypeError(f"keyed_ids: request {r} is {type(keys).__name__}, not a list or tuple")
+        for j, key in enumerate(keys):
+            if type(key) is not bytes:
+                raise TypeError(
+                    f"keyed_ids: request {r}'s item {j} is {type(key).__name__}, not bytes"
+                )
+    return [b",".join(b"%d" % (siphash24(k, k0, k1) >> 1) for k in keys) for keys in requests]
 
 
 def _key_bytes(key: Any) -> bytes:
@@ -352,19 +358,20 @@ class Recorder:
             while self.on:
                 full = False
                 while self.lines and not full:
+                    # The caller's thread appends meanwhile: taken one by one.
+                    taken = [self.lines.popleft() for _ in range(min(BATCH, len(self.lines)))]
                     batch: list[bytes] = []
-                    size, keys = self.written, 0
-                    while self.lines and len(batch) < BATCH:
-                        line = self._line(*self.lines[0])
+                    size = self.written
+                    for ids, entry in zip(self._ids([e[0] for e in taken]), taken):
+                        line = self._line(ids, *entry)
                         if size + len(line) > self.limit:
                             full = True
                             break
-                        keys += len(self.lines.popleft()[0])
                         batch.append(line)
                         size += len(line)
                     if batch:
                         self._write_lines(fd, batch)
-                        self.keys_written += keys
+                        self.keys_written += sum(len(e[0]) for e in taken[: len(batch)])
                 if full:
                     self.stop(f"it reached its size limit, {self.limit >> 20} MiB ({MAX_MB_ENV})")
                 elif self.closing:
@@ -379,16 +386,25 @@ class Recorder:
             self.lines.clear()
             os.close(fd)
 
+    def _ids(self, requests: list[Sequence[Any]]) -> list[bytes]:
+        """The ids of a batch of requests' keys, hashed in one call."""
+        try:
+            return self.ids(requests, self.k0, self.k1)
+        except TypeError:  # keys that are not bytes (vLLM's are)
+            return self.ids([[_key_bytes(k) for k in keys] for keys in requests], self.k0, self.k1)
+
     def _line(
-        self, keys: Sequence[Any], ctx: Any, at: int, device: int, order: tuple[int, int, int]
+        self,
+        ids: bytes,
+        keys: Sequence[Any],
+        ctx: Any,
+        at: int,
+        device: int,
+        order: tuple[int, int, int],
     ) -> bytes:
         """A request's line (the file's first carries the header). What it
         reads of the context (its counts, its keys' positions) vLLM does
         not change once the request finished."""
-        try:
-            ids = self.ids(keys, self.k0, self.k1)
-        except TypeError:  # keys that are not bytes (vLLM's are)
-            ids = self.ids([_key_bytes(k) for k in keys], self.k0, self.k1)
         input_length, output_length, loadable, per_key = _lengths(keys, ctx, not self.headed)
         header = None
         if not self.headed:

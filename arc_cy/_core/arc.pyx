@@ -1477,46 +1477,77 @@ def _check_layout():
 _check_layout()
 
 
-def keyed_ids(keys, uint64_t k0, uint64_t k1):
-    """The recording's ids of keys, a list or tuple of bytes: SipHash-2-4 of
-    each under the key (k0, k1), its top 63 bits, as comma-separated
-    decimals (ASCII bytes). TypeError for anything else. The hashing runs
-    without the GIL, on a tuple of the keys that nothing else can change
-    (arc_cy._record.keyed_ids: the same in Python)."""
-    cdef Py_ssize_t j, n, at = 0
+def keyed_ids(requests, uint64_t k0, uint64_t k1):
+    """The recording's ids of each request's keys, for a list of lists or
+    tuples of bytes: SipHash-2-4 of each key under (k0, k1), its top 63
+    bits, as comma-separated decimals (ASCII bytes), one bytes a request.
+    TypeError for anything else. The hashing runs without the GIL, once a
+    batch (a release and a retake of the GIL the scheduler waits on), on
+    tuples of the keys that nothing else can change (arc_cy._record.keyed_ids:
+    the same in Python)."""
+    cdef Py_ssize_t j, r, n = 0, at = 0, count
     cdef char *out
     cdef const char **data
     cdef Py_ssize_t *size
+    cdef Py_ssize_t *ends
     cdef PyObject *key
-    if not (PyList_CheckExact(keys) or PyTuple_CheckExact(keys)):
-        raise TypeError(f"keyed_ids: a list or tuple, not {type(keys).__name__}")
-    cdef tuple held = tuple(keys)  # its own references: the keys stay alive
-    n = len(held)
-    for j in range(n):
-        key = PySequence_Fast_ITEMS(held)[j]
-        if not PyBytes_CheckExact(<object>key):
-            raise TypeError(f"keyed_ids: item {j} is {type(<object>key).__name__}, not bytes")
+    cdef tuple keys
+    if not PyList_CheckExact(requests):
+        raise TypeError(f"keyed_ids: a list of requests, not {type(requests).__name__}")
+    cdef list held = list(requests)  # its own references: the keys stay alive
+    count = len(held)
+    for r in range(count):
+        keys = held[r] = _keys_of(held[r], r)
+        n += len(keys)
     out = <char *>PyMem_Malloc(21 * n + 1)
     data = <const char **>PyMem_Malloc(n * sizeof(char *) + 1)
     size = <Py_ssize_t *>PyMem_Malloc(n * sizeof(Py_ssize_t) + 1)
+    ends = <Py_ssize_t *>PyMem_Malloc(count * sizeof(Py_ssize_t) + 1)
     try:
-        if out is NULL or data is NULL or size is NULL:
+        if out is NULL or data is NULL or size is NULL or ends is NULL:
             raise MemoryError()
-        for j in range(n):
-            key = PySequence_Fast_ITEMS(held)[j]
-            data[j] = PyBytes_AS_STRING(<object>key)
-            size[j] = PyBytes_GET_SIZE(<object>key)
+        n = 0
+        for r in range(count):
+            keys = held[r]
+            for j in range(len(keys)):
+                key = PySequence_Fast_ITEMS(keys)[j]
+                data[n] = PyBytes_AS_STRING(<object>key)
+                size[n] = PyBytes_GET_SIZE(<object>key)
+                n += 1
+            ends[r] = n
         with nogil:
-            for j in range(n):
-                if j:
+            j = 0
+            for r in range(count):
+                while j < ends[r]:
+                    at += arc_decimal(arc_siphash24(data[j], size[j], k0, k1) >> 1, out + at)
                     out[at] = 44  # ","
                     at += 1
-                at += arc_decimal(arc_siphash24(data[j], size[j], k0, k1) >> 1, out + at)
-        return PyBytes_FromStringAndSize(out, at)
+                    j += 1
+                ends[r] = at  # where request r's ids end, past a ","
+        result = []
+        at = 0
+        for r in range(count):
+            result.append(PyBytes_FromStringAndSize(out + at, max(ends[r] - at - 1, 0)))
+            at = ends[r]
+        return result
     finally:
         PyMem_Free(out)
         PyMem_Free(<void *>data)
         PyMem_Free(size)
+        PyMem_Free(ends)
+
+
+cdef tuple _keys_of(object keys, Py_ssize_t r):
+    """Request r's keys as a tuple of its own, each checked to be bytes."""
+    cdef Py_ssize_t j
+    if not (PyList_CheckExact(keys) or PyTuple_CheckExact(keys)):
+        raise TypeError(f"keyed_ids: request {r} is {type(keys).__name__}, not a list or tuple")
+    cdef tuple held = tuple(keys)
+    for j in range(len(held)):
+        if not PyBytes_CheckExact(held[j]):
+            raise TypeError(
+                f"keyed_ids: request {r}'s item {j} is {type(held[j]).__name__}, not bytes")
+    return held
 
 
 # The Cython that generated this module (recorded by setup.py at build time).
