@@ -11,20 +11,11 @@
 # package (mypy, numpy) skips here, and only here. Extra arguments go to
 # pytest.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-base=$(.ci/find-python "${ARC_CY_BASE_PYTHON:-python3}")
-pyver=$("$base" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-lock=.ci/requirements-py$pyver.lock
-env=${ARC_CY_FAST_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/arc_cy/fast-py$pyver}
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # The lock's lines for the test runner and what it needs (the lock's
 # `# via pytest`, `pytest-xdist`, `hypothesis`), and uv.
-names=(pytest pytest-xdist hypothesis execnet iniconfig packaging pluggy pygments sortedcontainers uv)
-pins=$(mktemp "${TMPDIR:-/tmp}/arc_cy-fast-pins.XXXXXX")
-trap 'rm -f "$pins"' EXIT
-.ci/pins.sh "$lock" "$pins" "${names[@]}"
-.ci/venv.sh "$env" "$pins" --python "$base"
-"$env/bin/python" -m uv pip check -q --python "$env/bin/python"
+env=$(.ci/small-env.sh fast "${ARC_CY_FAST_ENV:-}" -- pytest pytest-xdist hypothesis \
+    execnet iniconfig packaging pluggy pygments sortedcontainers uv)
 if "$env/bin/python" -P -c 'import vllm' 2>/dev/null; then
     echo "fast: $env imports vllm: it must not" >&2
     exit 2

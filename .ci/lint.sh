@@ -14,23 +14,13 @@
 # environment is. pre-commit runs this script (.pre-commit-config.yaml), so
 # the pins have one place.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-base=$(.ci/find-python "${ARC_CY_BASE_PYTHON:-python3}")
-pyver=$("$base" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-lock=.ci/requirements-py$pyver.lock
-env=${ARC_CY_LINT_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/arc_cy/lint-py$pyver}
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # The linters' lines of the lock: ruff, cython-lint and what cython-lint
 # imports (Cython, pycodestyle, tokenize-rt; the lock's `# via cython-lint`),
-# and uv, which makes the environment.
-names=(ruff cython-lint cython pycodestyle tokenize-rt uv)
-pins=$(mktemp "${TMPDIR:-/tmp}/arc_cy-lint-pins.XXXXXX")
-trap 'rm -f "$pins"' EXIT
-.ci/pins.sh "$lock" "$pins" "${names[@]}"
-.ci/venv.sh "$env" "$pins" --python "$base" --no-project
-# Nothing the linters need is missing (a lock that moves them to releases
-# with another dependency fails here, naming it, until the list above has it).
-"$env/bin/python" -m uv pip check -q --python "$env/bin/python"
+# and uv, which makes the environment. A lock that moves them to releases
+# with another dependency fails, naming it, until this list has it.
+env=$(.ci/small-env.sh lint "${ARC_CY_LINT_ENV:-}" --no-project -- ruff cython-lint cython \
+    pycodestyle tokenize-rt uv)
 # cython-lint runs pycodestyle by name.
 export PATH=$env/bin:$PATH
 status=0

@@ -22,7 +22,6 @@ without running anything.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import platform
@@ -118,7 +117,7 @@ def _vllm_report() -> tuple[bool, list[str]]:
             f"what arc_cy needs: {type(err).__name__}: {err}"
         ]
     if code.ok and code.by_hash and (differs := lockstep_difference()):
-        code = dataclasses.replace(code, problems=(differs,))
+        code = code._replace(problems=(differs,))
     if code.ok:
         return True, [f"vLLM: {version} ({verified_message(code)}; {LOCKSTEP_PASSED})"]
     if override_set():

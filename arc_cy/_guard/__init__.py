@@ -10,11 +10,10 @@ import os
 import sys
 import threading
 import warnings
-from dataclasses import dataclass
-from importlib import metadata
+from typing import NamedTuple
 
 from .._flags import env_flag
-from . import files, lockstep, verified
+from . import files, verified
 from .files import ARC_MODULE, BASE_MODULE, FILES, Unjudged
 
 OVERRIDE_ENV = "ARC_CY_ALLOW_UNVERIFIED_VLLM"  # 1: use unverified vLLM code, at your risk
@@ -33,6 +32,8 @@ def override_set() -> bool:
 
 def vllm_version() -> str:
     """The imported vLLM's ``__version__``, else its metadata's, else "unknown"."""
+    from importlib import metadata  # email, zipfile and more: only without vllm.__version__
+
     version = getattr(sys.modules.get("vllm"), "__version__", None)
     try:
         return version if isinstance(version, str) and version else metadata.version("vllm")
@@ -55,8 +56,7 @@ def verified_code(release: str) -> dict[str, str]:
     return {name: fp for name, (fp, *rs) in fps if release in rs}
 
 
-@dataclass(frozen=True)
-class CodeCheck:
+class CodeCheck(NamedTuple):
     """What the guard found for this process's vLLM."""
 
     version: str
@@ -176,6 +176,8 @@ def _changes(code: dict[str, str], arc: str, base: str) -> tuple[str, list[str]]
 
 def lockstep_difference() -> str | None:
     """How vLLM's managers first decide otherwise with arc_cy than with their ARC; None if never."""
+    from . import lockstep  # random, dataclasses, enum: on release day only
+
     differs = lockstep.first_difference()
     return differs and f"arc_cy decides otherwise than this vLLM's ARC {differs}"
 

@@ -11,7 +11,6 @@ import re
 import stat
 import sys
 import time
-from pathlib import PurePath
 from types import CodeType
 
 ARC_MODULE = "vllm.v1.kv_offload.cpu.policies.arc"
@@ -109,7 +108,8 @@ def find_callers(roots: list[str] | None = None) -> dict[str, tuple[str, bytes]]
     found: dict[str, tuple[str, bytes]] = {}
     for root in package_dirs(KV_OFFLOAD) if roots is None else roots:
         for folder, dirs, names in os.walk(root, followlinks=True):  # unreadable ones: skipped
-            package = ".".join([KV_OFFLOAD, *PurePath(os.path.relpath(folder, root)).parts])
+            parts = [p for p in os.path.relpath(folder, root).split(os.sep) if p != "."]
+            package = ".".join([KV_OFFLOAD, *parts])
             dirs[:] = [
                 d
                 for d in sorted(dirs)
