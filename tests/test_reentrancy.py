@@ -476,7 +476,7 @@ def test_two_threads_driving_one_policy(impl):
     and the policy ends consistent and not busy."""
     out = run_json("surface.py", "threads", impl, "--no-vllm", timeout=600)
     assert out["other"] == [], out["other"][:5]
-    assert out["overlapped"] > 100, out
+    assert out["overlapped"] > 1000, out  # 4,400 here (3.11, a busy 2-core machine)
     assert out["reader_calls"] >= 2000, out
 
 

@@ -313,7 +313,10 @@ def test_steady_churn_does_not_grow(policy_cls):
     finally:
         tracemalloc.stop()
     policy._check_invariants()
-    assert second - first < 128 * 1024, (first, second)
+    # Measured (3.11, seeds 7-9): the core 1-6 KB, the twin 16-29 KB; a
+    # leak on the 5% remove() path alone (1,500 objects) would pass 128 KB.
+    limit = 32 if policy_cls.__module__.startswith("arc_cy._core.") else 64
+    assert second - first < limit * 1024, (first, second)
 
 
 def test_failed_calls_and_init_again_release_what_they_held(policy_cls):
