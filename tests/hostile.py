@@ -1,16 +1,118 @@
-"""Hostile objects and policy states that several test modules share:
-keys whose __hash__ or __eq__ raise or collide, keys whose __del__ calls
-back into the policy, protected containers, the calls that hash a key or
+"""The hostile kit that the tests and the fuzzers (tests/progs/*_fuzz.py)
+share: one error, keys and other objects whose dunders misbehave as a case
+asks (made, not written out dunder by dunder), the calls that hash a key or
 mutate the policy, and the small populated policies the cases start from.
+
+    act(how, obj, *args)   a hook: None nothing; an exception (instance or
+                           class) raised; a callable called with the object
+                           and the dunder's arguments: what it returns, unless
+                           None, is the dunder's result (a wrong type too)
+    Key(ident, hash_as, hash=, eq=, delete=)
+                           equal to a Key of its ident and to the ident itself
+                           (Key(K(4)) stands for K(4)), hashing as hash_as
+                           (the ident unless given); hooks per key
+    hostile(base, **hooks) a subclass of base (a container, chunk, Fraction,
+                           Index, context...) whose named methods run a hook
+                           first, base's method giving the result on None
+    after(n, how)          a hook that does nothing n times, then how
+    try_insert(policy, log) a hook's call back: insert(), refused or not
+    hooked(name, plain, hook_of)
+                           the method that the others are made of: runs
+                           hook_of(self, name), then plain on None
 """
 
 from __future__ import annotations
 
 import gc
-
-import pytest
+import itertools
 
 from helpers import CTX, K, keysnap, ready, snapshot
+
+# --- the kit ---------------------------------------------------------------------
+
+
+class HostileError(Exception):
+    """The one exception hostile objects raise (tests and fuzzers)."""
+
+
+def act(how, *args):
+    if how is None:
+        return None
+    if isinstance(how, BaseException) or (isinstance(how, type) and issubclass(how, BaseException)):
+        raise how
+    return how(*args)
+
+
+def after(n, how):
+    calls = itertools.count()
+    return lambda *args: act(how, *args) if next(calls) >= n else None
+
+
+def _nothing(*args):
+    return None
+
+
+def hooked(name, plain, hook_of):
+    def dunder(self, *args):
+        got = act(hook_of(self, name), self, *args)
+        return plain(self, *args) if got is None else got
+
+    dunder.__name__ = name
+    return dunder
+
+
+def hostile(base, name=None, **hooks):
+    namespace = {
+        attr: hooked(attr, getattr(base, attr, _nothing), lambda _, a: hooks[a]) for attr in hooks
+    }
+    namespace.setdefault("__hash__", base.__hash__)  # a class defining __eq__ loses it
+    return type(base)(name or f"Hostile{base.__name__}", (base,), namespace)
+
+
+_SAME = object()
+
+
+class Key:
+    def __init__(self, ident, hash_as=_SAME, *, hash=None, eq=None, delete=None):
+        self.ident = ident
+        self.hash_as = ident if hash_as is _SAME else hash_as
+        self.hooks = {"__hash__": hash, "__eq__": eq, "__del__": delete}
+
+    def __repr__(self):
+        return f"Key({self.ident!r})"
+
+
+for _name, _plain in {
+    "__hash__": lambda k: hash(k.hash_as),
+    "__eq__": lambda k, other: k.ident == (other.ident if isinstance(other, Key) else other),
+    "__del__": _nothing,
+}.items():
+    setattr(Key, _name, hooked(_name, _plain, lambda k, n: k.__dict__.get("hooks", {}).get(n)))
+
+
+class Index:
+    """An integer through __index__ alone (operator.index() takes an int
+    subclass as it is, never calling its __index__)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        return self.value
+
+
+def try_insert(policy, log):
+    """What a hook that calls back does: tries insert(), and logs arc_cy's
+    refusal (its message) or "allowed"."""
+    try:
+        policy.insert(K(900 + len(log)), ready(900), CTX)
+    except RuntimeError as exc:
+        log.append(str(exc))
+    else:
+        log.append("allowed")
+
+
+# --- policies the cases start from -------------------------------------------------
 
 
 def populated(cls):
@@ -44,6 +146,8 @@ def with_ghosts(cls, capacity=4):
 def unchanged(policy, call, exc_type):
     """call(policy) raises exc_type and changes nothing; returns the error."""
     before = snapshot(policy)
+    import pytest  # here: the fuzzers' children import the kit without pytest
+
     with pytest.raises(exc_type) as info:
         call(policy)
     assert snapshot(policy) == before
@@ -60,43 +164,17 @@ def set_target(value):
 
 # --- keys whose __hash__ or __eq__ raise --------------------------------------
 
-
-class HashRaises:
-    def __init__(self, exc):
-        self.exc = exc
-
-    def __hash__(self):
-        raise self.exc
-
-    def __eq__(self, other):
-        return self is other
+EQ_ERROR = ArithmeticError("eq")  # one error, shared by every key that EqRaises makes
 
 
-EQ_ERROR = ArithmeticError("eq")  # EqRaises's default: one error shared by every key
+def EqRaises(like, exc=EQ_ERROR):
+    """Collides with `like`'s hash; comparing with it raises exc."""
+    return Key(like, eq=exc)
 
 
-class EqRaises:
-    """Collides with another key's hash; comparing with it raises."""
-
-    def __init__(self, like, exc=EQ_ERROR):
-        self.hash = hash(like)
-        self.exc = exc
-
-    def __hash__(self):
-        return self.hash
-
-    def __eq__(self, other):
-        raise self.exc
-
-
-class Hashing:
-    """A protected container whose lookups hash and compare its key."""
-
-    def __init__(self, key):
-        self.key = key
-
-    def __contains__(self, other):
-        return other in {self.key}
+def hashing(key):
+    """A protected container whose lookups hash and compare key."""
+    return hostile(object, __contains__=lambda _, other: other in {key})()
 
 
 def calls_with(key):
@@ -115,7 +193,7 @@ def calls_with(key):
         ),
         "t1-contains": lambda p: key in p.t1,
         "b1-getitem": lambda p: p.b1[key],
-        "evict-protected": lambda p: p.evict(2, Hashing(key)),
+        "evict-protected": lambda p: p.evict(2, hashing(key)),
     }
 
 
@@ -123,10 +201,6 @@ CALL_NAMES = list(calls_with(None))
 
 
 # --- callbacks that raise or mutate the policy ---------------------------------
-
-
-class Boom(Exception):
-    pass
 
 
 MUTATIONS = {
@@ -146,6 +220,8 @@ MUTATIONS = {
 def core_only_params(names, core):
     """names as test parameters, those in core marked core_only (a case of a
     rule the compiled core keeps alone: tests/conftest.py)."""
+    import pytest
+
     return [pytest.param(n, marks=pytest.mark.core_only) if n in core else n for n in names]
 
 
@@ -159,31 +235,17 @@ MUTATION_PARAMS = core_only_params(MUTATIONS, {"target_t1_size"})
 DEL_LOG: list[str] = []
 
 
-class CallbackKey:
-    """Equal by name; when the last reference goes, calls act(policy)."""
+def logged(policy, call):
+    """A __del__ hook: call(policy), the outcome in DEL_LOG."""
 
-    def __init__(self, name, policy=None, act=None):
-        self.name = name
-        self.policy = policy
-        self.act = act
-
-    def __hash__(self):
-        return hash(self.name)
-
-    def __eq__(self, other):
-        return isinstance(other, CallbackKey) and other.name == self.name
-
-    def __repr__(self):
-        return f"CallbackKey({self.name!r})"
-
-    def __del__(self):
-        if self.act is None:
-            return
+    def hook(key):
         try:
-            self.act(self.policy)
+            call(policy)
             DEL_LOG.append("ok")
         except RuntimeError as error:
             DEL_LOG.append(f"RuntimeError: {error}")
+
+    return hook
 
 
 DEL_ACTS = {
@@ -199,28 +261,28 @@ DEL_ACTS = {
 
 def drop_callback_key(policy, when, act):
     DEL_LOG.clear()
-    key = CallbackKey("cb", policy, DEL_ACTS[act])
+    key = Key("cb", delete=logged(policy, DEL_ACTS[act]))
     policy.insert(key, ready(40), CTX)
     del key
     if when == "remove":
-        policy.remove(CallbackKey("cb"))
+        policy.remove(Key("cb"))
     elif when == "clear":
         policy.clear()
     elif when == "trim":
         # evict it into b1, then push it out of b1 (capacity 3)
-        assert [k for k, _ in policy.evict(1, {K(2), K(4), K(5)})] == [CallbackKey("cb")]
+        assert [k for k, _ in policy.evict(1, {K(2), K(4), K(5)})] == [Key("cb")]
         for i in (10, 11, 12):
             policy.insert(K(i), ready(i), CTX)
         policy.evict(3, {K(3)})
     elif when == "reinsert":
         # evict it into b1, then insert an equal key: the ghost is forgotten
-        assert [k for k, _ in policy.evict(1, {K(2), K(4), K(5)})] == [CallbackKey("cb")]
-        policy.insert(CallbackKey("cb"), ready(41), CTX)
+        assert [k for k, _ in policy.evict(1, {K(2), K(4), K(5)})] == [Key("cb")]
+        policy.insert(Key("cb"), ready(41), CTX)
     elif when == "touch":
         # t1 -> t2 under the caller's (equal) key object
-        policy.touch([CallbackKey("cb")], CTX)
+        policy.touch([Key("cb")], CTX)
     elif when == "finished":
-        equal = CallbackKey("cb")
+        equal = Key("cb")
         policy.on_request_finished(((equal,),), set(), {equal}, CTX)
     elif when == "delete":
         # The key refers to the policy: a reference cycle, which the

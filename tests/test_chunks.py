@@ -33,7 +33,7 @@ from helpers import (
     ready,
     snapshot,
 )
-from hostile import core_only_params, populated, unchanged
+from hostile import core_only_params, hostile, populated, unchanged
 
 pytestmark = pytest.mark.gc_stress
 
@@ -489,14 +489,12 @@ def _changed_run(policy, change, op):
     changes = [change]
     if op.startswith("evict, changed"):
 
-        class Protected:
-            def __contains__(self, key):
-                while changes:
-                    changes.pop()(kinds, [*chunks, fresh])
-                return False
+        def change_once(*_):
+            while changes:
+                changes.pop()(kinds, [*chunks, fresh])
 
         def call(p):
-            return p.evict(2, Protected())
+            return p.evict(2, hostile(set, __contains__=change_once)())
 
     else:
         changes.pop()(kinds, [*chunks, fresh])

@@ -11,7 +11,7 @@ import pytest
 
 from arc_cy import _messages
 from helpers import CTX, K, VllmARC, keysnap, load_policy_class, ready
-from hostile import populated, with_ghosts
+from hostile import hostile, populated, with_ghosts
 
 pytestmark = pytest.mark.gc_stress
 
@@ -81,14 +81,12 @@ def test_a_copy_made_during_a_call_is_refused(policy_cls, how):
     lists)."""
     made = []
 
-    class Copying(set):
-        def __contains__(self, key):
-            if not made:
-                with pytest.raises(TypeError) as info:
-                    how(policy)
-                made.append(str(info.value))
-            return False
+    def copy_once(*_):
+        if not made:
+            with pytest.raises(TypeError) as info:
+                how(policy)
+            made.append(str(info.value))
 
     policy = with_ghosts(policy_cls)
-    assert len(policy.evict(1, Copying())) == 1
+    assert len(policy.evict(1, hostile(set, __contains__=copy_once)())) == 1
     assert made == [_messages.MSG_NO_COPY.format("ARCCachePolicy")]

@@ -21,7 +21,7 @@ import pytest
 
 from arc_cy._messages import MSG_REENTRANT
 from helpers import CTX, IMPLEMENTATIONS, ChunkStatus, K, VllmARC, keysnap, load_policy_class, ready
-from hostile import Boom, EqRaises, populated, with_ghosts
+from hostile import EqRaises, HostileError, Key, after, hostile, populated, with_ghosts
 
 pytestmark = pytest.mark.gc_stress
 
@@ -90,17 +90,9 @@ def test_fraction_target_ghost_hits_match_vllm(policy_cls):
     assert type(got[4]) is Fraction
 
 
-class CountingFraction(Fraction):
-    ints = 0
-
-    def __int__(self):
-        CountingFraction.ints += 1
-        return Fraction.__int__(self)
-
-
-class NoInt(Fraction):
-    def __int__(self):
-        raise ArithmeticError("no int() for this target")
+INTS: list = []  # int() taken of a CountingFraction
+CountingFraction = hostile(Fraction, __int__=lambda _: INTS.append(1))
+NoInt = hostile(Fraction, __int__=ArithmeticError("no int() for this target"))
 
 
 def _evict_outcome(policy, n):
@@ -121,9 +113,9 @@ def test_int_of_the_target_is_taken_at_each_step_of_evict(policy_cls):
         for i in range(10, 16):
             policy.insert(K(i), ready(i), CTX)
         policy.target_t1_size = CountingFraction(5, 2)
-        CountingFraction.ints = 0
+        INTS.clear()
         result = _evict_outcome(policy, 5)
-        return result, CountingFraction.ints
+        return result, len(INTS)
 
     ours, oracle = run(policy_cls), run(VllmARC)
     assert ours == oracle
@@ -150,9 +142,7 @@ def test_a_ghost_hit_to_a_target_without_int_completes(policy_cls):
     """A ghost hit whose new target has no int() made the core's
     touch() raise after it had applied the keys before it."""
 
-    class NoIntAfterAdd(Fraction):
-        def __add__(self, other):
-            return NoInt(Fraction.__add__(self, other))
+    NoIntAfterAdd = hostile(Fraction, __add__=lambda t, other: NoInt(Fraction.__add__(t, other)))
 
     def run(cls, target):
         policy = with_ghosts(cls)
@@ -227,18 +217,10 @@ def _batch_touch_with_failing_first_key(policy):
 
 
 def _request_finished_with_failing_container(policy):
-    class Fails:
-        calls = 0
-
-        def __contains__(self, key):
-            Fails.calls += 1
-            if Fails.calls == 3:
-                raise Boom
-            return False
-
+    fails = hostile(set, __contains__=after(2, HostileError))()  # the third time
     try:
-        policy.on_request_finished(((K(2), K(4), K(5)),), Fails(), {K(4), K(5)}, CTX)
-    except Boom:
+        policy.on_request_finished(((K(2), K(4), K(5)),), fails, {K(4), K(5)}, CTX)
+    except HostileError:
         pass
     return keysnap(policy)
 
@@ -274,16 +256,8 @@ def _exhausted_iterator_after_change(policy):
 
 
 def _get_whose_eq_inserts(policy):
-    class Inserts:
-        def __hash__(self):
-            return hash(K(4))
-
-        def __eq__(self, other):
-            policy.insert(K(60), ready(60), CTX)
-            return False
-
     try:
-        policy.get(Inserts())
+        policy.get(Key(K(4), eq=lambda *_: policy.insert(K(60), ready(60), CTX) or False))
     except RuntimeError as error:
         return str(error)
     return keysnap(policy)
@@ -295,9 +269,7 @@ def _init_again(policy):
     return keysnap(policy), policy.cache_capacity
 
 
-class FalsyChunk(ChunkStatus):
-    def __bool__(self):
-        return False
+FalsyChunk = hostile(ChunkStatus, __bool__=lambda _: False)
 
 
 def _falsy_chunk_get(policy):
@@ -372,24 +344,21 @@ def test_evict_beyond_the_resident_count_scans_as_vllm(policy_cls, raises):
         policy = populated(cls)  # 4 resident
         asked = []
 
-        class Target(Fraction):
-            def __int__(self):
-                asked.append("int")
-                if raises == "int" and asked.count("int") == 3:
-                    raise ArithmeticError("int() refused")
-                return Fraction.__int__(self)
+        def int_of(_):
+            asked.append("int")
+            if raises == "int" and asked.count("int") == 3:
+                raise ArithmeticError("int() refused")
 
-        class Protected:
-            def __contains__(self, key):
-                asked.append(key)
-                if raises == "protected" and len(asked) == 4:
-                    raise Boom("protected refused")
-                return False
+        def contains(_, key):
+            asked.append(key)
+            if raises == "protected" and len(asked) == 4:
+                raise HostileError("protected refused")
+            return False
 
-        policy.target_t1_size = Target(3, 2)
+        policy.target_t1_size = hostile(Fraction, __int__=int_of)(3, 2)
         try:
-            result = policy.evict(9, Protected())
-        except (Boom, ArithmeticError) as exc:
+            result = policy.evict(9, hostile(object, __contains__=contains)())
+        except (HostileError, ArithmeticError) as exc:
             result = (type(exc).__name__, str(exc))
         return result, asked, keysnap(policy)[:5]
 

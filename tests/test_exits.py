@@ -9,13 +9,14 @@ a hook that raises in it may cut a call short anywhere (core_only).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import pytest
 
 from arc_cy import _messages
-from helpers import ARC_CY_DIR, CTX, K, VllmARC, keysnap, ready
-from hostile import Boom, populated, set_target
+from helpers import ARC_CY_DIR, CTX, ChunkStatus, K, VllmARC, keysnap, ready
+from hostile import HostileError, Index, Key, hostile, populated, set_target, try_insert
 
 # The hook tests run every call once per event: hundreds of runs, which
 # GC stress (a collection at every allocation) would stretch to hours and
@@ -48,7 +49,7 @@ CALLS = {
 
 class Hook:
     """A sys.settrace or sys.setprofile hook that counts the events of
-    arc_cy's own frames and raises Boom at the one numbered `at` (never,
+    arc_cy's own frames and raises HostileError at the one numbered `at` (never,
     if None). CPython unsets a hook that raises."""
 
     def __init__(self, kind, at=None):
@@ -58,12 +59,12 @@ class Hook:
         if frame.f_code.co_filename.startswith(ARC_CY_DIR):
             if self.seen == self.at:
                 self.raised_at = f"{event} {frame.f_code.co_name}:{frame.f_lineno}"
-                raise Boom(self.raised_at)
+                raise HostileError(self.raised_at)
             self.seen += 1
         return self
 
     def run(self, fn):
-        # A Boom raised where Python cannot pass it on (a generator closed
+        # A HostileError raised where Python cannot pass it on (a generator closed
         # as its call's frame goes, a __del__) is expected; nothing else.
         lost = []
         unraisable, sys.unraisablehook = sys.unraisablehook, lost.append
@@ -71,12 +72,12 @@ class Hook:
         install(self)
         try:
             fn()
-        except (Boom, ValueError, TypeError):  # a hook's, or the call's own error
+        except (HostileError, ValueError, TypeError):  # a hook's, or the call's own error
             pass
         finally:
             install(None)
             sys.unraisablehook = unraisable
-        assert all(type(info.exc_value) is Boom for info in lost), lost
+        assert all(type(info.exc_value) is HostileError for info in lost), lost
 
 
 def each_event(kind, make, call):
@@ -123,29 +124,20 @@ def test_a_hook_raising_at_any_event_leaves_the_policy_free_and_whole(policy_cls
         assert_free_and_whole(policy, where)
 
 
-class ReleasedKey:
-    """A key whose __del__, while armed, runs `nested` on its policy (what
-    it raises is kept, not lost in the unraisable hook)."""
+ARMED: list = []
 
-    armed = False
-    errors: list[str] = []
 
-    def __init__(self, policy, nested):
-        self.policy, self.nested = policy, nested
+def _released(policy, nested):
+    """A key whose __del__, while ARMED, runs nested on policy (what that
+    raises, a HostileError or a refusal, is dropped here, not reported
+    to the unraisable hook)."""
 
-    def __hash__(self):
-        return 1234
+    def hook(key):
+        if ARMED:
+            with contextlib.suppress(Exception):
+                nested(policy)
 
-    def __eq__(self, other):
-        return other is self
-
-    def __del__(self):
-        if not ReleasedKey.armed:
-            return
-        try:
-            self.nested(self.policy)
-        except Exception as exc:  # kept: a Boom, or a refusal
-            ReleasedKey.errors.append(type(exc).__name__)
+    return Key(object(), 1234, delete=hook)
 
 
 NESTED = ["insert", "evict", "touch", "get", "clear", "__init__"]
@@ -161,15 +153,15 @@ def test_a_hook_raising_in_a_call_nested_in_a_release(policy_cls, nested, outer,
 
     def make():
         policy = populated(policy_cls)
-        policy.insert(ReleasedKey(policy, CALLS[nested]), ready(60), CTX)
+        policy.insert(_released(policy, CALLS[nested]), ready(60), CTX)
         return policy
 
     def call(policy):
-        ReleasedKey.armed = True
+        ARMED.append(True)
         try:
             CALLS[outer](policy)
         finally:
-            ReleasedKey.armed = False
+            ARMED.clear()
 
     for where, policy in each_event(kind, make, call):
         assert_free_and_whole(policy, where)
@@ -181,24 +173,10 @@ def test_a_hook_raising_in_a_call_nested_in_a_release(policy_cls, nested, outer,
 LOG: list[str] = []
 
 
-class InsertingChunk(type(ready(0))):
-    """A chunk whose truth test tries insert() and says False."""
-
-    policy = None
-
-    def __bool__(self):
-        try:
-            InsertingChunk.policy.insert(K(80 + len(LOG)), ready(80), CTX)
-        except RuntimeError as exc:
-            LOG.append(str(exc))
-        else:
-            LOG.append("allowed")
-        return False
-
-
-class QuietChunk(type(ready(0))):
-    def __bool__(self):
-        return False
+GETTING: list = []  # the policy whose get() tests an InsertingChunk
+# A chunk whose truth test tries insert() and says False; one that only says False.
+InsertingChunk = hostile(ChunkStatus, __bool__=lambda _: try_insert(GETTING[0], LOG) or False)
+QuietChunk = hostile(ChunkStatus, __bool__=lambda _: False)
 
 
 def _falsy_get(cls, chunk_cls, where):
@@ -211,11 +189,11 @@ def _falsy_get(cls, chunk_cls, where):
     policy.insert(K(77), chunk, CTX)
     if where == "t2":
         policy.touch([K(77)], CTX)
-    InsertingChunk.policy = policy
+    GETTING.append(policy)
     try:
         got = policy.get(K(77))
     finally:
-        InsertingChunk.policy = None
+        GETTING.clear()
     assert (K(77) in policy.t2) == (where == "t2")
     return "the chunk" if got is chunk else repr(got), keysnap(policy), list(LOG)
 
@@ -242,22 +220,6 @@ def test_a_chunks_truth_test_runs_while_get_is_busy(policy_cls, where):
         assert got[0] == "the chunk" and got[2] == []
 
 
-class InsertingIndex:
-    """An int whose __index__ tries insert()."""
-
-    def __init__(self, policy, value):
-        self.policy, self.value = policy, value
-
-    def __index__(self):
-        try:
-            self.policy.insert(K(81), ready(81), CTX)
-        except RuntimeError as exc:
-            LOG.append(str(exc))
-        else:
-            LOG.append("allowed")
-        return self.value
-
-
 @gc_stress
 def test_the_entry_limits_check_runs_while_its_setter_is_busy(policy_cls):
     """_max_entries's setter (arc_cy's own, for tests) ran the value's
@@ -266,7 +228,7 @@ def test_the_entry_limits_check_runs_while_its_setter_is_busy(policy_cls):
     LOG.clear()
     policy = populated(policy_cls)
     before = keysnap(policy)
-    policy._max_entries = InsertingIndex(policy, 50)
+    policy._max_entries = hostile(Index, __index__=lambda _: try_insert(policy, LOG))(50)
     assert LOG == [_messages.MSG_REENTRANT.format("insert", "_max_entries")]
     assert keysnap(policy) == before and policy._max_entries == 50
     policy._check_invariants()

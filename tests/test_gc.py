@@ -23,7 +23,7 @@ import pytest
 from arc_cy import _messages
 from childproc import run_json, run_prog
 from helpers import CTX, ready
-from hostile import CallbackKey
+from hostile import Key
 
 pytestmark = pytest.mark.gc_stress
 
@@ -115,7 +115,10 @@ def test_reference_cycle_through_a_key_is_collected(policy_cls):
     """A key (or chunk) that refers back to its policy forms a cycle that
     the garbage collector must be able to break."""
     policy = policy_cls(4)
-    policy.insert(CallbackKey("cycle", policy), ready(1), CTX)
+    key = Key("cycle")
+    key.policy = policy
+    policy.insert(key, ready(1), CTX)
+    del key
     ref = weakref.ref(policy)
     del policy
     gc.collect()

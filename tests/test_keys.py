@@ -18,14 +18,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import CTX, K, VllmARC, ready
-from hostile import (
-    CALL_NAMES,
-    EqRaises,
-    HashRaises,
-    calls_with,
-    populated,
-    unchanged,
-)
+from hostile import CALL_NAMES, EQ_ERROR, EqRaises, Key, act, calls_with, populated, unchanged
 
 pytestmark = pytest.mark.gc_stress
 
@@ -36,8 +29,7 @@ pytestmark = pytest.mark.gc_stress
 @pytest.mark.parametrize("call", CALL_NAMES)
 def test_raising_hash(policy_cls, call, exc):
     policy = populated(policy_cls)
-    key = HashRaises(exc)
-    error = unchanged(policy, calls_with(key)[call], type(exc))
+    error = unchanged(policy, calls_with(Key("bad", hash=exc))[call], type(exc))
     assert error is exc
 
 
@@ -51,9 +43,8 @@ def test_raising_eq_on_hash_collision(policy_cls, call):
     like = COLLIDES_WITH.get(call, K(4))
     if call.startswith(("on_store_miss", "touch")):
         like = K(0)  # a ghost: the lookup must compare with it
-    key = EqRaises(like)
-    error = unchanged(policy, calls_with(key)[call], ArithmeticError)
-    assert error is key.exc
+    error = unchanged(policy, calls_with(EqRaises(like))[call], ArithmeticError)
+    assert error is EQ_ERROR
 
 
 def test_raising_eq_of_stored_key(policy_cls):
@@ -83,7 +74,7 @@ def test_request_finished_looks_up_before_changing(policy_cls):
     def call(p):
         return p.on_request_finished(((key, K(5)),), set(), {key, K(5)}, CTX)
 
-    assert unchanged(policy, call, ArithmeticError) is key.exc
+    assert unchanged(policy, call, ArithmeticError) is EQ_ERROR
 
 
 @pytest.mark.core_only
@@ -91,7 +82,7 @@ def test_request_finished_looks_up_before_changing(policy_cls):
     "bad",
     [
         pytest.param(lambda: [K(9)], id="unhashable"),
-        pytest.param(lambda: HashRaises(ZeroDivisionError("zd")), id="raising-hash"),
+        pytest.param(lambda: Key("bad", hash=ZeroDivisionError), id="raising-hash"),
         pytest.param(lambda: EqRaises(K(1)), id="raising-eq"),
     ],
 )
@@ -106,45 +97,20 @@ def test_on_store_miss_bad_key_first_changes_nothing(policy_cls, bad):
 # --- keys that share a hash -----------------------------------------------------
 
 
-class AlwaysEqual:
-    def __init__(self, h, name):
-        self.h, self.name = h, name
-
-    def __hash__(self):
-        return self.h
-
-    def __eq__(self, other):
-        return True
-
-    def __repr__(self):
-        return self.name
-
-
 def test_folded_hash_collision(policy_cls):
     # 1 and 2**32 are different hashes (a dict never compares such keys);
     # they fold to the same 32 bits, which the compiled core's table slots
     # hold, so it must check the full hash before comparing.
     policy = policy_cls(3)
-    policy.insert(AlwaysEqual(1, "a"), ready(0), CTX)
-    policy.insert(AlwaysEqual(1 << 32, "b"), ready(1), CTX)
-    assert [k.name for k in policy.t1] == ["a", "b"]
+    policy.insert(Key("a", 1, eq=lambda *_: True), ready(0), CTX)
+    policy.insert(Key("b", 1 << 32, eq=lambda *_: True), ready(1), CTX)
+    assert [k.ident for k in policy.t1] == ["a", "b"]
     policy._check_invariants()
 
 
-class SameHash:
+def SameHash(name):
     """Distinct keys (equal by name) that all share one hash."""
-
-    def __init__(self, name):
-        self.name = name
-
-    def __hash__(self):
-        return 777
-
-    def __eq__(self, other):
-        return isinstance(other, SameHash) and other.name == self.name
-
-    def __repr__(self):
-        return f"SameHash({self.name!r})"
+    return Key(name, 777)
 
 
 def test_keys_sharing_a_hash_are_found_in_every_list(policy_cls):
@@ -176,39 +142,19 @@ def test_keys_sharing_a_hash_are_found_in_every_list(policy_cls):
 # --- keys that break the hash/eq contract: no crash, a consistent state ---------
 
 
-class NT:
-    """X and Y are unequal, Z equals both (not transitive); one hash."""
-
-    crossed = 0  # comparisons of two different names that said equal
-
-    def __init__(self, name):
-        self.name = name
-
-    def __hash__(self):
-        return 12345
-
-    def __eq__(self, other):
-        if not isinstance(other, NT):
-            return False
-        if self.name != other.name and "Z" in (self.name, other.name):
-            NT.crossed += 1
-            return True
-        return self.name == other.name
-
-    def __repr__(self):
-        return self.name
+CROSSED: list = []  # comparisons of two different keys that said equal (one hash)
 
 
-class Asym(NT):
-    """A equals everything of its hash; nothing else equals A."""
+def non_transitive(key, other):
+    """X and Y are unequal, Z equals both."""
+    if key.ident != other.ident and "Z" in (key.ident, other.ident):
+        return CROSSED.append(key) or True
 
-    __hash__ = NT.__hash__
 
-    def __eq__(self, other):
-        if self.name == "A" and getattr(other, "name", "A") != "A":
-            NT.crossed += 1
-            return True
-        return isinstance(other, NT) and other.name == self.name
+def asymmetric(key, other):
+    """A equals every key of its hash; nothing else equals A."""
+    if key.ident == "A" != other.ident:
+        return CROSSED.append(key) or True
 
 
 def _checked(policy, *calls):
@@ -251,48 +197,36 @@ CONTRACT_BREAKING = {
 
 
 @pytest.mark.core_only
-@pytest.mark.parametrize("keys", [NT, Asym], ids=["non-transitive", "asymmetric"])
+@pytest.mark.parametrize("eq", [non_transitive, asymmetric], ids=["non-transitive", "asymmetric"])
 @pytest.mark.parametrize("case", CONTRACT_BREAKING)
-def test_keys_that_break_the_contract_keep_the_policy_consistent(policy_cls, case, keys):
+def test_keys_that_break_the_contract_keep_the_policy_consistent(policy_cls, case, eq):
     """The three contract-breaking cases: arc_cy promises no
     crash and a consistent state, not vLLM's decisions."""
-    names = ("A", "Y", "X") if keys is Asym else ("X", "Y", "Z")
+    names = ("A", "Y", "X") if eq is asymmetric else ("X", "Y", "Z")
     policy = policy_cls(2)
-    NT.crossed = 0
-    _checked(policy, *CONTRACT_BREAKING[case](*(keys(n) for n in names)))
-    assert NT.crossed > 0  # the broken equality was reached
+    CROSSED.clear()
+    _checked(policy, *CONTRACT_BREAKING[case](*(Key(n, 12345, eq=eq) for n in names)))
+    assert CROSSED  # the broken equality was reached
 
 
 # --- evict() never compares keys in the core (documented divergence) ------------
 
 
-class EqRaisesWhenArmed:
-    armed = False
-
-    def __init__(self, n):
-        self.n = n
-
-    def __hash__(self):
-        return 31337
-
-    def __eq__(self, other):
-        if EqRaisesWhenArmed.armed:
-            raise ArithmeticError("eq")
-        return isinstance(other, EqRaisesWhenArmed) and other.n == self.n
+ARMED: list = []
 
 
 def _evict_with_raising_eq(cls):
     policy = cls(4)
     for n in range(2):
-        policy.insert(EqRaisesWhenArmed(n), ready(n), CTX)
-    EqRaisesWhenArmed.armed = True
+        policy.insert(Key(n, 31337, eq=lambda *_: act(EQ_ERROR) if ARMED else None), ready(n), CTX)
+    ARMED.append(True)
     try:
-        outcome = "ok", [k.n for k, _ in policy.evict(2, ())]
+        outcome = "ok", [k.ident for k, _ in policy.evict(2, ())]
     except ArithmeticError:
         outcome = "raised", None
     finally:
-        EqRaisesWhenArmed.armed = False
-    return outcome, [[k.n for k in getattr(policy, name)] for name in ("t1", "b1")]
+        ARMED.clear()
+    return outcome, [[k.ident for k in getattr(policy, name)] for name in ("t1", "b1")]
 
 
 @pytest.mark.needs_vllm
@@ -311,19 +245,6 @@ def test_documented_divergence_evict_never_compares_keys(policy_cls):
         assert got == unchanged_state
 
 
-class _Rehashing:
-    """A key whose hash changes after it is stored: it breaks the contract."""
-
-    def __init__(self, value: int) -> None:
-        self.value = value
-
-    def __hash__(self) -> int:
-        return hash(self.value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Rehashing) and other.value == self.value
-
-
 @pytest.mark.core_only
 @pytest.mark.parametrize("where", ["t1", "b1"])
 def test_the_invariant_check_finds_a_key_whose_hash_changed(policy_cls, where):
@@ -332,13 +253,13 @@ def test_the_invariant_check_finds_a_key_whose_hash_changed(policy_cls, where):
     resident list and in a ghost list alike. The twin, as vLLM's dicts,
     keeps no hash to compare."""
     policy = policy_cls(4)
-    key = _Rehashing(1)
+    key = Key(1)  # breaks the contract when its hash changes
     policy.insert(key, ready(1), CTX)
     policy.insert(K(2), ready(2), CTX)
     if where == "b1":
         assert policy.evict(1, set())[0][0] is key  # t1's LRU end
     assert key in getattr(policy, where)
     policy._check_invariants()
-    key.value = 2
+    key.hash_as = 2
     with pytest.raises(AssertionError, match=f"in {where}: its key's hash changed"):
         policy._check_invariants()

@@ -27,7 +27,6 @@ from helpers import (
     CTX,
     K,
     VllmARC,
-    filled,
     keysnap,
     load_policy_class,
     ready,
@@ -39,13 +38,17 @@ from hostile import (
     MUTATION_PARAMS,
     MUTATIONS,
     WHENS,
-    Boom,
-    CallbackKey,
+    HostileError,
+    Index,
+    Key,
     calls_with,
     core_only_params,
     drop_callback_key,
+    hostile,
+    logged,
     populated,
     set_target,
+    try_insert,
     unchanged,
     with_ghosts,
 )
@@ -58,15 +61,6 @@ pytestmark = pytest.mark.gc_stress
 REFUSALS: list[str] = []
 
 
-def _try_insert(policy):
-    try:
-        policy.insert(K(900 + len(REFUSALS)), ready(900), CTX)
-    except RuntimeError as exc:
-        REFUSALS.append(str(exc))
-    else:
-        REFUSALS.append("allowed")
-
-
 class Arm:
     policy = None
 
@@ -74,46 +68,11 @@ class Arm:
     def fire(cls):
         if cls.policy is not None:
             policy, cls.policy = cls.policy, None  # once
-            _try_insert(policy)
+            try_insert(policy, REFUSALS)
 
 
-class CallingKey:
-    def __init__(self, n):
-        self.n = n
-
-    def __hash__(self):
-        Arm.fire()
-        return hash(K(self.n))
-
-    def __eq__(self, other):
-        return other == K(self.n)
-
-
-class CallingIndex:
-    def __init__(self, n):
-        self.n = n
-
-    def __index__(self):
-        Arm.fire()
-        return self.n
-
-
-class CallingSet(set):
-    def __contains__(self, key):
-        Arm.fire()
-        return set.__contains__(self, key)
-
-
-class CallingFraction(Fraction):
-    def __float__(self):
-        Arm.fire()
-        return Fraction.__float__(self)
-
-
-class CallingCtx:
-    def get_offload_key_position(self, key):
-        Arm.fire()
-        return None
+def _fire(*_):
+    Arm.fire()
 
 
 def _calling_keys():
@@ -121,8 +80,17 @@ def _calling_keys():
     yield K(4)
 
 
+def CallingKey(n):
+    return Key(K(n), hash=_fire)
+
+
+CallingIndex = hostile(Index, __index__=_fire)
+CallingSet = hostile(set, __contains__=_fire)
+CallingCtx = hostile(object, get_offload_key_position=_fire)
+
+
 def _set_calling_target(p):
-    p.target_t1_size = CallingFraction(1, 2)
+    p.target_t1_size = hostile(Fraction, __float__=_fire)(1, 2)
 
 
 BUSY_CALLS = {
@@ -170,37 +138,34 @@ def test_every_call_is_busy_before_its_first_user_code(policy_cls, how):
 # --- busy is read where user code's keys are not (rule 2) -----------------------
 
 
-class Collider:
+COLLIDING: list = []
+
+
+def collider(name, how, policy, log):
     """A key user code puts in the policy's instance __dict__, whose hash is
-    that of a name the policy reads (busy's, a list's, a value's): its
-    __eq__ raises, calls a mutator of the policy, or only records that it
-    ran. Active while `on` holds."""
+    that of a name the policy reads (busy's, a list's, a value's): while
+    COLLIDING, its __eq__ logs, then raises, calls a mutator of the policy
+    (once), or only records that it ran."""
+    inside = []
 
-    on = True
-
-    def __init__(self, name, how, policy, log):
-        self.name, self.how, self.policy, self.log = name, how, policy, log
-        self.inside = False
-
-    def __hash__(self):
-        return hash(self.name)
-
-    def __eq__(self, other):
-        if not Collider.on:
-            return self is other
-        self.log.append(self.name)
-        if self.how == "raise":
-            raise Boom(f"Collider({self.name!r}).__eq__")
-        if self.how == "mutate" and not self.inside:
-            self.inside = True  # once: a mutator that compares it again
+    def eq(key, other):
+        if not COLLIDING:
+            return key is other
+        log.append(name)
+        if how == "raise":
+            raise HostileError(f"collider({name!r}).__eq__")
+        if how == "mutate" and not inside:
+            inside.append(True)  # once: a mutator that compares it again
             try:
-                self.policy.remove(K(12345))  # absent: harmless, unless busy
+                policy.remove(K(12345))  # absent: harmless, unless busy
             except RuntimeError as exc:
                 if isinstance(exc, RecursionError):
                     raise
             finally:
-                self.inside = False
+                inside.clear()
         return False
+
+    return Key(name, eq=eq)
 
 
 COLLIDER_CALLS = {
@@ -240,15 +205,15 @@ def test_keys_in_the_instance_dict_never_touch_busy(policy_cls, how):
         for label, call in COLLIDER_CALLS.items():
             policy = with_ghosts(policy_cls)
             log: list[str] = []
-            policy.__dict__[Collider(name, how, policy, log)] = 1
-            Collider.on = True
+            policy.__dict__[collider(name, how, policy, log)] = 1
+            COLLIDING.append(True)
             try:
                 call(policy)
-            except Boom:
+            except HostileError:
                 pass  # a lookup of a value's name: the call fails as vLLM's would
             finally:
-                Collider.on = False
-            for key in [k for k in policy.__dict__ if type(k) is Collider]:
+                COLLIDING.clear()
+            for key in [k for k in policy.__dict__ if type(k) is Key]:
                 del policy.__dict__[key]
             if name == "_busy":
                 assert log == [], f"{label}: busy's check ran a key's __eq__"
@@ -256,17 +221,6 @@ def test_keys_in_the_instance_dict_never_touch_busy(policy_cls, how):
             policy.insert(K(77), ready(77), CTX)
             assert policy.get(K(77)) is not None, label
             policy._check_invariants()
-
-
-class RunsWhenReleased:
-    """A key whose __del__ runs `run`, once."""
-
-    run = None
-
-    def __del__(self):
-        run, RunsWhenReleased.run = RunsWhenReleased.run, None
-        if run is not None:
-            run()
 
 
 @pytest.mark.core_only  # the core's release order (rule 6)
@@ -280,7 +234,7 @@ def test_a_call_nested_in_a_release_is_busy_before_its_first_user_code(policy_cl
     running, call = BUSY_CALLS[how]
     REFUSALS.clear()
     policy = with_ghosts(policy_cls)
-    policy.insert(RunsWhenReleased(), ready(60), CTX)
+    policy.insert(Key("released", delete=lambda _: nested()), ready(60), CTX)
 
     def nested():
         Arm.policy = policy
@@ -291,11 +245,7 @@ def test_a_call_nested_in_a_release_is_busy_before_its_first_user_code(policy_cl
         finally:
             Arm.policy = None
 
-    RunsWhenReleased.run = nested
-    try:
-        policy.clear() if outer == "clear" else policy.__init__(4)
-    finally:
-        RunsWhenReleased.run = None
+    policy.clear() if outer == "clear" else policy.__init__(4)
     assert REFUSALS == [_messages.MSG_REENTRANT.format("insert", running)], REFUSALS
     policy._check_invariants()
 
@@ -303,38 +253,23 @@ def test_a_call_nested_in_a_release_is_busy_before_its_first_user_code(policy_cl
 # --- protected containers and keys that mutate or read --------------------------
 
 
-def test_reentrant_mutation_from_protected_is_refused(policy_cls):
-    policy, _ = filled(policy_cls, 4, t1=[b"a", b"b"])
-
-    class Meddler:
-        def __contains__(self, key):
-            policy.insert(b"new", ready(9), CTX)
-            return False
-
-    before = (list(policy.t1), list(policy.b1))
-    with pytest.raises(RuntimeError, match="insert"):
-        policy.evict(1, Meddler())
-    assert (list(policy.t1), list(policy.b1)) == before
-    policy._check_invariants()
-
-
 @pytest.mark.parametrize("mutation", MUTATION_PARAMS)
 def test_protected_that_mutates_the_policy(policy_cls, mutation):
     policy = populated(policy_cls)
     seen = []
 
-    class Meddling:
-        def __contains__(self, key):
-            try:
-                MUTATIONS[mutation](policy)
-            except RuntimeError as error:
-                seen.append(str(error))
-                raise
-            seen.append("allowed")
-            return False
+    def meddle(*_):
+        try:
+            MUTATIONS[mutation](policy)
+        except RuntimeError as error:
+            seen.append(str(error))
+            raise
+        seen.append("allowed")
+        return False
 
     name = mutation.split("(")[0]
-    error = unchanged(policy, lambda p: p.evict(2, Meddling()), RuntimeError)
+    meddling = hostile(object, __contains__=meddle)()
+    error = unchanged(policy, lambda p: p.evict(2, meddling), RuntimeError)
     assert str(error) == (f"{name}() called on the ARC policy while evict() is still running")
     assert seen == [str(error)]
     # and the policy still works
@@ -349,18 +284,6 @@ def test_protected_that_mutates_the_policy(policy_cls, mutation):
 def test_mutation_from_key_eq_is_refused(policy_cls, mutation):
     """A key's __eq__ runs inside a mutating call; it may not mutate."""
     policy = populated(policy_cls)
-
-    class Meddler:
-        def __init__(self, like):
-            self.like = like
-
-        def __hash__(self):
-            return hash(self.like)
-
-        def __eq__(self, other):
-            MUTATIONS[mutation](policy)
-            return False
-
     for call, like in [
         ("insert", K(4)),
         ("touch", K(4)),
@@ -368,7 +291,8 @@ def test_mutation_from_key_eq_is_refused(policy_cls, mutation):
         ("on_store_miss", K(0)),  # it only looks at the ghosts
         ("on_request_finished", K(4)),
     ]:
-        unchanged(policy, calls_with(Meddler(like))[call], RuntimeError)
+        key = Key(like, eq=lambda *_: MUTATIONS[mutation](policy) or False)
+        unchanged(policy, calls_with(key)[call], RuntimeError)
 
 
 @pytest.mark.needs_vllm
@@ -403,49 +327,31 @@ def test_protected_that_reads_works_like_vllm(policy_cls):
 MUTATION_LOG: list[str] = []
 
 
-def _log_insert_attempt(policy, i):
-    try:
-        policy.insert(K(900 + i), ready(900 + i), CTX)
-    except RuntimeError as error:
-        assert "is still running" in str(error)
-        MUTATION_LOG.append("refused")
-    else:
-        MUTATION_LOG.append("allowed")
+INSERTING: list = []  # the policy that comparing keys try insert() on
 
 
-class InsertingKey:
+def _inserting_eq(key, other):
+    if INSERTING:
+        try_insert(INSERTING[0], MUTATION_LOG)
+
+
+def InsertingKey(name):
     """Keys sharing one hash, equal by name; comparing them tries insert()."""
-
-    policy = None
-
-    def __init__(self, name):
-        self.name = name
-
-    def __hash__(self):
-        return 4242
-
-    def __eq__(self, other):
-        if InsertingKey.policy is not None:
-            _log_insert_attempt(InsertingKey.policy, len(MUTATION_LOG))
-        return isinstance(other, InsertingKey) and other.name == self.name
-
-    def __repr__(self):
-        return self.name
+    return Key(name, 4242, eq=_inserting_eq)
 
 
 def _compare_while_busy(cls, call):
     MUTATION_LOG.clear()
-    InsertingKey.policy = None
     policy = cls(4)
     for name in "XYZ":
         policy.insert(InsertingKey(name), ready(ord(name)), CTX)
-    InsertingKey.policy = policy
+    INSERTING.append(policy)
     try:
         result = call(policy)
     finally:
-        InsertingKey.policy = None
+        INSERTING.clear()
     policy._check_invariants()
-    return keysnap(policy), result and [k.name for k, _ in result], list(MUTATION_LOG)
+    return keysnap(policy), result and [k.ident for k, _ in result], list(MUTATION_LOG)
 
 
 COMPARING_CALLS = {
@@ -462,22 +368,16 @@ def test_key_eq_cannot_mutate_in_evict_or_remove(policy_cls, how):
     an __eq__ succeeded there."""
     call = COMPARING_CALLS[how]
     state, result, log = _compare_while_busy(policy_cls, call)
-    assert "allowed" not in log, log
+    assert set(log) <= {_messages.MSG_REENTRANT.format("insert", how)}, log
     # the refused callbacks change nothing: the state is the one reached
     # without them
     quiet = VllmARC(4)
     for name in "XYZ":
         quiet.insert(InsertingKey(name), ready(ord(name)), CTX)
     expected = call(quiet)
-    assert (state, result) == (keysnap(quiet), expected and [k.name for k, _ in expected])
+    assert (state, result) == (keysnap(quiet), expected and [k.ident for k, _ in expected])
     if policy_cls.__module__.startswith("arc_cy._twin.") or how == "remove":
         assert log  # the comparisons did run (the core's evict never compares)
-
-
-class InsertingFraction(Fraction):
-    def __float__(self):
-        _log_insert_attempt(InsertingFraction.policy, 0)
-        return Fraction.__float__(self)
 
 
 @pytest.mark.core_only  # the twin's target is vLLM's attribute
@@ -486,10 +386,10 @@ def test_target_setter_runs_user_code_while_busy(policy_cls):
     without being busy."""
     MUTATION_LOG.clear()
     policy = populated(policy_cls)
-    InsertingFraction.policy = policy
     before = keysnap(policy)
-    policy.target_t1_size = InsertingFraction(5, 2)
-    assert MUTATION_LOG == ["refused"]
+    inserting = hostile(Fraction, __float__=lambda _: try_insert(policy, MUTATION_LOG))
+    policy.target_t1_size = inserting(5, 2)
+    assert MUTATION_LOG == [_messages.MSG_REENTRANT.format("insert", "target_t1_size")]
     assert keysnap(policy)[:4] == before[:4]
     assert policy.target_t1_size == Fraction(5, 2)
 
@@ -519,10 +419,10 @@ def _replace_key(cls, how, act):
     DEL_LOG.clear()
     policy = cls(3)
     policy.insert(K(2), ready(2), CTX)
-    key = CallbackKey("cb", policy, REPLACE_ACTS[act])
+    key = Key("cb", delete=logged(policy, REPLACE_ACTS[act]))
     policy.insert(key, ready(40), CTX)
     del key
-    equal = CallbackKey("cb")
+    equal = Key("cb")
     if how == "insert-over-ghost":
         assert [k for k, _ in policy.evict(1, {K(2)})] == [equal]
         policy.insert(equal, ready(41), CTX)
@@ -531,7 +431,7 @@ def _replace_key(cls, how, act):
     elif how == "on_request_finished":
         policy.on_request_finished(((equal,),), set(), {equal}, CTX)
     policy._check_invariants()
-    state = [[getattr(k, "name", k) for k in lst] for lst in snapshot(policy)[:4]]
+    state = [[getattr(k, "ident", k) for k in lst] for lst in snapshot(policy)[:4]]
     return state, list(DEL_LOG)
 
 
@@ -576,7 +476,7 @@ def test_two_threads_driving_one_policy(impl):
     and the policy ends consistent and not busy."""
     out = run_json("surface.py", "threads", impl, "--no-vllm", timeout=600)
     assert out["other"] == [], out["other"][:5]
-    assert out["overlapped"] > 100, out
+    assert out["overlapped"] > 1000, out  # 4,400 here (3.11, a busy 2-core machine)
     assert out["reader_calls"] >= 2000, out
 
 
@@ -652,13 +552,13 @@ def test_a_trace_hook_raising_once_busy_is_set(policy_cls, call):
             and busy()
         ):
             raised.append(frame.f_code.co_name)
-            raise Boom("traced")
+            raise HostileError("traced")
         return trace
 
     sys.settrace(trace)
     try:
         TRACED_CALLS[call](policy)
-    except Boom:
+    except HostileError:
         pass
     finally:
         sys.settrace(None)

@@ -18,6 +18,7 @@ import tracemalloc
 import pytest
 
 from helpers import ChunkStatus, ReqContext
+from hostile import HostileError, Key, after, hostile
 
 pytestmark = pytest.mark.sanitize
 
@@ -130,26 +131,10 @@ def test_failed_and_rolled_back_evictions_change_no_counts(policy_cls):
     assert policy.evict(0, ()) == []
     assert refs.now() == before
 
-    class Boom(Exception):
-        pass
-
-    class Raising:
-        """Lets a few candidates through, then raises mid-selection."""
-
-        def __init__(self, after):
-            self.calls = 0
-            self.after = after
-
-        def __contains__(self, key):
-            self.calls += 1
-            if self.calls > self.after:
-                raise Boom(key)
-            return False
-
-    for after in range(4):  # 4 candidates are enough: it always raises
+    for calls in range(4):  # 4 candidates are enough: it always raises
         try:
-            policy.evict(4, Raising(after))
-        except Boom:
+            policy.evict(4, hostile(set, __contains__=after(calls, HostileError))())
+        except HostileError:
             pass
         else:
             pytest.fail("evict() swallowed the exception")
@@ -328,7 +313,10 @@ def test_steady_churn_does_not_grow(policy_cls):
     finally:
         tracemalloc.stop()
     policy._check_invariants()
-    assert second - first < 128 * 1024, (first, second)
+    # Measured (3.11, seeds 7-9): the core 1-6 KB, the twin 16-29 KB; a
+    # leak on the 5% remove() path alone (1,500 objects) would pass 128 KB.
+    limit = 32 if policy_cls.__module__.startswith("arc_cy._core.") else 64
+    assert second - first < limit * 1024, (first, second)
 
 
 def test_failed_calls_and_init_again_release_what_they_held(policy_cls):
@@ -341,27 +329,20 @@ def test_failed_calls_and_init_again_release_what_they_held(policy_cls):
     policy.touch(keys[4:6], CTX)
     del policy.evict(2, set())[:]  # keys 0, 1 become ghosts
 
-    class Boom(Exception):
-        pass
+    def RaisingHash():
+        return Key("bad", hash=HostileError)
 
-    class RaisingHash:
-        def __hash__(self):
-            raise Boom
-
-    class Fails:
-        def __contains__(self, key):
-            raise Boom
-
+    fails = hostile(set, __contains__=HostileError)
     before = refs.now()
     calls = [
         lambda: policy.touch([*keys, RaisingHash()], CTX),
         lambda: policy.touch(iter([fresh(keys[2]), RaisingHash()]), CTX),
         lambda: policy.on_store_miss((*keys, RaisingHash()), CTX),
-        lambda: policy.on_request_finished((tuple(keys),), Fails(), set(), CTX),
-        lambda: policy.evict(3, Fails()),
+        lambda: policy.on_request_finished((tuple(keys),), fails(), set(), CTX),
+        lambda: policy.evict(3, fails()),
     ]
     for call in calls:
-        with pytest.raises((Boom, TypeError)):
+        with pytest.raises((HostileError, TypeError)):
             call()
         assert refs.now() == before
     policy._check_invariants()

@@ -29,7 +29,7 @@ from helpers import (
     ready,
     snapshot,
 )
-from hostile import Boom, populated, set_target, unchanged
+from hostile import HostileError, after, hostile, populated, set_target, unchanged
 
 pytestmark = pytest.mark.gc_stress
 
@@ -180,20 +180,10 @@ def test_init_again_with_bad_capacity_changes_nothing(policy_cls):
 # --- protected containers that raise --------------------------------------------
 
 
-@pytest.mark.parametrize("after", [0, 1, 2, 3])
-def test_protected_raising(policy_cls, after):
-    policy = populated(policy_cls)
-
-    class Raising:
-        calls = 0
-
-        def __contains__(self, key):
-            Raising.calls += 1
-            if Raising.calls > after:
-                raise Boom(key)
-            return False
-
-    unchanged(policy, lambda p: p.evict(4, Raising()), Boom)
+@pytest.mark.parametrize("calls", [0, 1, 2, 3])
+def test_protected_raising(policy_cls, calls):
+    raising = hostile(set, __contains__=after(calls, HostileError))()
+    unchanged(populated(policy_cls), lambda p: p.evict(4, raising), HostileError)
 
 
 # --- limits ---------------------------------------------------------------------

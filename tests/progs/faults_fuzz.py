@@ -120,6 +120,7 @@ from arc_cy._core.arc import ARCPlusCachePolicy as PlusPolicy  # noqa: E402 -- a
 from arc_cy._core.views import ListView  # noqa: E402 -- after hiding vLLM
 from arc_cy._flags import env_flag  # noqa: E402 -- after hiding vLLM
 from arc_cy._vllm import ChunkStatus  # noqa: E402 -- after hiding vLLM
+from helpers import CTX, ready  # noqa: E402 -- after hiding vLLM
 
 IMPLS = {"cython": CPolicy, "plus": PlusPolicy}
 CORES = (CPolicy, PlusPolicy)  # the compiled policies: rule 11 holds
@@ -157,23 +158,6 @@ LOST = "error return without exception set"
 def fail(msg: str) -> None:
     if len(Run.failures) < 50:
         Run.failures.append(msg)
-
-
-class Ctx:
-    """A request context that knows no key's position (keys stay in the
-    order given)."""
-
-    def get_offload_key_position(self, key):
-        return None
-
-
-CTX = Ctx()
-
-
-def _chunk(ref: int = 0) -> ChunkStatus:
-    c = ChunkStatus(0)
-    c.ref_cnt = ref
-    return c
 
 
 # --- cleared: objects the collector cleared, used by finalizers --------------
@@ -314,7 +298,7 @@ def _policy_call(p, r):
     if name == "get":
         p.get(k)
     elif name == "insert":
-        p.insert(k, _chunk(r.choice([0, 0, -1])), None)
+        p.insert(k, ready(0, r.choice([0, 0, -1])), None)
     elif name == "remove":
         p.remove(k)
     elif name == "touch":
@@ -586,7 +570,7 @@ def check_survivors() -> None:
                 Run.counts["survivor_policy_checked"] += 1
                 # a key no policy holds: a policy rescued again in a later
                 # round (a cycle kept it) holds the earlier check's
-                obj.insert(GKey(next(SURVIVOR_KEYS)), _chunk(), None)
+                obj.insert(GKey(next(SURVIVOR_KEYS)), ready(0), None)
                 lens = [obj._list_len(w) for w in range(4)] if type(obj) in CORES else None
                 try:
                     obj.evict(1, set())
@@ -796,7 +780,7 @@ class NomemRound:
         self.watch = r.random() < 0.3  # a round that watches releases
         self.a = Side(cls, cap, RKey if self.watch else PKey)  # armed
         self.s = Side(cls, cap, PKey)  # shadow
-        self.chunks = [_chunk(ref) for ref in (0, 0, 0, 0, -1, 1)]
+        self.chunks = [ready(0, ref) for ref in (0, 0, 0, 0, -1, 1)]
         self.shape = Shape()
         self.plus = cls is PlusPolicy
         self.ref_cnt = {id(c): c.ref_cnt for c in self.chunks}

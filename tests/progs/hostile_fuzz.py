@@ -117,7 +117,9 @@ from helpers import (
     VllmARC,
     has_null_item,
     load_policy_class,
+    ready,
 )
+from hostile import HostileError, hooked
 
 # vLLM's ARC; without vLLM, the twin, which is vLLM's arc.py (arc_cy._twin.arc).
 VLLM_ARC = VllmARC if HAVE_VLLM else load_policy_class("python")
@@ -129,11 +131,6 @@ PlusPolicy = (
 )
 # The policies that follow rule 11 (a call that raises has changed nothing).
 COMPILED = ("cython", "plus")
-
-
-class HostileError(Exception):
-    """The one exception every "raise" action raises (one message, so the
-    order in which implementations call user code cannot change the text)."""
 
 
 # Exceptions a call may raise in chaos mode:
@@ -232,7 +229,7 @@ def do_action(kind: str, action: tuple) -> None:
     p = G.policy
     if what == "raise":
         G.counts["raised"] += 1
-        raise HostileError("hostile")
+        raise HostileError("hostile")  # one text: whatever user code runs first
     if what == "collect":
         gc.collect()
         if G.in_call:
@@ -247,18 +244,12 @@ def do_action(kind: str, action: tuple) -> None:
         scan_young()
 
 
-def _fresh_chunk() -> ChunkStatus:
-    c = ChunkStatus(7)
-    c.ref_cnt = 0
-    return c
-
-
 def _ctx() -> ReqContext:
     return ReqContext(req_id="re-entry")
 
 
 MUTATORS = {
-    "insert": lambda p: p.insert(G.plain_keys[0], _fresh_chunk(), None),
+    "insert": lambda p: p.insert(G.plain_keys[0], ready(7), None),
     "remove": lambda p: p.remove(G.plain_keys[1]),
     "touch": lambda p: p.touch([G.plain_keys[2]], None),
     "on_store_miss": lambda p: p.on_store_miss([G.plain_keys[3]], None),
@@ -280,16 +271,16 @@ def plus_seed_fates(p) -> None:
     cap = p.cache_capacity
     keys = [HKey(100 + i) for i in range(cap)]
     for k in keys:
-        p.insert(k, _fresh_chunk(), None)
+        p.insert(k, ready(7), None)
     p.evict(cap, set())  # to b1
     p.on_request_finished((tuple(HKey(200 + i) for i in range(cap)),), set(), set(), _ctx())
     one = HKey(300)
-    p.insert(one, _fresh_chunk(), None)
+    p.insert(one, ready(7), None)
     p.on_request_finished(((one,),), set(), {one}, _ctx())  # to t2
     p.evict(1, set())  # to b2
     p.on_store_miss([one], None)
     for k in [*p.b1.keys(), *p.b2.keys()]:
-        p.insert(k, _fresh_chunk(), None)
+        p.insert(k, ready(7), None)
         p.remove(k)
     assert not (p.t1 or p.t2 or p.b1 or p.b2), "not emptied"
     assert (p.b1_returned, p.b1_forgotten, p.b2_returned, p.b2_forgotten) == (0, cap, 1, 0)
@@ -300,7 +291,7 @@ def plus_fill_t2(p, keys) -> None:
     the fates seeded, an offer of first-seen keys finds no victim in t1 and
     is refused from the first step (plus_refused), where ARC would evict."""
     for k in keys:
-        p.insert(k, _fresh_chunk(), None)
+        p.insert(k, ready(7), None)
         p.on_request_finished(((k,),), set(), {k}, _ctx())
     assert list(p.t2) == list(keys) and not p.t1, "not in t2"
 
@@ -400,7 +391,7 @@ def do_copy(p, kind: str) -> None:
     if G.in_call:
         G.counts["copy_in_call"] += 1
     try:
-        c.insert(HKey(COPY_KEY_ID), _fresh_chunk(), None)
+        c.insert(HKey(COPY_KEY_ID), ready(7), None)
         c.clear()
     except ALLOWED as exc:
         G.failures.append(f"{G.pname}: a copy taken from {kind} refuses a mutator: {exc!r}")
@@ -808,8 +799,9 @@ def _wrap(result, like):
 
 
 class HTarget(Fraction):
-    """target_t1_size acting in the methods named in where; arithmetic
-    keeps the type (and the action) while the result is a Fraction."""
+    """target_t1_size acting in the methods named in where (TARGET_ACTS);
+    arithmetic keeps the type (and the action) while the result is a
+    Fraction."""
 
     def __new__(cls, numerator=0, denominator=None, *, action=NONE, where=()):
         self = super().__new__(cls, numerator, denominator)
@@ -817,58 +809,33 @@ class HTarget(Fraction):
         self.where = where
         return self
 
-    def _act(self, what):
-        if what in self.__dict__.get("where", ()):
-            fire("target_" + what, self.action)
-
-    def __int__(self):
-        self._act("int")
-        return Fraction.__int__(self)
-
-    def __float__(self):
-        self._act("float")
-        return Fraction(self).__float__()
-
-    def __add__(self, other):
-        self._act("arith")
-        return _wrap(Fraction.__add__(self, other), self)
-
-    def __radd__(self, other):
-        self._act("arith")
-        return _wrap(Fraction.__radd__(self, other), self)
-
-    def __sub__(self, other):
-        self._act("arith")
-        return _wrap(Fraction.__sub__(self, other), self)
-
-    def __rsub__(self, other):
-        self._act("arith")
-        return _wrap(Fraction.__rsub__(self, other), self)
-
-    def __lt__(self, other):
-        self._act("cmp")
-        return Fraction.__lt__(self, other)
-
-    def __gt__(self, other):
-        self._act("cmp")
-        return Fraction.__gt__(self, other)
-
-    def __le__(self, other):
-        self._act("cmp")
-        return Fraction.__le__(self, other)
-
-    def __ge__(self, other):
-        self._act("cmp")
-        return Fraction.__ge__(self, other)
-
-    def __eq__(self, other):
-        self._act("cmp")
-        return Fraction.__eq__(self, other)
-
     __hash__ = Fraction.__hash__
 
     def __repr__(self):
         return f"HTarget({self.numerator}/{self.denominator}, {self.action}, {self.where})"
+
+
+TARGET_ACTS = {"__int__": "int", "__float__": "float"}
+TARGET_ACTS |= dict.fromkeys(["__add__", "__radd__", "__sub__", "__rsub__"], "arith")
+TARGET_ACTS |= dict.fromkeys(["__lt__", "__gt__", "__le__", "__ge__", "__eq__"], "cmp")
+
+
+def _target_hook(target, name):
+    what = TARGET_ACTS[name]
+    if what in target.__dict__.get("where", ()):
+        return lambda *_: fire("target_" + what, target.action)
+
+
+def _target_plain(name):
+    if name == "__float__":
+        return lambda t: Fraction(t).__float__()
+    if TARGET_ACTS[name] == "arith":
+        return lambda t, other: _wrap(getattr(Fraction, name)(t, other), t)
+    return getattr(Fraction, name)
+
+
+for _name in TARGET_ACTS:
+    setattr(HTarget, _name, hooked(_name, _target_plain(_name), _target_hook))
 
 
 # --- the oracle --------------------------------------------------------------

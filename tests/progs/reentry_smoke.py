@@ -13,6 +13,7 @@ from hostile import (
     EqRaises,
     calls_with,
     drop_callback_key,
+    hostile,
     populated,
 )
 
@@ -23,13 +24,9 @@ for name in IMPLEMENTATIONS:
             drop_callback_key(populated(cls), when, act)
     for mutation in MUTATIONS:
         p = populated(cls)
-
-        class M:
-            def __contains__(self, key, m=mutation, p=p):
-                MUTATIONS[m](p)
-
+        meddling = hostile(object, __contains__=lambda _, k, m=mutation, p=p: MUTATIONS[m](p))
         try:
-            p.evict(3, M())
+            p.evict(3, meddling())
         except Exception:
             pass
         p._check_invariants()

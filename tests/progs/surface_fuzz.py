@@ -116,7 +116,8 @@ from arc_cy import _messages
 from arc_cy._core import arguments, chunks, views
 from arc_cy._messages import MSG_DUPLICATE, MSG_MUTATED
 from arc_cy._policy import METHODS
-from helpers import ChunkStatus, ReqContext
+from helpers import ChunkStatus, ReqContext, ready
+from hostile import HostileError
 
 CPolicy = core_mod.ARCCachePolicy
 IMPLS = {"cython": CPolicy}
@@ -129,10 +130,6 @@ EXCLUDE: set[str] = set()
 
 def excluded(name: str) -> bool:
     return "halfbuilt" in EXCLUDE and name in ("__new__", "__class__")
-
-
-class HostileError(Exception):
-    """What a hook or an in-call action raises."""
 
 
 # What a hook raises: HostileError, or KeyboardInterrupt (a BaseException, as
@@ -240,12 +237,6 @@ def _gc_callback(phase: str, info: dict) -> None:
         Act.point("gc")
 
 
-def chunk(ref: int = 0) -> ChunkStatus:
-    c = ChunkStatus(0)
-    c.ref_cnt = ref
-    return c
-
-
 # A hostile chunk's holder, by the chunk's id: a weak reference (ARCCore
 # itself takes none: the policy; an id reused by a later chunk names a
 # policy all the same).
@@ -270,7 +261,7 @@ def populated(policy_cls, capacity: int = 6, keys: int = 10, hostile_chunks: boo
                 c.ref_cnt = ref
                 HOLDERS[id(c)] = p if type(p) is core_mod.ARCCore else weakref.ref(p)
             else:
-                c = chunk(ref)
+                c = ready(0, ref)
             p.insert(Key(i), c, None)
             if len(p.t1) + len(p.t2) >= capacity:
                 p.evict(1, set())
@@ -349,7 +340,7 @@ class User:
             mutator = name not in ("get", "in")
             try:
                 if name == "insert":
-                    p.insert(Key(rng.randrange(100, 10**6)), chunk(), None)
+                    p.insert(Key(rng.randrange(100, 10**6)), ready(0), None)
                 elif name == "evict":
                     p.evict(1, set())
                 elif name == "target":
@@ -975,7 +966,7 @@ class Reflector:
                 )
                 try:
                     if op == "insert":
-                        p.insert(Key(rng.randrange(12)), chunk(rng.choice([0, 0, 1])), None)
+                        p.insert(Key(rng.randrange(12)), ready(0, rng.choice([0, 0, 1])), None)
                     elif op == "touch":
                         p.touch([Key(rng.randrange(12)) for _ in range(2)], None)
                     elif op == "evict":
@@ -1129,7 +1120,7 @@ class Reflector:
             elif how == "touch":
                 p.touch(rng.sample(fresh, 4), None)
             elif how == "insert":
-                p.insert(Key(100 + i), chunk(), None)
+                p.insert(Key(100 + i), ready(0), None)
             elif how == "items":
                 for _ in p.t1.items():
                     Act.point("between_steps")
@@ -1387,7 +1378,7 @@ def thread_op(p, op: str, rng: random.Random, universe: int, plain: bool = False
         k = SlowDelKey(rng.randrange(universe))
     if op == "insert":
         if plain or rng.random() >= 0.25:
-            c = chunk(rng.choice([0, 0, 1]))
+            c = ready(0, rng.choice([0, 0, 1]))
         else:
             c = DelChunk(0)
             c.ref_cnt = rng.choice([0, 0, 1])
@@ -1479,11 +1470,11 @@ def run_threads(args, rng: random.Random) -> None:
         gc.callbacks.remove(_threads_gc)
     try:
         p._check_invariants()
-        p.insert(SlowKey(10**6), chunk(), None)
+        p.insert(SlowKey(10**6), ready(0), None)
         p.evict(1, set())
         p.clear()  # (its releasing runs the __del__ of the keys left: nested, accepted)
         p._check_invariants()
-        p.insert(SlowKey(10**6), chunk(), None)
+        p.insert(SlowKey(10**6), ready(0), None)
         p._check_invariants()
     except Exception as exc:
         fail(f"{args.impl}: after the threads, the policy fails: {exc!r}")
@@ -1669,7 +1660,7 @@ class Hooks:
         name = cls.rng.choice(["insert", "evict", "clear", "touch", "__init__"])
         try:
             if name == "insert":
-                p.insert(Key(999), chunk(), None)
+                p.insert(Key(999), ready(0), None)
             elif name == "evict":
                 p.evict(1, set())
             elif name == "clear":
@@ -1806,7 +1797,7 @@ class HookRun:
             ]
         )
         if kind == "insert":
-            kid, c = rng.randrange(u), chunk(rng.choice([0, 0, 0, -1, 1]))
+            kid, c = rng.randrange(u), ready(0, rng.choice([0, 0, 0, -1, 1]))
             if resident >= self.p.cache_capacity:
                 return self.evict_op(1)
             if rng.random() < 0.5:
@@ -1879,7 +1870,7 @@ class HookRun:
         find; the twin once kept two t1s), and mutators accepted. Changes
         nothing: the key is one no step uses."""
         p = self.p
-        k, c = Key(-1), chunk()
+        k, c = Key(-1), ready(0)
         try:
             p.evict(0, set())
             p.insert(k, c, None)
@@ -1980,7 +1971,7 @@ def run_hooks(args, rng: random.Random) -> None:
         gc.callbacks.remove(_hooks_gc)
         Hooks.policy = None
     try:
-        run.p.insert(Key(10**6), chunk(), None)
+        run.p.insert(Key(10**6), ready(0), None)
         run.p.evict(1, set())
         run.p._check_invariants()
     except Exception as exc:

@@ -17,6 +17,7 @@ import gc
 import sys
 from fractions import Fraction
 
+import hostile
 from helpers import ReqContext, VllmARC, load_policy_class, ready
 
 impl, mode, how = sys.argv[1:]
@@ -34,27 +35,18 @@ def clear_lists_holding(*objs):
                 r.clear()
 
 
-class Key:
-    def __init__(self, n):
-        self.n = n
-
-    def __hash__(self):
-        if "hash" in ARMED:
-            clear_lists_holding(self)
-        return hash(self.n)
-
-    def __eq__(self, other):
-        if "eq" in ARMED:
-            clear_lists_holding(self, other)
-        return isinstance(other, Key) and other.n == self.n
+def clearing(what):
+    """A hook that, while `what` is armed, clears every list holding the
+    objects it is given (the key, and the one it is compared with)."""
+    return lambda *objs: clear_lists_holding(*objs) if what in ARMED else None
 
 
-class Target(Fraction):
-    # A ghost hit's arithmetic: runs in the middle of touch's changes.
-    def __add__(self, other):
-        if "target" in ARMED:
-            clear_lists_holding(*CALL)
-        return Fraction.__add__(self, other)
+def Key(n):
+    return hostile.Key(n, hash=clearing("hash"), eq=clearing("eq"))
+
+
+# A ghost hit's arithmetic: runs in the middle of touch's changes.
+Target = hostile.hostile(Fraction, __add__=lambda *_: clearing("target")(*CALL))
 
 
 def populated(cls, capacity=3):
@@ -71,10 +63,10 @@ def populated(cls, capacity=3):
 
 def state(p):
     return (
-        [k.n for k in p.t1],
-        [k.n for k in p.t2],
-        [k.n for k in p.b1],
-        [k.n for k in p.b2],
+        [k.ident for k in p.t1],
+        [k.ident for k in p.t2],
+        [k.ident for k in p.b1],
+        [k.ident for k in p.b2],
         p.target_t1_size,
     )
 
@@ -97,7 +89,8 @@ def working(o):
     # Nones (trash, results to fill), (key, chunk) pairs, (key, chunk,
     # from_t1) triples, keys
     return all(
-        x is None or type(x) is Key or type(x) is tuple and x and type(x[0]) is Key for x in o
+        x is None or type(x) is hostile.Key or type(x) is tuple and x and type(x[0]) is hostile.Key
+        for x in o
     )
 
 
@@ -143,7 +136,7 @@ def run_hooked(cls, call, lengths):
     EMPTIED_LISTS.clear()
     if lengths:
         assert COLLECTIONS[0] > 0, "no collection started while armed"
-    return p, (state(p), result and [(k.n, c.chunk_id) for k, c in result])
+    return p, (state(p), result and [(k.ident, c.chunk_id) for k, c in result])
 
 
 # (what is armed, the call, the key numbers of CALL): fresh key objects
