@@ -1,6 +1,7 @@
 """The twin reads like vLLM's arc.py (issues 47 and 52): the methods of each
 vendored release's ARCCachePolicy are the twin's, in the same order, and
-their lines are at most 1.5 times the reference's; and what a debugger
+their lines are close to the reference's; the ARC+ twin shares the
+ARC twin's code where it does not change it; and what a debugger
 shows of a twin's method is the method itself, the algorithm: no wrapper
 stands in its place (the core's busy protocol and argument checks are the
 core's, docs/hardening.md)."""
@@ -48,11 +49,52 @@ def test_the_twin_has_vllms_methods_in_vllms_order(arc: Path) -> None:
 
 
 @pytest.mark.parametrize("arc", VENDORED, ids=lambda p: p.parts[-7])
-def test_the_algorithms_lines_are_at_most_one_and_a_half_times_vllms(arc: Path) -> None:
+def test_the_algorithms_lines_are_close_to_vllms(arc: Path) -> None:
+    # 0.99 to 1.10 today, by release: a wrapper or a second copy of a step fails.
     reference = _methods(arc)
     twin = _methods(Path(arc_twin.__file__))
     ratio = sum(twin[name] for name in reference) / sum(reference.values())
-    assert ratio <= 1.5, f"{ratio:.2f} times vLLM's lines"
+    assert ratio <= 1.15, f"{ratio:.2f} times vLLM's lines"
+
+
+# The methods ARC+ writes its own way (PLUS_DOC's rules); every other method
+# the two twins share is the same code, so that the copies cannot drift.
+PLUS_CHANGES = {"__init__", "insert", "remove", "on_store_miss", "touch"}
+PLUS_CHANGES |= {"on_request_finished", "clear", "evict", "_check_invariants"}
+
+
+def _functions(module) -> dict[str, ast.FunctionDef]:
+    """The policy class's methods, in order, without their docstrings."""
+    tree = ast.parse(Path(module.__file__).read_text())
+    (cls,) = (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == module.__all__[0])
+    out = {}
+    for f in cls.body:
+        if isinstance(f, ast.FunctionDef):
+            if ast.get_docstring(f) is not None:
+                f.body = f.body[1:]
+            out[f.name] = f
+    return out
+
+
+def test_the_twins_share_what_arc_plus_does_not_change() -> None:
+    arc, plus = _functions(arc_twin), _functions(plus_twin)
+    shared = [name for name in arc if name in plus]
+    assert shared == [name for name in plus if name in arc], "the shared methods' order"
+    assert PLUS_CHANGES < set(shared)
+    for name in shared:
+        a, p = arc[name], plus[name]
+        if name in PLUS_CHANGES:
+            assert ast.dump(a) != ast.dump(p), f"{name} is ARC's: drop it from PLUS_CHANGES"
+        else:
+            assert ast.dump(a) == ast.dump(p), f"{name} differs between the twins"
+        if name == "evict":  # ARC+ iterates protected, where ARC only tests membership
+            assert [x.arg for x in a.args.args] == [x.arg for x in p.args.args]
+        else:
+            assert _signature(a) == _signature(p), f"{name}'s signature differs between the twins"
+
+
+def _signature(f: ast.FunctionDef) -> tuple[str, str]:
+    return ast.unparse(f.args), ast.unparse(f.returns) if f.returns else ""
 
 
 def _methods_of(cls: type) -> dict[str, object]:

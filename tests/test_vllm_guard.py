@@ -451,17 +451,6 @@ def test_a_damaged_source_is_refused_and_neither_crashes_nor_hangs(
     refused(guard.routes())
 
 
-def test_arc_cy_put_in_place_of_vllms_arc_is_said_once(guard_each: Guard, policy_cls: type) -> None:
-    guard = guard_each.install("0.34.0")
-    guard.monkeypatch.setattr(sys.modules[ARC_MODULE], "ARCCachePolicy", policy_cls)
-    assert refused(guard.routes()) == (
-        "arc_cy: vLLM 0.34.0's ARC code is not code arc_cy verified: vLLM's ARCCachePolicy is "
-        "arc_cy's own class, patched into vLLM's module: leave vLLM's module as it is and name "
-        'arc_cy in the configuration instead, "eviction_policy": "arc_cy", or "eviction_policy": '
-        '"ARCCachePolicy" with "cache_policy_module_path": "arc_cy".'
-    )
-
-
 def test_arc_plus_is_not_built_where_the_manager_never_calls_its_hook(guard_each: Guard) -> None:
     # Issue 59: vLLM 0.30.0's own files, whose manager never calls
     # on_request_finished: ARC+ would never admit a block once the pool is

@@ -91,14 +91,6 @@ def check_vllm_code() -> CodeCheck | None:
 
 
 def _judge(version: str) -> CodeCheck:
-    theirs = getattr(sys.modules.get(ARC_MODULE), "ARCCachePolicy", None)
-    if isinstance(theirs, type) and theirs.__module__.partition(".")[0] == "arc_cy":
-        in_place = (
-            "vLLM's ARCCachePolicy is arc_cy's own class, patched into vLLM's module: leave "
-            "vLLM's module as it is and name arc_cy in the configuration instead, "
-            f'"eviction_policy": "arc_cy", or "eviction_policy": {_MODULE_PATH}'
-        )
-        return CodeCheck(version, problems=(in_place,))
     sources: dict[str, tuple[str, bytes]] = {}
     for module in FILES:
         if (path := files.source_path(module)) is not None:
@@ -197,12 +189,11 @@ def plus_refusal() -> str | None:
 class VllmGuard:
     """Runs once per process: constructors call check() while ``pending`` (ARC+: plus_pending)."""
 
-    def __init__(self) -> None:
-        self.pending = True  # False once arc_cy may run here: no vLLM, or its code accepted
-        self.plus_pending = True  # False once ARC+ may too (plus_refusal)
-        self._result: CodeCheck | None = None
-        self._checked = self._warned = False
-        self._running: int | None = None  # the thread whose check's lockstep builds policies
+    pending = True  # False once arc_cy may run here: no vLLM, or its code accepted
+    plus_pending = True  # False once ARC+ may too (plus_refusal)
+    _result: CodeCheck | None = None
+    _checked = _warned = False
+    _running: int | None = None  # the thread whose check's lockstep builds policies
 
     def result(self) -> CodeCheck | None:
         """What the check found (None without vLLM), run on the first call."""

@@ -29,19 +29,18 @@ def first_difference(module: str = "arc_cy") -> str | None:
         "CPUOffloadingManager": import_module(CPU_MANAGER).CPUOffloadingManager,
         "tiering CPUPrimaryTierOffloadingManager": lambda **kw: tier(mmap_region=region, **kw),
     }
-    routes: dict[str, tuple[str, str | None]] = {
-        '"arc"': ("arc", None),
-        '"arc_cy"': ("arc_cy", None),
-    }
-    routes[f'"ARCCachePolicy" from {module!r}'] = ("ARCCachePolicy", module)
+    routes: list[tuple[str, str | None]] = [("arc", None), ("arc_cy", None)]
+    routes.append(("ARCCachePolicy", module))
     old = factory._registry.pop("arc_cy", None)  # "arc_cy" as the plugin registers it, meanwhile
     factory.register_cache_policy("arc_cy", module, "ARCCachePolicy")
     try:
+        options = {"num_chunks": 16, "enable_events": True}
         for kind, make in kinds.items():
-            options = {"num_chunks": 16, "enable_events": True}
             managers = {
-                route: make(cache_policy=p, cache_policy_module_path=m, **options)
-                for route, (p, m) in routes.items()
+                f'"{p}"' + (f" from {m!r}" if m else ""): make(
+                    cache_policy=p, cache_policy_module_path=m, **options
+                )
+                for p, m in routes
             }
             try:
                 _drive(managers)

@@ -9,7 +9,7 @@ compiled class's other rules are the core's alone (docs/hardening.md).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from typing import Any
 
 from .._guard import vllm_guard
@@ -107,15 +107,11 @@ class ARCPlusCachePolicy(CachePolicy):
                 else:
                     self._ghost_returned(key)
 
-    def on_request_access(self, keys: Iterable[Any], req_context: Any) -> None:
-        if self._recorder is not None:
-            self._recorder.arrive(keys, req_context)
-
     def on_request_finished(
         self,
         key_groups: Sequence[Sequence[Any]],
-        insertion_only_keys: set[Any],
-        reused_keys: set[Any],
+        insertion_only_keys: Container[Any],
+        reused_keys: Container[Any],
         req_context: Any,
     ) -> None:
         with mutating(self, "on_request_finished"):
@@ -216,6 +212,12 @@ class ARCPlusCachePolicy(CachePolicy):
                 result.append((key, chunk))
             self._trim_ghosts()
             return result
+
+    # --- arc_cy's own ----------------------------------------------------------
+
+    def on_request_access(self, keys: Iterable[Any], req_context: Any) -> None:
+        if self._recorder is not None:
+            self._recorder.arrive(keys, req_context)
 
     def mark_evictable(self, key: Any) -> None:
         return
