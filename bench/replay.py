@@ -753,7 +753,7 @@ def markdown(result: dict[str, Any]) -> str:
         "vLLM arc on purpose (its rules: `help(arc_cy.ARCPlusCachePolicy)`); its pure twin must "
         "decide as it does. Gap closed: (ARC+ - vLLM lru) / (optimum - vLLM lru), at the same "
         "pool and threshold. Model and limits: "
-        "[docs/benchmarks.md](../../docs/benchmarks.md#the-trace-replay).",
+        'docs/benchmarks.md, "The trace replay".',
         "",
         "| pool | store_threshold | "
         + " | ".join(LABELS[n] for n in POLICIES)

@@ -76,8 +76,8 @@ def test_find_python_names_what_it_accepts() -> None:
 
 def test_mypy_strict_on_a_consumer_from_the_checkout_root(mypy_cache: str) -> None:
     pytest.importorskip("mypy")
-    # From the root, mypy finds the source tree's arc_cy before the installed
-    # one; pyproject.toml has it checked as an installed package is.
+    # From the root, mypy finds the source tree's arc_cy (its modules and the
+    # core's stub, _core/arc.pyi) before the installed one: it too must serve.
     env = {
         "VIRTUAL_ENV": sys.prefix,
         "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),

@@ -67,7 +67,7 @@ def test_pyright_verifytypes(tmp_path: Path) -> None:
     assert completeness["packageRootDirectory"] == str(PACKAGE)
     assert completeness["exportedSymbolCounts"]["withKnownType"] > 0
     score = completeness["completenessScore"]
-    assert score >= 0.95, json.dumps(completeness["symbols"], indent=1)[:5000]
+    assert score == 1.0, json.dumps(completeness["symbols"], indent=1)[:5000]
 
 
 def _stub_members(cls: str = "ARCCore") -> set[str]:
