@@ -14,7 +14,14 @@ import pytest
 
 import skips
 from arc_cy._flags import env_flag
-from helpers import ALL_IMPLEMENTATIONS, PURE, PURE_ENV, load_policy_class
+from helpers import (
+    ALL_IMPLEMENTATIONS,
+    PLUS_IMPLEMENTATIONS,
+    PURE,
+    PURE_ENV,
+    is_plus,
+    load_policy_class,
+)
 
 # GC stress's checks are asserts, which pytest rewrites (a failure shows the
 # values) in a helper module only if told so before the module's import.
@@ -94,7 +101,7 @@ def compiled_only(item: pytest.Item) -> bool:
     if item.get_closest_marker("compiled") is not None:
         return True
     callspec = getattr(item, "callspec", None)
-    return callspec is not None and callspec.params.get("impl") == "cython"
+    return callspec is not None and callspec.params.get("impl") in ("cython", "cython-plus")
 
 
 # --- the core's own rules: core_only -------------------------------------------
@@ -122,7 +129,44 @@ def twin_of_a_core_rule(item: pytest.Item) -> bool:
     return (
         (CORE_LEGS or item.get_closest_marker("core_only") is not None)
         and callspec is not None
-        and callspec.params.get("impl") == "python"
+        and callspec.params.get("impl") in ("python", "python-plus")
+    )
+
+
+# --- ARC and ARC+: both_policies, arc_only ---------------------------------------
+#
+# A test that takes impl runs on ARC's core and twin ("cython", "python"); in
+# a module marked both_policies, on ARC+'s too ("cython-plus", "python-plus":
+# helpers.load_policy_class), so that the hardening topics cover ARC+ as they
+# cover ARC. A test there of ARC's own decisions (its target, the list a key
+# lands in, its ghost hits' adaptation) is marked arc_only: its ARC+ cases are
+# deselected, never skipped. On a pure build "cython-plus" is compiled-only;
+# core_only deselects "python-plus" as it does "python".
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "impl" not in metafunc.fixturenames or any(
+        "impl" in _argnames(mark) for mark in metafunc.definition.iter_markers("parametrize")
+    ):
+        return
+    names = ALL_IMPLEMENTATIONS
+    if metafunc.definition.get_closest_marker("both_policies") is not None:
+        names += PLUS_IMPLEMENTATIONS
+    metafunc.parametrize("impl", names, indirect=True)
+
+
+def _argnames(mark: pytest.Mark) -> list[str]:
+    names = mark.args[0] if mark.args else mark.kwargs["argnames"]
+    return [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+
+
+def arc_only_on_plus(item: pytest.Item) -> bool:
+    """Whether the test is an arc_only test's ARC+ case."""
+    callspec = getattr(item, "callspec", None)
+    return (
+        item.get_closest_marker("arc_only") is not None
+        and callspec is not None
+        and is_plus(callspec.params.get("impl", ""))
     )
 
 
@@ -136,20 +180,26 @@ PURE_DESELECTED = "arc_cy pure deselected"
 PURE_DESELECTED_KEY = pytest.StashKey[int]()
 CORE_ONLY_DESELECTED = "arc_cy core_only deselected"
 CORE_ONLY_DESELECTED_KEY = pytest.StashKey[int]()
+ARC_ONLY_DESELECTED = "arc_cy arc_only deselected"
+ARC_ONLY_DESELECTED_KEY = pytest.StashKey[int]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     twin_cases = [item for item in items if twin_of_a_core_rule(item)]
     pure = [item for item in items if PURE and compiled_only(item)]
     deselected = set(twin_cases + pure)
+    plus_cases = [item for item in items if item not in deselected and arc_only_on_plus(item)]
+    deselected.update(plus_cases)
     if deselected:
         config.hook.pytest_deselected(items=[item for item in items if item in deselected])
         items[:] = [item for item in items if item not in deselected]
     config.stash[CORE_ONLY_DESELECTED_KEY] = len(twin_cases)
     config.stash[PURE_DESELECTED_KEY] = len(pure)
+    config.stash[ARC_ONLY_DESELECTED_KEY] = len(plus_cases)
     if hasattr(config, "workeroutput"):  # a pytest-xdist worker tells the controller
         config.workeroutput[CORE_ONLY_DESELECTED] = len(twin_cases)
         config.workeroutput[PURE_DESELECTED] = len(pure)
+        config.workeroutput[ARC_ONLY_DESELECTED] = len(plus_cases)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -159,21 +209,24 @@ def pytest_testnodedown(node, error) -> None:
     for name, key in (
         (PURE_DESELECTED, PURE_DESELECTED_KEY),
         (CORE_ONLY_DESELECTED, CORE_ONLY_DESELECTED_KEY),
+        (ARC_ONLY_DESELECTED, ARC_ONLY_DESELECTED_KEY),
     ):
         if output.get(name) is not None:
             node.config.stash[key] = output[name]
 
 
-@pytest.fixture(params=ALL_IMPLEMENTATIONS)
+@pytest.fixture
 def impl(request: pytest.FixtureRequest) -> str:
-    """Name of the implementation under test: "cython" or "python" (on a
-    pure build, the "cython" tests are collected, then deselected)."""
+    """Name of the implementation under test: "cython" or "python", and in
+    a both_policies module "cython-plus" or "python-plus" (pytest_generate_tests;
+    on a pure build, the compiled ones are collected, then deselected)."""
     return request.param
 
 
 @pytest.fixture
 def policy_cls(impl: str) -> type:
-    """arc_cy's ARCCachePolicy class of the implementation under test."""
+    """arc_cy's policy class of the implementation under test: ARCCachePolicy,
+    or ARCPlusCachePolicy for a "-plus" impl."""
     return load_policy_class(impl)
 
 
@@ -222,6 +275,11 @@ def pytest_terminal_summary(terminalreporter) -> None:
     if count:
         terminalreporter.write_line(
             f"arc_cy: {count} twin cases of the core's own rules deselected (core_only)"
+        )
+    count = terminalreporter.config.stash.get(ARC_ONLY_DESELECTED_KEY, 0)
+    if count:
+        terminalreporter.write_line(
+            f"arc_cy: {count} ARC+ cases of tests of ARC's own decisions deselected (arc_only)"
         )
     if PURE:
         count = terminalreporter.config.stash.get(PURE_DESELECTED_KEY, "?")

@@ -57,6 +57,11 @@ __all__ = [
     "HAVE_VLLM",
     "ALL_IMPLEMENTATIONS",
     "IMPLEMENTATIONS",
+    "PLUS_IMPLEMENTATIONS",
+    "adapts",
+    "is_plus",
+    "oracle",
+    "twin",
     "PURE",
     "PURE_ENV",
     "K",
@@ -96,17 +101,21 @@ def snapshot(policy: Any) -> tuple:
     Chunks are compared by identity: the same ChunkStatus objects must sit
     at the same places.
     """
-    if hasattr(policy, "target_t1_size"):
-        adapts = (policy.target_t1_size, type(policy.target_t1_size))
-    else:  # ARC+
-        adapts = (plus_snap(policy)[4], tuple)
     return (
         [(k, id(v)) for k, v in policy.t1.items()],
         [(k, id(v)) for k, v in policy.t2.items()],
         list(policy.b1.keys()),
         list(policy.b2.keys()),
-        *adapts,
+        *adapts(policy),
     )
+
+
+def adapts(policy: Any) -> tuple:
+    """What adapts in a policy, and its type: ARC's target_t1_size, or
+    ARC+'s ghost fates (arc_cy._policy.PLUS_DOC)."""
+    if hasattr(policy, "b1_returned"):  # ARC+
+        return (plus_snap(policy)[4], tuple)
+    return (policy.target_t1_size, type(policy.target_t1_size))
 
 
 def plus_snap(policy: Any) -> tuple:
@@ -217,10 +226,23 @@ CHOSEN = IMPLEMENTATIONS[0]
 MODULES = {"cython": "arc_cy._core.arc", "python": "arc_cy._twin.arc"}
 
 
+# ARC+ under the same names, "-plus" added: what impl takes in a module
+# marked both_policies (tests/conftest.py).
+PLUS_IMPLEMENTATIONS = ("cython-plus", "python-plus")
+
+
+def is_plus(name: str) -> bool:
+    """Whether implementation name is ARC+'s ("cython-plus", "python-plus")."""
+    return name.endswith("-plus")
+
+
 def load_policy_class(name: str) -> type:
-    """The ARCCachePolicy of implementation name. The compiled module is
-    imported directly: a missing build fails here instead of quietly
-    testing the pure twin twice."""
+    """The policy class of implementation name: ARCCachePolicy, or
+    ARCPlusCachePolicy for a "-plus" name. The compiled module is imported
+    directly: a missing build fails here instead of quietly testing the
+    pure twin twice."""
+    if is_plus(name):
+        return load_plus_class(name.removesuffix("-plus"))
     return importlib.import_module(MODULES[name]).ARCCachePolicy  # type: ignore[no-any-return]
 
 
@@ -310,6 +332,18 @@ else:
                 "vLLM's ARCCachePolicy is not available (vLLM is not installed): "
                 "a test that uses it is marked needs_vllm"
             )
+
+
+def twin(cls: type) -> type:
+    """The twin of a policy class: ARC's, or ARC+'s for an ARCPlusCachePolicy."""
+    plus = cls.__name__ == "ARCPlusCachePolicy"
+    return load_plus_class("python") if plus else load_policy_class("python")
+
+
+def oracle(cls: type) -> type:
+    """What a policy class must decide as: vLLM's ARC for an ARCCachePolicy,
+    ARC+'s twin for an ARCPlusCachePolicy (arc_cy._policy.PLUS_DOC)."""
+    return twin(cls) if cls.__name__ == "ARCPlusCachePolicy" else VllmARC
 
 
 # vLLM 0.32's CachePolicy.insert takes no req_context; 0.33 added it.

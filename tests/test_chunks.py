@@ -30,12 +30,13 @@ from helpers import (
     VllmARC,
     insert,
     keysnap,
+    oracle,
     ready,
     snapshot,
 )
 from hostile import core_only_params, hostile, populated, unchanged
 
-pytestmark = pytest.mark.gc_stress
+pytestmark = [pytest.mark.gc_stress, pytest.mark.both_policies]
 
 # --- what is a chunk ------------------------------------------------------------
 
@@ -104,7 +105,7 @@ def test_ref_cnt_redeclared_in_a_subclass_is_read_there(policy_cls):
         return keysnap(policy), [k for k, _ in policy.evict(2, ())]
 
     assert RedeclaredInSubclass.ref_cnt.offset != ChunkStatus.ref_cnt.offset
-    assert scenario(policy_cls) == scenario(VllmARC)
+    assert scenario(policy_cls) == scenario(oracle(policy_cls))
 
 
 # --- where ref_cnt is read ------------------------------------------------------
@@ -305,6 +306,7 @@ class NoRefCnt(ctypes.Structure):
 
 
 @pytest.mark.core_only  # the core reads every chunk before its first change (rule 11)
+@pytest.mark.arc_only  # ARC's target arithmetic
 def test_a_chunk_whose_class_changes_during_touch(policy_cls):
     """touch([t1 key, ghost key]) applies the ghost hit first; the target's
     arithmetic there reassigns the t1 chunk's __class__ to one without
@@ -527,4 +529,4 @@ def test_a_chunk_type_changed_after_its_check_is_read_as_it_is_or_refused(policy
         assert got[0] == "refused", got
         assert got[1].startswith(("chunk must be a ctypes structure", "chunk type ")), got
     else:
-        assert got == _changed_run(VllmARC(8), change, op)
+        assert got == _changed_run(oracle(policy_cls)(8), change, op)

@@ -20,7 +20,7 @@ import pytest
 from helpers import ChunkStatus, ReqContext
 from hostile import HostileError, Key, after, hostile
 
-pytestmark = pytest.mark.sanitize
+pytestmark = [pytest.mark.sanitize, pytest.mark.both_policies]
 
 
 def make_keys(n: int) -> list[bytes]:
@@ -108,7 +108,7 @@ def test_evict_releases_chunks_then_trims_ghost_keys(policy_cls):
     for i in range(4, 6):
         policy.insert(keys[i], chunks[i], CTX)
     result = policy.evict(3, {keys[5]})
-    assert [k for k, _ in result] == [keys[2], keys[4], keys[3]]
+    assert sorted(k for k, _ in result) == [keys[2], keys[3], keys[4]]
     del result
     refs.released(keys=[0], chunks=[0, 1, 2, 3, 4])
     assert list(policy.b1) == [keys[2], keys[4]]
@@ -153,6 +153,7 @@ def test_failed_and_rolled_back_evictions_change_no_counts(policy_cls):
     refs.all_released()
 
 
+@pytest.mark.arc_only  # ARC+'s on_request_finished remembers new keys in b1 (PLUS_DOC)
 def test_reads_and_reorders_change_no_counts(policy_cls):
     policy, keys, chunks, refs = filled(policy_cls, n=10, capacity=4)
     for i in range(6):
@@ -191,7 +192,8 @@ def test_reads_and_reorders_change_no_counts(policy_cls):
             for key in keys:
                 if key in view:
                     view[fresh(key)]
-        policy.target_t1_size = 2.5
+        if hasattr(policy, "target_t1_size"):  # ARC's alone
+            policy.target_t1_size = 2.5
         with pytest.raises(TypeError):
             policy.get([keys[0]])
         del key, view
@@ -216,8 +218,9 @@ def test_ghost_reinsert_keeps_the_new_key_object(policy_cls):
         policy.insert(key, chunk, CTX)
     del key, chunk
     refs.released(keys=[0, 1, 2])  # the ghosts' key objects are gone
-    assert all(k in policy.t1 for k in keys[:3])
-    assert [k is a for k, a in zip(policy.t1, again)] == [True] * 3
+    resident = [*policy.t1, *policy.t2]  # ARC's t1, ARC+'s t2
+    assert sorted(resident) == keys[:3] and all(any(k is a for a in again) for k in resident)
+    del resident
     del policy
     gc.collect()
     assert counts(again) == base_again

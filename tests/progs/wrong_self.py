@@ -17,12 +17,12 @@ import importlib
 import json
 import sys
 
-from _child import MODULES, K, policy_class, ready
+from _child import K, policy_class, ready
 
 impl = sys.argv[1]
-module = importlib.import_module(MODULES[impl])
+module = importlib.import_module(policy_class(impl).__module__)
 other = policy_class("python")(4)
-policy = module.ARCCachePolicy(4)
+policy = policy_class(impl)(4)
 policy.insert(K(1), ready(1))
 own = [module]
 types = {
