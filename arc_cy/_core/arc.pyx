@@ -78,8 +78,8 @@ from arc_cy._core.capi cimport (
     arc_ref_cnt_as,
     arc_set_gc_slots,
     arc_siphash24,
-    arc_tag_offset,
     arc_type_tag,
+    arc_type_tag_given,
     arc_weak_target,
     gc_inquiry,
     gc_traverseproc,
@@ -147,7 +147,7 @@ from arc_cy._core.arguments import (
     check_target,
     missing_arguments,
 )
-from arc_cy._core.chunks import TAG_OFFSET, TAGS_READABLE, chunk_entry, chunk_ref_offset, dead_ref
+from arc_cy._core.chunks import chunk_entry, dead_ref
 from arc_cy._policy import PLUS_DOC, POLICY_DOC
 from arc_cy._guard import vllm_guard
 from arc_cy._messages import (
@@ -166,6 +166,12 @@ from arc_cy._record import record_for
 
 # A required argument's default: its absence raises Python's own TypeError.
 cdef object NO_ARG = MISSING
+# A name no type defines: its lookup gives a type a version tag (layout.h).
+cdef str _NO_NAME = "_arc_cy_no_such_attribute"
+# Whether version tags act as layout.h says (checked at import, below);
+# where they do not, every read checks its chunk's type again: slow, and
+# still right.
+cdef bint _tags_act = False
 # The node store grows up to this many nodes.
 cdef Py_ssize_t MAX_NODES = MAX_ENTRIES
 # ARCPlusCachePolicy, once defined: a core of it (or of a subclass) is ARC+.
@@ -414,18 +420,21 @@ cdef class ARCCore:
         """Offset of ref_cnt in chunk type tp as it is now (TypeError if it
         has none): cached while tp's version tag is the one it was checked
         with (docs/hardening.md, rule 7)."""
+        cdef unsigned int tag
         if (<PyObject *>tp is arc_weak_target(<PyObject *>self.last_type_ref)
                 and arc_type_tag(<PyObject *>tp) == self.last_tag):
             return self.last_off
-        entry = chunk_entry(tp)  # (weak ref, tag when checked, offset, view)
-        tag = entry[1]
-        if tag > 0:  # held weakly: a type made at run time is not kept alive
+        # The tag is read before the check: a change while it runs is seen
+        # at the next read.
+        tag = arc_type_tag_given(<PyObject *>tp, <PyObject *>_NO_NAME) if _tags_act else 0
+        entry = chunk_entry(tp, tag)  # (weak ref, offset)
+        if tag:  # held weakly: a type made at run time is not kept alive
             self.last_type_ref = entry[0]
             self.last_tag = tag
         else:  # no tag: checked again at every read
             self.last_type_ref = dead_ref()
             self.last_tag = 0
-        self.last_off = entry[2]
+        self.last_off = entry[1]
         return self.last_off
 
     cdef int _ref_cnt_slow(self, PyObject *chunk, int32_t *out) except -1:
@@ -1294,7 +1303,7 @@ cdef class ARCCore:
             last = 0
             while i != EMPTY:
                 if w <= T2:
-                    chunk_ref_offset(type(<object>store.nodes[i].chunk))
+                    self._ref_off(type(<object>store.nodes[i].chunk))
                     if self.plus:
                         assert i == store.head[w] or stamp_of(&store.nodes[i]) > last, (
                             f"node {i} in {LIST_NAMES[w]}: out of its stamps' order")
@@ -1366,12 +1375,21 @@ def _check_layout():
     if not arc_check_layout(probe, ctypes.addressof(probe), ctypes.sizeof(probe)):
         raise ImportError("arc_cy: ctypes' object layout is not the one "
                           "layout.h expects")
-    if TAGS_READABLE and TAG_OFFSET != arc_tag_offset():
-        raise ImportError("arc_cy: arc_cy._core.chunks reads type version tags at "
-                          f"{TAG_OFFSET}, PyTypeObject has them at {arc_tag_offset()}")
+
+
+def _tags_act_so():
+    """Whether version tags act as layout.h says: a type is given one, a
+    change takes it away, and the next is another."""
+    probe = type("Probe", (), {})
+    cdef unsigned int first = arc_type_tag_given(<PyObject *>probe, <PyObject *>_NO_NAME)
+    probe.changed = True
+    if arc_type_tag(<PyObject *>probe) != 0:
+        return False
+    return 0 != first != arc_type_tag_given(<PyObject *>probe, <PyObject *>_NO_NAME) != 0
 
 
 _check_layout()
+_tags_act = _tags_act_so()
 
 
 def keyed_ids(requests, uint64_t k0, uint64_t k1):
