@@ -107,7 +107,7 @@ def compiled_only(item: pytest.Item) -> bool:
 # --- the core's own rules: core_only -------------------------------------------
 #
 # The compiled core keeps rules of its own (docs/hardening.md, "Rules"): its
-# busy protocol, argument and chunk checks, release order, thread guard,
+# busy protocol, argument and chunk checks, release after a call, thread guard,
 # refused copies. They are memory safety: a core that let user code move its
 # C arrays under a held pointer, or read a chunk it cannot read, could crash
 # the process. The twin cannot crash it: it is vLLM's arc.py, exposed to

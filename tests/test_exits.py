@@ -1,9 +1,9 @@
 """The way out of a call (docs/hardening.md, rule 2, the core's): a trace or
 profile hook that raises at any event of arc_cy's Python code that the core
 runs (the chunk check, arc_cy's argument checks) leaves the policy neither
-busy nor split, also in a call nested in a clear() or __init__ that
-releases; and a call's user code, a chunk's truth test included, runs while
-the call is busy. The twin, vLLM's code, is exposed to hooks as vLLM's is:
+busy nor split, also in a call that a __del__ makes while clear() or
+__init__ releases; and a call's user code, a chunk's truth test included,
+runs while the call is busy. The twin, vLLM's code, is exposed to hooks as vLLM's is:
 a hook that raises in it may cut a call short anywhere (core_only).
 """
 
@@ -158,8 +158,9 @@ NESTED = ["insert", "evict", "touch", "get", "clear", "__init__"]
 @pytest.mark.parametrize("nested", NESTED)
 def test_a_hook_raising_in_a_call_nested_in_a_release(policy_cls, nested, outer, kind):
     """clear() or __init__ again releases t1's key, whose __del__ calls in
-    (rule 6: it nests). A hook that raised while that nested call gave
-    busy back left it holding busy: the clear() never gave busy back."""
+    (rule 6). A hook that raised while that call gave busy back, when it
+    nested in the release, left it holding busy: the clear() never gave
+    busy back."""
 
     def make():
         policy = populated(policy_cls)

@@ -81,12 +81,10 @@ MIN = {
         "nomem_insert_table_grows": 40,  # where the table had to grow
         "nomem_insert_nodes_grow": 500,  # where the node array had to
         "nomem_many_keys": 320,  # calls of over 64 keys (working storage)
-        "ok_armed_clear": 800,  # clear() cannot fail: it falls back
-        # __init__ neither: its capacity is a C value, its release falls back
+        "ok_armed_clear": 800,  # clear() cannot fail: it allocates nothing
+        # __init__ neither: its capacity is a C value
         "ok_armed___init__": 880,
         "ok_armed_insert_grows": 520,
-        "release_fallback_clear": 13,  # _detach found no memory: released at once
-        "release_fallback___init__": 15,
     },
     "cleared-plus": {
         **CLEARED_CORE,
@@ -110,8 +108,6 @@ MIN = {
         "ok_armed_clear": 870,
         "ok_armed___init__": 860,
         "ok_armed_insert_grows": 520,
-        "release_fallback_clear": 20,
-        "release_fallback___init__": 18,
         # ARC+'s rules (arc_cy._policy.PLUS_DOC) under failing allocations:
         # on_request_finished failed with keys to remember in b1 ...
         "nomem_plus_remember": 800,

@@ -245,7 +245,7 @@ SURFACE_MIN = {
         "del_read": 2000,
         "del_refused": 3000,  # by another thread's call
         "del_mutator_accepted": 400,
-        "del_nested_in_release": 80,  # in its own thread's clear() or __init__
+        "del_accepted_in_release": 80,  # released by its own thread's clear() or __init__
     },
     "hooks": {
         "trace_fired": 80,
@@ -259,7 +259,7 @@ SURFACE_MIN = {
         "steps___init__": 50,  # __init__ again, as a step
         "fired_in_init": 17,  # hooks that fired inside it
         "del_calls": 25,  # a key's __del__ calling back
-        "del_in_release": 8,  # nested in a clear()'s or __init__'s release
+        "del_in_release": 8,  # released by a clear() or __init__
         "works_after": 1200,  # a mutator accepted after the step
     },
 }

@@ -225,20 +225,22 @@ def test_keys_in_the_instance_dict_never_touch_busy(policy_cls, how):
             policy._check_invariants()
 
 
-@pytest.mark.core_only  # the core's release order (rule 6)
+@pytest.mark.core_only  # the core's release (rule 6)
 @pytest.mark.parametrize("outer", ["clear", "__init__"])
 @pytest.mark.parametrize("how", core_only_params(BUSY_CALLS, ()))
 def test_a_call_nested_in_a_release_is_busy_before_its_first_user_code(policy_cls, how, outer):
     """Every method, run by a key's __del__ while clear() or __init__ again
-    releases t1 (t2 and the ghosts still full): it nests in the release
-    (rule 6), and its own first user code already finds it busy, so a
-    mutator there is refused naming it, not the release."""
+    releases what it took out (rule 6; the __del__ puts K(4) back in the
+    emptied policy first, for evict() to scan): its own first user code
+    already finds it busy, so a mutator there is refused naming it, not the
+    release."""
     running, call = BUSY_CALLS[how]
     REFUSALS.clear()
     policy = with_ghosts(policy_cls)
     policy.insert(Key("released", delete=lambda _: nested()), ready(60), CTX)
 
     def nested():
+        policy.insert(K(4), ready(4), CTX)
         Arm.policy = policy
         try:
             call(policy)
@@ -484,14 +486,15 @@ def test_two_threads_driving_one_policy(impl):
 
 
 @pytest.mark.core_only
-def test_clear_keeps_other_threads_out_while_it_releases(impl):
-    """clear() released each list with busy clear: a thread that a
+def test_clear_is_not_overtaken_while_it_releases(impl):
+    """clear() once released each list with busy clear: a thread that a
     released key's __del__ started could begin evict() between t1 and t2,
     and clear() then emptied t2 under its scan (the twin's evict raised
-    KeyError; the core's read a freed node). Now that thread is refused
-    until clear() returns, while clear()'s own thread may still call in."""
+    KeyError; the core's read a freed node). Now every list is empty
+    before anything is released: that thread's evict() finds nothing to
+    scan."""
     out = run_json("surface.py", "overtaken", impl, "--no-vllm")
-    assert out["other"] == [_messages.MSG_REENTRANT.format("evict", "clear")], out
+    assert out["other"] == ["None"], out
     assert not out["scanned"] and out["lists"] == [0, 0, 0, 0], out
 
 

@@ -1,10 +1,10 @@
-"""Release: when and in which order the policy lets go of keys and chunks.
-clear() and __init__ called again release each list in vLLM's order
-(values in insertion order, then keys; __init__ resets the capacity and
-target first), in both implementations. In the core, a released key's
-__del__ that acts on the policy (a mutating call) sees what it would see
-in vLLM, and what a call drops is released once it has returned (its rule
-6, core_only); the twin, vLLM's code, releases as vLLM does, and refuses a
+"""Release: when the policy lets go of keys and chunks. What a call drops
+is released once it has returned (the core's rule 6, core_only): clear()
+and __init__ called again take every entry out, and reset what they reset,
+before they let go of any, all at once, so a released key's or chunk's
+__del__ finds an empty, consistent policy that runs no call, and may call
+it; a call that a __del__ makes after any other call finds the old lists
+released. The twin, vLLM's code, releases as vLLM does, and refuses a
 mutating call from such a __del__ while its own call runs.
 """
 
@@ -20,131 +20,7 @@ from hostile import populated
 
 pytestmark = pytest.mark.gc_stress
 
-DELS: list[str] = []
-
-
-class LoggedKey:
-    act = None
-
-    def __init__(self, n):
-        self.n = n
-
-    def __hash__(self):
-        return hash(self.n)
-
-    def __eq__(self, other):
-        return isinstance(other, LoggedKey) and other.n == self.n
-
-    def __del__(self):
-        DELS.append(f"k{self.n}")
-        if LoggedKey.act is not None:
-            LoggedKey.act(self.n)
-
-
-class LoggedChunk(ChunkStatus):
-    def __del__(self):
-        DELS.append(f"c{self.chunk_id}")
-
-
-def _released(cls, how, acting):
-    policy = cls(10)
-    for i in range(6):
-        chunk = LoggedChunk(i)
-        chunk.ref_cnt = 0
-        policy.insert(LoggedKey(i), chunk, CTX)
-    del chunk
-    policy.touch([LoggedKey(0)], CTX)  # t1 -> t2: a new entry of t2
-    policy.touch([LoggedKey(3)], CTX)
-    policy.on_request_finished(((LoggedKey(1),),), {LoggedKey(1)}, set(), CTX)  # move_to_end
-    policy.evict(2, set())  # b1 = [2, 4]
-    gc.collect()
-    DELS.clear()
-    if acting:
-        # a released key inserts a new one: where it lands shows the order
-        LoggedKey.act = lambda n: policy.insert(f"new{n}", ready(100 + n), CTX) if n < 6 else None
-    try:
-        policy.__init__(10) if how == "__init__" else policy.clear()
-    finally:
-        LoggedKey.act = None
-    state = [
-        [getattr(k, "n", k) for k in view] for view in (policy.t1, policy.t2, policy.b1, policy.b2)
-    ]
-    return list(DELS), state
-
-
-@pytest.mark.needs_vllm
-@pytest.mark.parametrize(
-    "acting", [False, pytest.param(True, marks=pytest.mark.core_only)], ids=["logged", "acting"]
-)
-@pytest.mark.parametrize("how", ["__init__", "clear"])
-def test_release_order_is_vllms(policy_cls, how, acting):
-    """__init__ again releases each list's entries in insertion order, as
-    vLLM replacing each OrderedDict does; clear() releases the values in
-    insertion order, then the keys in list order. A __del__ that acts sees
-    what vLLM's sees."""
-    assert _released(policy_cls, how, acting) == _released(VllmARC, how, acting)
-
-
 RELEASE_LOG: list = []
-
-
-class ReleasingKey:
-    """Equal by name; when freed, records the list sizes it sees and sets
-    target_t1_size to 3."""
-
-    def __init__(self, name, policy=None):
-        self.name = name
-        self.policy = policy
-
-    def __hash__(self):
-        return hash(self.name)
-
-    def __eq__(self, other):
-        return isinstance(other, ReleasingKey) and other.name == self.name
-
-    def __del__(self):
-        p = self.policy
-        if p is not None:
-            RELEASE_LOG.append(
-                (self.name, len(p.t1), len(p.t2), len(p.b1), len(p.b2), p.target_t1_size)
-            )
-            p.target_t1_size = 3
-
-
-def _release_scenario(cls, reset):
-    RELEASE_LOG.clear()
-    policy = cls(4)
-    for name in ("t1-a", "b1", "t2", "t1-b", "t1-c"):
-        policy.insert(ReleasingKey(name, policy), ready(len(RELEASE_LOG)), CTX)
-    policy.touch([ReleasingKey("t2", policy)], CTX)  # stored under this key object
-    assert [k.name for k, _ in policy.evict(1, ())] == ["t1-a"]
-    assert [k.name for k, _ in policy.evict(1, {ReleasingKey("t1-b")})] == ["b1"]
-    policy.target_t1_size = 1.5
-    RELEASE_LOG.clear()
-    reset(policy)
-    state = keysnap(policy)
-    names = [[k.name for k in lst] for lst in state[:4]]
-    return names, state[4:], list(RELEASE_LOG)
-
-
-@pytest.mark.needs_vllm
-def test_clear_releases_lists_in_turn_then_resets_the_target(policy_cls):
-    """clear() releases the lists in turn, then resets target_t1_size, as
-    vLLM: a released key's __del__ that sets the target is overwritten
-    (0.0), and each key sees the lists before its own empty."""
-    got = _release_scenario(policy_cls, lambda p: p.clear())
-    assert got == _release_scenario(VllmARC, lambda p: p.clear())
-    assert got[1] == (0.0, float)
-    assert [entry[0] for entry in got[2]] == ["t1-b", "t1-c", "t2", "t1-a", "b1"]
-
-
-@pytest.mark.needs_vllm
-def test_init_again_resets_like_vllms_init(policy_cls):
-    """__init__ again sets the capacity and target first, then
-    empties the lists (vLLM replaces them in turn)."""
-    got = _release_scenario(policy_cls, lambda p: p.__init__(6))
-    assert got == _release_scenario(VllmARC, lambda p: p.__init__(6))
-    assert got[1] == (3, int)  # set by a __del__ after the target was reset
 
 
 @pytest.mark.core_only
@@ -158,8 +34,9 @@ def test_init_again_resets_the_entry_limit(policy_cls):
 
 
 class Acting:
-    """A key or chunk whose __del__ logs what it sees of the policy (the
-    sizes of t1, t2, b1 and b2), then runs act(policy) once."""
+    """A key whose __del__ logs what it sees of the policy (the sizes of t1,
+    t2, b1 and b2, the target, whether _check_invariants() passes), then
+    runs act(policy) once."""
 
     def __init__(self, name, policy, act=None):
         self.name, self.policy, self.act = name, policy, act
@@ -174,10 +51,20 @@ class Acting:
         p = self.policy
         if p is None:
             return
-        RELEASE_LOG.append((self.name, len(p.t1), len(p.t2), len(p.b1), len(p.b2)))
+        sizes = (len(p.t1), len(p.t2), len(p.b1), len(p.b2))
+        RELEASE_LOG.append((self.name, sizes, p.target_t1_size, _checked(p)))
         act, self.act = self.act, None
         if act is not None:
             act(p)
+
+
+def _checked(policy):
+    """Whether policy runs no call and is consistent: "ok", else why not."""
+    try:
+        policy._check_invariants()
+    except AssertionError as exc:
+        return str(exc)
+    return "ok"
 
 
 class ActingChunk(ChunkStatus):
@@ -218,28 +105,43 @@ def _full(cls, act_on="t1-a", act=None):
     return policy
 
 
-def _init_in_clear(cls):
-    policy = _full(cls, act=lambda p: p.__init__(4))
-    policy.clear()
-    return list(RELEASE_LOG), keysnap(policy)
+RELEASE_ACTS = {
+    "insert": lambda p: p.insert(Acting("new", None), ready(9), CTX),
+    "evict": lambda p: p.evict(1, ()),
+    "clear": lambda p: p.clear(),
+    "__init__": lambda p: p.__init__(4),
+    "target": lambda p: setattr(p, "target_t1_size", 3),
+}
+ALL = ["t1-a", "t1-b", "t2-a", "t2-b", "b1-a", "b2-a"]
 
 
 @pytest.mark.core_only
-@pytest.mark.needs_vllm
-def test_init_from_a_del_in_clear_releases_in_vllms_order(policy_cls):
-    """clear() looks each list up when its turn comes: an __init__ that a
-    t1 key's __del__ runs releases t2, b1 and b2 itself, as vLLM's does, so
-    each __del__ sees what it would see in vLLM."""
-    got = _init_in_clear(policy_cls)
-    assert got == _init_in_clear(VllmARC)
-    names = [entry[0] for entry in got[0]]
-    # t2's, b1's and b2's keys go inside the nested __init__, before t1-b
-    assert names == ["t1-a", "t2-a", "t2-b", "b1-a", "b2-a", "t1-b"]
+@pytest.mark.parametrize("act", [None, *RELEASE_ACTS])
+@pytest.mark.parametrize("how", ["clear", "__init__"])
+def test_a_release_finds_the_policy_empty_and_free(policy_cls, how, act):
+    """clear() and __init__ again take every entry out and reset the target
+    before they let go of any (rule 6): each released key's __del__ finds an
+    empty, consistent policy that runs no call, and the mutator one of them
+    calls (t1-a's) is accepted; what it did stays (its target too, where
+    vLLM's clear() resets the target after the lists)."""
+    policy = _full(policy_cls, act=RELEASE_ACTS.get(act))
+    policy.clear() if how == "clear" else policy.__init__(4)
+    seen = list(RELEASE_LOG)
+    assert sorted(entry[0] for entry in seen) == sorted(ALL)
+    assert all(entry[3] == "ok" for entry in seen), seen
+    acted = [entry[0] for entry in seen].index("t1-a")
+    assert all(entry[1:3] == ((0, 0, 0, 0), 0.0) for entry in seen[: acted + 1]), seen
+    t1 = [k.name for k in policy.t1]
+    assert (t1, len(policy.t2), len(policy.b1), len(policy.b2)) == (
+        (["new"] if act == "insert" else [], 0, 0, 0)
+    )
+    assert policy.target_t1_size == (3 if act == "target" else 0.0)
+    policy._check_invariants()
 
 
 def _insert_from_a_chunk_del(cls, which):
     """Clear a policy whose first chunk in list `which` (t1 or t2) inserts
-    "new" from its __del__, while clear() releases that list's values."""
+    "new" from its __del__, while clear() releases it."""
     policy = cls(4)
     new = ready(7)
 
@@ -262,7 +164,7 @@ def _insert_from_a_chunk_del(cls, which):
 @pytest.mark.core_only
 @pytest.mark.parametrize("which", ["t1", "t2"])
 def test_a_write_while_clear_releases_a_list_lands_in_the_new_list(policy_cls, which):
-    """Each list is taken out whole before its entries are released, so a
+    """Every list is taken out whole before anything is released, so a
     chunk's __del__ that inserts during clear() leaves a proper t1 entry:
     listed, counted and evictable (docs/hardening.md, "Where arc_cy
     differs": vLLM's half-cleared OrderedDict keeps it in its dict but in
@@ -291,7 +193,7 @@ def test_vllms_list_written_while_it_is_cleared_loses_the_entry():
 
 def _init_after_a_write_in_clear(cls):
     """t1 = [a, b], t2 = [c]: a's __del__ inserts "new" into t1 while
-    clear() releases t1's keys, then b's runs __init__ again."""
+    clear() releases, then b's runs __init__ again."""
     RELEASE_LOG.clear()
     policy = cls(4)
     acts = {"a": lambda p: p.insert(Acting("new", p), ready(9), CTX), "b": lambda p: p.__init__(4)}
@@ -305,15 +207,14 @@ def _init_after_a_write_in_clear(cls):
 
 
 @pytest.mark.core_only
-@pytest.mark.needs_vllm
-def test_init_after_a_write_in_clear_releases_the_write_at_once(policy_cls):
-    """The other half of that difference: "new" went to a new t1, which the
-    nested __init__ replaces and releases at once; vLLM's "new" sits in the
-    t1 being cleared, released once clear() lets go of it, after t2."""
-    got = _init_after_a_write_in_clear(policy_cls)
-    assert got[0] == ["a", "b", "new", "c"]
-    assert got[1] == _init_after_a_write_in_clear(VllmARC)[1]
-    assert _init_after_a_write_in_clear(VllmARC)[0] == ["a", "b", "c", "new"]
+def test_init_after_a_write_in_clear_releases_the_write(policy_cls):
+    """The write, "new", went to the emptied t1, and the __init__ that a
+    later key's __del__ runs releases it with the rest: the policy ends
+    empty (as vLLM's, whose "new" sits in the t1 being cleared until
+    clear() lets go of it)."""
+    names, state = _init_after_a_write_in_clear(policy_cls)
+    assert sorted(names) == ["a", "b", "c", "new"]
+    assert state == keysnap(policy_cls(4))
 
 
 def _init_after(cls, call):

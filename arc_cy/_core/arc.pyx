@@ -18,9 +18,7 @@ __eq__, protected.__contains__, a target's arithmetic, n.__index__, the
 caller's iterable, a collection and its gc.callbacks), with nothing between
 it and the try that clears it, and clears it after its last (get()'s truth
 test of the chunk included); while it is set, mutators are refused, in
-any thread. clear() and __init__ keep it while they release what they drop,
-in a releasing state that lets their own thread's calls (a __del__ that
-calls back) nest. Reads nest, and take busy only when it is free: a read in
+any thread. Reads nest, and take busy only when it is free: a read in
 another thread can outlive the call whose busy it found, so every probe
 checks `epoch` after each __eq__ and starts again if the storage changed,
 as CPython's dict does. Outside busy (a view's iterator) no pointer into
@@ -40,20 +38,12 @@ Python object that such code could reach and resize. Node indices live in
 a call replaces or forgets; the chunks it drops; the pairs evict() returns)
 live in `work.refs`, a C array that owns them and that tp_traverse visits. They
 are released when the call returns, after busy is cleared, so a __del__
-that calls back finds a consistent policy (and an empty `work`). A list is
-handed to Python only when nothing can run between its allocation and its
-last item (arc_list_from).
-
-Release order: clear() and __init__ called again let go of each list's
-entries in the order vLLM's OrderedDicts do, since a key's or a chunk's
-__del__ can see it. A dict keeps its entries in insertion order, not list
-order (move_to_end moves an entry in the list, not in the dict), so every
-entry is stamped when it is put in a list (Node.stamp_*, from the store's
-`stamps`).
-_detach sorts the list's nodes by stamp (Order, by_stamp) where vLLM's
-release follows insertion order: clear() drops the chunks in insertion
-order, then the keys in list order (OrderedDict.clear); __init__ drops key
-and chunk entry by entry in insertion order (a replaced OrderedDict).
+that calls back finds a consistent policy (and an empty `work`). clear()
+and __init__ called again detach the whole node store (_detach_all) and
+release it once busy is cleared, as the collector's clear does at once:
+every list is empty before anything is let go of. A list is handed to
+Python only when nothing can run between its allocation and its last item
+(arc_list_from).
 """
 
 cimport cython
@@ -64,9 +54,7 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.bytes cimport (
     PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE,
 )
-from cpython.pythread cimport PyThread_get_thread_ident
 from libc.stdint cimport int32_t, uint8_t, uint64_t
-from libc.stdlib cimport qsort
 
 from arc_cy._core.capi cimport (
     PY_SSIZE_T_MAX,
@@ -90,8 +78,8 @@ from arc_cy._core.capi cimport (
     arc_ref_cnt_as,
     arc_set_gc_slots,
     arc_siphash24,
-    arc_tag_offset,
     arc_type_tag,
+    arc_type_tag_given,
     arc_weak_target,
     gc_inquiry,
     gc_traverseproc,
@@ -105,10 +93,7 @@ from arc_cy._core.nodes cimport (
     T2,
     Node,
     NodeStore,
-    Order,
     Walk,
-    by_stamp,
-    list_clear,
     list_link,
     list_move,
     list_to_end,
@@ -143,9 +128,7 @@ from arc_cy._core.table cimport (
 )
 from arc_cy._core.work cimport (
     Work,
-    work_extend,
     work_free,
-    work_grow,
     work_hold,
     work_hold_keys,
     work_release,
@@ -164,7 +147,7 @@ from arc_cy._core.arguments import (
     check_target,
     missing_arguments,
 )
-from arc_cy._core.chunks import TAG_OFFSET, TAGS_READABLE, chunk_entry, chunk_ref_offset, dead_ref
+from arc_cy._core.chunks import chunk_entry, dead_ref
 from arc_cy._policy import PLUS_DOC, POLICY_DOC
 from arc_cy._guard import vllm_guard
 from arc_cy._messages import (
@@ -183,6 +166,12 @@ from arc_cy._record import record_for
 
 # A required argument's default: its absence raises Python's own TypeError.
 cdef object NO_ARG = MISSING
+# A name no type defines: its lookup gives a type a version tag (layout.h).
+cdef str _NO_NAME = "_arc_cy_no_such_attribute"
+# Whether version tags act as layout.h says (checked at import, below);
+# where they do not, every read checks its chunk's type again: slow, and
+# still right.
+cdef bint _tags_act = False
 # The node store grows up to this many nodes.
 cdef Py_ssize_t MAX_NODES = MAX_ENTRIES
 # ARCPlusCachePolicy, once defined: a core of it (or of a subclass) is ARC+.
@@ -194,9 +183,8 @@ cdef enum:
     PREFETCH_AHEAD = 8
 
 # The methods that can be running when user code calls back in: busy holds
-# the running one's index here, 0 when none runs, and minus it while a
-# clear() or __init__ releases what it dropped (_releasing). The OP_* are
-# derived from this one table.
+# the running one's index here, 0 when none runs. The OP_* are derived from
+# this one table.
 cdef tuple OP_NAMES = (
     None, "get", "insert", "remove", "touch", "on_store_miss",
     "on_request_finished", "evict", "clear", "target_t1_size",
@@ -322,9 +310,7 @@ cdef class ARCCore:
         uint64_t fates[4]
 
         # The running call.
-        int busy                # OP_* of the running method (minus it: releasing), or 0
-        int release_busy        # busy of a clear() or __init__ releasing, or 0
-        unsigned long releaser  # and its thread, whose calls nest in it
+        int busy                # OP_* of the running method, or 0
 
         # What reaches the policy, to ARC_CY_RECORD_TRACE (arc_cy._record),
         # or None: told after a call returns (_note); loads by their pins
@@ -340,18 +326,22 @@ cdef class ARCCore:
 
     # --- storage: the node store and the table together -------------------
 
-    cdef void _empty(self) noexcept:
-        """Forget every entry at once, and give grown memory back: for
-        __cinit__, the garbage collector's tp_clear, and _empty_lists. It
-        needs no allocation, so it cannot fail halfway."""
-        cdef Node *nodes = self.store.nodes
-        cdef int32_t used = self.store.used
+    cdef inline void _detach_all(self, NodeStore *old) noexcept:
+        """Forget every entry at once, and give grown memory back: the node
+        store goes to old (its caller releases it, nodes_release), the
+        table is emptied. It needs no allocation, so it cannot fail."""
+        old[0] = self.store
         table_empty(&self.table)
         nodes_reset(&self.store)
-        # Released last: a __del__ that calls back finds an empty policy.
-        nodes_release(nodes, used)
 
-    # --- walks: evict()'s scan, _trim and _detach ------------------------
+    cdef void _empty(self) noexcept:
+        """_detach_all, then the release (__cinit__, the collector's
+        tp_clear): a __del__ that calls back finds an empty policy."""
+        cdef NodeStore old
+        self._detach_all(&old)
+        nodes_release(&old)
+
+    # --- walks: evict()'s scan and _trim ----------------------------------
     # The node store walks a list (nodes.pxd); what a walk asks for ahead
     # of it is the core's, since a walk that forgets touches the table too.
 
@@ -400,114 +390,26 @@ cdef class ARCCore:
             node_free(&self.store, i)
             drop -= 1
 
-    cdef bint _detach(self, uint8_t w, bint replaced) noexcept:
-        """Take list w's entries out of the policy, their references into
-        work in the order vLLM's list releases them: OrderedDict.clear()
-        drops the values in insertion order, then the keys in list order; a
-        replaced (deallocated) OrderedDict drops key and value entry by
-        entry, in insertion order. False, with nothing done, if there is no
-        memory for it."""
-        cdef Py_ssize_t n = self.store.size[w], k
-        cdef Walk walk
-        cdef int32_t i
-        cdef Order *order
-        cdef PyObject **out
-        cdef Node *node
-        cdef bint values = w <= T2
-        if n == 0:
-            return True
-        order = <Order *>PyMem_Malloc(n * sizeof(Order))
-        if order is NULL or work_grow(&self.work, (2 if values else 1) * n) < 0:
-            PyMem_Free(order)
-            return False
-        self._walk_start(&walk, w, FORGET)
-        for k in range(n):  # list order
-            i = self._walk_step(&walk, FORGET)
-            order[k].idx = i
-            order[k].stamp = stamp_of(&self.store.nodes[i])
-            table_del(&self.table, i, self.store.nodes[i].hash)
-        out = work_extend(&self.work, (2 if values else 1) * n)
-        if not replaced:
-            for k in range(n):  # the keys, after the values, in list order
-                out[n * values + k] = self.store.nodes[order[k].idx].key
-        if replaced or values:
-            qsort(order, n, sizeof(Order), by_stamp)
-        for k in range(n):
-            node = &self.store.nodes[order[k].idx]
-            if not replaced:
-                if values:
-                    out[k] = node.chunk
-            elif values:
-                out[2 * k] = node.key
-                out[2 * k + 1] = node.chunk
-            else:
-                out[k] = node.key
-            node_free(&self.store, order[k].idx)
-        PyMem_Free(order)
-        list_clear(&self.store, w)
-        return True
-
-    cdef void _empty_lists(self, bint replaced) noexcept:
-        """Empty t1, t2, b1 and b2 in turn, as vLLM's clear() does (or, if
-        replaced, as its __init__ replacing each list does): a list's
-        entries are released (busy in its releasing state) once it is
-        empty, before the next list is touched. Then the memory goes back,
-        unless entries were added meanwhile."""
-        cdef uint8_t w
-        for w in range(4):
-            if not self._detach(w, replaced):
-                self._empty()  # no memory to hold them: all at once
-            work_release(&self.work)
-        if self.table.used == 0:
-            self._empty()
-
     # --- busy ------------------------------------------------------------
 
-    cdef inline bint _busy_elsewhere(self) noexcept:
-        """Whether a call runs that this one cannot take busy from: any but
-        a clear() or __init__ releasing in this thread."""
-        return self.busy != 0 and (self.busy != self.release_busy
-                                   or self.releaser != PyThread_get_thread_ident())
-
     cdef inline int _enter(self, int op) except -1:
-        """Take busy for mutator op: refused while any call runs, unless
-        that is a clear() or __init__ releasing in this thread (a __del__
-        calls back), in which op nests. C code: nothing runs between it and
-        the caller's try that clears it."""
-        if self._busy_elsewhere():
-            raise RuntimeError(
-                MSG_REENTRANT.format(OP_NAMES[op], OP_NAMES[abs(self.busy)]))
+        """Take busy for mutator op: refused while any call runs. C code:
+        nothing runs between it and the caller's try that clears it."""
+        if self.busy:
+            raise RuntimeError(MSG_REENTRANT.format(OP_NAMES[op], OP_NAMES[self.busy]))
         self.busy = op
         return 0
 
     cdef inline void _leave(self) noexcept:
-        """End of a call: not busy (or back to the releasing call it nested
-        in), then what it held is released."""
-        self.busy = self.release_busy
+        """End of a call: not busy, then what it held is released."""
+        self.busy = 0
         if self.work.used:
             work_release(&self.work)
 
-    cdef inline void _releasing(self, int op) noexcept:
-        """From here the running clear() or __init__ only releases what it
-        drops: this thread's calls nest in it and find a consistent policy
-        (list by list, as vLLM's), other threads' stay refused. The caller
-        saved the releasing state it nests in, to give it back."""
-        self.release_busy = -op
-        self.releaser = PyThread_get_thread_ident()
-        self.busy = -op
-
-    cdef inline void _released(self, int outer, unsigned long outer_thread) noexcept:
-        """End of a clear() or __init__: back to the releasing state it
-        nested in (outer, outer_thread; 0 if none), then _leave."""
-        self.release_busy = outer
-        self.releaser = outer_thread
-        self._leave()
-
     cdef inline bint _read_begin(self) noexcept:
-        """A read takes busy where a mutator would (free, or a release of
-        this thread's), else it nests; it gives busy back only if it took
-        it."""
-        if self._busy_elsewhere():
+        """A read takes busy where a mutator would (free), else it nests;
+        it gives busy back only if it took it."""
+        if self.busy:
             return False
         self.busy = OP_GET
         return True
@@ -518,18 +420,21 @@ cdef class ARCCore:
         """Offset of ref_cnt in chunk type tp as it is now (TypeError if it
         has none): cached while tp's version tag is the one it was checked
         with (docs/hardening.md, rule 7)."""
+        cdef unsigned int tag
         if (<PyObject *>tp is arc_weak_target(<PyObject *>self.last_type_ref)
                 and arc_type_tag(<PyObject *>tp) == self.last_tag):
             return self.last_off
-        entry = chunk_entry(tp)  # (weak ref, tag when checked, offset, view)
-        tag = entry[1]
-        if tag > 0:  # held weakly: a type made at run time is not kept alive
+        # The tag is read before the check: a change while it runs is seen
+        # at the next read.
+        tag = arc_type_tag_given(<PyObject *>tp, <PyObject *>_NO_NAME) if _tags_act else 0
+        entry = chunk_entry(tp, tag)  # (weak ref, offset)
+        if tag:  # held weakly: a type made at run time is not kept alive
             self.last_type_ref = entry[0]
             self.last_tag = tag
         else:  # no tag: checked again at every read
             self.last_type_ref = dead_ref()
             self.last_tag = 0
-        self.last_off = entry[2]
+        self.last_off = entry[1]
         return self.last_off
 
     cdef int _ref_cnt_slow(self, PyObject *chunk, int32_t *out) except -1:
@@ -896,7 +801,7 @@ cdef class ARCCore:
 
     def __cinit__(self, *args, **kwargs):
         table_init(&self.table)
-        self._empty()
+        nodes_reset(&self.store)
         self.target = 0.0
         self.last_type_ref = dead_ref()  # no chunk type seen yet
         self.last_tag = 0
@@ -906,32 +811,32 @@ cdef class ARCCore:
 
     def __dealloc__(self):
         work_free(&self.work)
-        nodes_release(self.store.nodes, self.store.used)
+        nodes_release(&self.store)
         table_free(&self.table)
 
     def __init__(self, cache_capacity=NO_ARG):
         if vllm_guard.plus_pending if self.plus else vllm_guard.pending:
             vllm_guard.check(self.plus)
-        # Called again, it starts over as vLLM's __init__ does: capacity and
-        # target first, then the lists are emptied in turn; _max_entries
-        # (arc_cy's own) is reset too.
-        cdef int outer = self.release_busy
-        cdef unsigned long outer_thread = self.releaser
+        # Called again, it starts over as vLLM's __init__ does; _max_entries
+        # (arc_cy's own) is reset too. What it drops (the entries, the old
+        # target) is released once it is not busy (rule 6).
         cdef Py_ssize_t capacity
+        cdef NodeStore old
         self._enter(OP_INIT)
         try:
             # Everything that can fail before the first change: a failed
             # __init__ changes nothing (rule 11). check_capacity bounds it, so
             # it is a C value: storing it cannot fail.
             capacity = check_capacity(cache_capacity)
-            self._releasing(OP_INIT)
             self.capacity = capacity
             self.max_entries = MAX_ENTRIES
-            self.target = 0.0
+            target, self.target = self.target, 0.0
             self._forget_fates()
-            self._empty_lists(True)
+            self._detach_all(&old)
         finally:
-            self._released(outer, outer_thread)
+            self._leave()
+        nodes_release(&old)
+        target = None
         if self.recorder is None:  # one a policy, kept if called again
             try:
                 self.recorder = record_for(self, self.capacity, keyed_ids)
@@ -1056,7 +961,7 @@ cdef class ARCCore:
             return chunk
         finally:
             if took:
-                self.busy = self.release_busy
+                self.busy = 0
 
     def insert(self, key=NO_ARG, chunk=NO_ARG, req_context=None):
         cdef Py_hash_t h
@@ -1325,17 +1230,18 @@ cdef class ARCCore:
             self._leave()
 
     def clear(self):
-        # As vLLM: the lists in turn, then the target.
-        cdef int outer = self.release_busy
-        cdef unsigned long outer_thread = self.releaser
+        # What it drops (the entries, the old target) is released once it is
+        # not busy (rule 6).
+        cdef NodeStore old
         self._enter(OP_CLEAR)
         try:
-            self._releasing(OP_CLEAR)  # nothing but releasing runs from here
-            self._empty_lists(False)
-            self.target = 0.0
+            self._detach_all(&old)
+            target, self.target = self.target, 0.0
             self._forget_fates()
         finally:
-            self._released(outer, outer_thread)
+            self._leave()
+        nodes_release(&old)
+        target = None
         if self.recorder is not None:
             self._note(NOTE_CLEARED, None, None, None)
 
@@ -1365,7 +1271,7 @@ cdef class ARCCore:
             i = table_find(&self.table, &self.store, key, PyObject_Hash(key), 1 << which)
         finally:
             if took:
-                self.busy = self.release_busy
+                self.busy = 0
         return i
 
     def _list_contains(self, int which, key):
@@ -1397,7 +1303,7 @@ cdef class ARCCore:
             last = 0
             while i != EMPTY:
                 if w <= T2:
-                    chunk_ref_offset(type(<object>store.nodes[i].chunk))
+                    self._ref_off(type(<object>store.nodes[i].chunk))
                     if self.plus:
                         assert i == store.head[w] or stamp_of(&store.nodes[i]) > last, (
                             f"node {i} in {LIST_NAMES[w]}: out of its stamps' order")
@@ -1413,7 +1319,7 @@ cdef class ARCCore:
 
     def _check_invariants(self):
         """Raise AssertionError if the lists or the table are inconsistent."""
-        assert self.busy == 0, f"{OP_NAMES[abs(self.busy)]}() did not finish"
+        assert self.busy == 0, f"{OP_NAMES[self.busy]}() did not finish"
         assert self.work.used == 0, "a finished call still holds references"
         # The check hashes and compares keys: user code, locked out of changes.
         self.busy = OP_CHECK
@@ -1469,12 +1375,21 @@ def _check_layout():
     if not arc_check_layout(probe, ctypes.addressof(probe), ctypes.sizeof(probe)):
         raise ImportError("arc_cy: ctypes' object layout is not the one "
                           "layout.h expects")
-    if TAGS_READABLE and TAG_OFFSET != arc_tag_offset():
-        raise ImportError("arc_cy: arc_cy._core.chunks reads type version tags at "
-                          f"{TAG_OFFSET}, PyTypeObject has them at {arc_tag_offset()}")
+
+
+def _tags_act_so():
+    """Whether version tags act as layout.h says: a type is given one, a
+    change takes it away, and the next is another."""
+    probe = type("Probe", (), {})
+    cdef unsigned int first = arc_type_tag_given(<PyObject *>probe, <PyObject *>_NO_NAME)
+    probe.changed = True
+    if arc_type_tag(<PyObject *>probe) != 0:
+        return False
+    return 0 != first != arc_type_tag_given(<PyObject *>probe, <PyObject *>_NO_NAME) != 0
 
 
 _check_layout()
+_tags_act = _tags_act_so()
 
 
 def keyed_ids(requests, uint64_t k0, uint64_t k1):

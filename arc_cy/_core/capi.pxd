@@ -34,7 +34,7 @@ cdef extern from "layout.h":
     int arc_ref_cnt_as(PyObject *chunk, PyObject *tp, Py_ssize_t off,
                        int32_t *out) nogil
     unsigned int arc_type_tag(PyObject *tp) nogil
-    Py_ssize_t arc_tag_offset() nogil
+    unsigned int arc_type_tag_given(PyObject *tp, PyObject *name)
     PyObject *arc_weak_target(PyObject *ref) nogil
     Py_ssize_t arc_cdata_size(PyObject *chunk) nogil
     bint arc_check_layout(object inst, size_t address, Py_ssize_t size)

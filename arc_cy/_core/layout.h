@@ -31,9 +31,8 @@
  *    offset is also keyed on the tag the type had when it was checked
  *    (never 0: a type without a tag is not cached, and is checked again at
  *    every read). Py_TPFLAGS_VALID_VERSION_TAG is not read: 3.13 no longer
- *    sets it, and a tag of 0 says the same. arc_cy._core.chunks reads the same
- *    field through ctypes, at the offset arc_tag_offset() gives
- *    (arc.pyx checks the two agree at import).
+ *    sets it, and a tag of 0 says the same. This is the one place the tag
+ *    is read (arc.pyx checks at import that tags act so).
  *
  * 3. Lists handed to Python code never hold NULL items: arc_list_from
  *    fills a new list at once, with nothing that can run Python code (or a
@@ -103,10 +102,15 @@ static inline unsigned int arc_type_tag(PyObject *tp)
     return ((PyTypeObject *)tp)->tp_version_tag;
 }
 
-/* Where PyTypeObject keeps its version tag. */
-static inline Py_ssize_t arc_tag_offset(void)
+/* The version tag of type tp, given one first if it has none: by CPython's
+ * own lookup of a name (a str) that no type defines, which assigns tags and
+ * runs no Python code on a type's own (str-keyed) dict. 0: CPython gives it
+ * none (it ran out of tags). */
+static inline unsigned int arc_type_tag_given(PyObject *tp, PyObject *name)
 {
-    return (Py_ssize_t)offsetof(PyTypeObject, tp_version_tag);
+    if (((PyTypeObject *)tp)->tp_version_tag == 0)
+        (void)_PyType_Lookup((PyTypeObject *)tp, name);
+    return ((PyTypeObject *)tp)->tp_version_tag;
 }
 
 /* The buffer size of a ctypes instance (what ctypes.sizeof(chunk) says). */

@@ -10,7 +10,7 @@
 # in a list owns a key (t1 and t2's own a chunk too). `version[w]` moves
 # on every change to list w (iterators check it); `epoch` on every change
 # to a node or the array (a probe that ran __eq__ checks it); `stamps`
-# counts the insertions into a list, the order vLLM's dicts hold entries in.
+# counts the insertions into a list (ARC+'s recency order).
 # Only the functions here write a node or the store: a node's record (key,
 # hash, chunk) through node_fill, node_set_key and node_take_chunk, its
 # links through the list functions; nodes_check asserts the invariant.
@@ -39,9 +39,8 @@ ctypedef struct Node:
     int32_t prev        # list links, or the free-list link in next
     int32_t next
     uint8_t where       # T1, T2, B1, B2 or FREE
-    # When the entry was put in its list (a 56-bit count of such insertions,
-    # not of move_to_end): the order a dict holds its entries in, and so the
-    # order vLLM's lists release them in (the core's _detach). In the padding.
+    # When the entry was last put at a list's MRU end (a 56-bit count of
+    # such moves): ARC+'s recency order. In the padding.
     uint8_t stamp_hi
     uint16_t stamp_mid
     uint32_t stamp_lo
@@ -58,11 +57,6 @@ ctypedef struct NodeStore:
     int32_t tail[4]
     Py_ssize_t size[4]
     uint64_t version[4]     # bumped on every change to a list
-
-ctypedef struct Order:
-    # A node and its stamp, for sorting a list's nodes into insertion order.
-    uint64_t stamp
-    int32_t idx
 
 ctypedef struct Walk:
     # A forward-only walk over one list, C state on its caller's stack. It
@@ -84,12 +78,6 @@ cdef inline void set_stamp(Node *node, uint64_t stamp) noexcept nogil:
     node.stamp_lo = <uint32_t>stamp
 
 
-cdef inline int by_stamp(const void *a, const void *b) noexcept nogil:
-    # qsort's comparison of two Orders.
-    cdef uint64_t x = (<const Order *>a).stamp, y = (<const Order *>b).stamp
-    return (x > y) - (x < y)
-
-
 # --- the array ------------------------------------------------------------
 
 cdef inline void nodes_reset(NodeStore *s) noexcept nogil:
@@ -108,16 +96,24 @@ cdef inline void nodes_reset(NodeStore *s) noexcept nogil:
         s.version[w] += 1
 
 
-cdef inline void nodes_release(Node *nodes, int32_t used) noexcept:
-    """Release a detached array: its nodes' references, then its memory."""
+cdef inline void nodes_release(const NodeStore *old) noexcept:
+    """Release a detached store (a copy of one that nodes_reset emptied,
+    or one that is going away): its lists' references, t1, t2, b1 then b2,
+    each from its LRU end, a key then its chunk; then the array. Python
+    code run meanwhile cannot reach the array: no other store holds it."""
+    cdef int w
     cdef int32_t i
-    if nodes is NULL:
+    cdef Node *node
+    if old.nodes is NULL:  # none allocated (or __cinit__ failed before any)
         return
-    for i in range(used):
-        if nodes[i].where != FREE:
-            Py_XDECREF(nodes[i].key)
-            Py_XDECREF(nodes[i].chunk)
-    PyMem_Free(nodes)
+    for w in range(4):
+        i = old.head[w]
+        while i != EMPTY:
+            node = &old.nodes[i]
+            i = node.next
+            Py_XDECREF(node.key)
+            Py_XDECREF(node.chunk)
+    PyMem_Free(old.nodes)
 
 
 cdef inline int nodes_reserve(NodeStore *s, Py_ssize_t n, Py_ssize_t limit) except -1:
@@ -244,21 +240,9 @@ cdef inline void list_move(NodeStore *s, int32_t i, uint8_t w) noexcept nogil:
 
 cdef inline void list_to_end(NodeStore *s, int32_t i, uint8_t w) noexcept nogil:
     """OrderedDict.move_to_end: node i, in list w, goes to its MRU end;
-    already there, nothing changes (iterators go on). Not an insertion:
-    the stamp stays."""
-    cdef uint64_t stamp
+    already there, nothing changes (iterators go on, the stamp stays)."""
     if s.tail[w] != i:
-        stamp = stamp_of(&s.nodes[i])
         list_move(s, i, w)
-        set_stamp(&s.nodes[i], stamp)
-
-
-cdef inline void list_clear(NodeStore *s, uint8_t w) noexcept nogil:
-    """List w is empty: its nodes were freed (or are being) by the caller."""
-    s.head[w] = EMPTY
-    s.tail[w] = EMPTY
-    s.size[w] = 0
-    s.version[w] += 1
 
 
 # --- walks ----------------------------------------------------------------

@@ -67,14 +67,6 @@ cdef inline void work_hold(Work *work, PyObject *ref) noexcept nogil:
     work.used += 1
 
 
-cdef inline PyObject **work_extend(Work *work, Py_ssize_t n) noexcept nogil:
-    """The next n places, held from now (room was reserved): the caller
-    fills each one before anything can run."""
-    cdef PyObject **out = work.refs + work.used
-    work.used += n
-    return out
-
-
 cdef inline Py_ssize_t work_hold_keys(Work *work, object keys) except -1:
     """Copy the caller's keys in (at 0..n, work being empty between calls)
     and return n. A list or tuple is read as given: nothing runs between

@@ -54,10 +54,8 @@ shadow (result and state).
 It counts what the core's fallbacks reached: MemoryError per method;
 inserts of a new key that failed where the table or the node array had to
 grow; calls of more than 64 keys that failed (the working storage's
-growth); clear() and __init__ whose release showed every list emptied at
-once (the keys' __del__ see the later lists already empty: _detach found
-no memory and _empty() released everything together) and that still ended
-as the shadow did.
+growth); clear() and __init__ made armed, which allocate nothing to
+release and so return.
 
 --impl plus gets every check the core gets (the shadow an unarmed ARC+),
 and calls that reach ARC+'s paths: on_request_finished with keys in no
@@ -339,8 +337,8 @@ def _policy_call(p, r):
         try:
             p._check_invariants()
         except AssertionError as exc:
-            # called while a call of this policy runs (a __del__ that its
-            # clear() or __init__ releases): it says so, and checks nothing
+            # called while a call of this policy runs (a finalizer that a
+            # collection inside it runs): it says so, and checks nothing
             if "did not finish" not in str(exc):
                 raise
             Run.counts["check_while_running"] += 1
@@ -617,32 +615,6 @@ class PKey(int):
     """A key of one policy (the shadow has its own, equal ones)."""
 
 
-class RKey(PKey):
-    """A key of a watch round: while a release is watched (WATCH), its
-    __del__ tells whether a later list was already emptied when its own
-    was released (the release fallback). Python code that runs while
-    allocations fail: only watch rounds use these keys, and they arm only
-    clear() and __init__ (a __del__ that met the failing allocation while
-    another MemoryError propagated once made CPython lose that one: the
-    caller got SystemError('error return without exception set'))."""
-
-    def __del__(self):
-        try:
-            w = getattr(self, "w", -1)
-            watch = WATCH[0]
-            if w < 0 or watch is None:
-                return
-            p, nonempty = watch
-            for later in (1, 2, 3):
-                if later > w and nonempty[later] and p._list_len(later) == 0:
-                    WATCH[1] = True
-        except MemoryError:
-            Run.unraisable = True  # it met the failing allocation: it saw nothing
-
-
-WATCH: list = [None, False]  # (policy, which lists held entries), and what was seen
-
-
 def _unraisable(hook_args) -> None:
     # A __del__ (or a generator's close) that met the failing allocation
     # itself: counted (after the call), not printed. No allocation here.
@@ -672,7 +644,7 @@ MIN_TABLE_BITS = 3  # the core's (arc_cy/_core/arc.pyx): a table of 8 slots at f
 class Shape:
     """The core's table and node array, as far as the calls let them be
     known: whether an insert of a new key makes the table or the node array
-    grow (an approximation when a release fallback kept a grown table)."""
+    grow."""
 
     def __init__(self):
         self.bits = MIN_TABLE_BITS
@@ -777,8 +749,7 @@ class NomemRound:
         big = r.random() < 0.35
         cap = r.randint(40, 160) if big else r.randint(0, 8)
         self.universe = cap * 2 + 4
-        self.watch = r.random() < 0.3  # a round that watches releases
-        self.a = Side(cls, cap, RKey if self.watch else PKey)  # armed
+        self.a = Side(cls, cap, PKey)  # armed
         self.s = Side(cls, cap, PKey)  # shadow
         self.chunks = [ready(0, ref) for ref in (0, 0, 0, 0, -1, 1)]
         self.shape = Shape()
@@ -1144,7 +1115,7 @@ class NomemRound:
         if replay:
             armed, stop = True, start + 1
         else:
-            armed = r.random() < 0.8 and (not self.watch or base in ("clear", "__init__"))
+            armed = r.random() < 0.8
             start = stop = None
         if armed and not replay:
             roll = r.random()
@@ -1159,12 +1130,6 @@ class NomemRound:
                 # could not run so: CPython 3.11 never finishes unwinding to
                 # a finally handler past offset 256 when no int can be made)
                 stop = 0
-        watch = base in ("clear", "__init__") and armed
-        if watch:
-            for w, view in enumerate((p.t1, p.t2, p.b1, p.b2)):
-                for k in view:
-                    k.w = w
-            WATCH[:] = [(p, [p._list_len(w) > 0 for w in range(4)]), False]
         try:
             if armed:
                 prepare = getattr(fn, "prepare", None)
@@ -1174,9 +1139,6 @@ class NomemRound:
                 result = ("ok", _norm(fn(a)))
         except BaseException as exc:
             result = ("raised", exc)
-        finally:
-            fallback = WATCH[1]
-            WATCH[:] = [None, False]
         c["calls"] += 1
         if armed:
             c["calls_armed"] += 1
@@ -1241,8 +1203,6 @@ class NomemRound:
                     c["nomem_plus_near_end_grows"] += 1
             if grows[0] or grows[1]:
                 c["ok_armed_insert_grows"] += 1
-        if watch and fallback:
-            c["release_fallback_" + base] += 1
         # the checks, disarmed
         after = a.state()
         if raised:

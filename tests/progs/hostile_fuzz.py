@@ -40,12 +40,12 @@ Acting copies (MKey, MChunk: each policy its own copy of a key or chunk,
 named across them by one oid) mutate from __del__: insert (also a chunk
 that acts in turn, so releases chain), remove, touch, on_store_miss,
 on_request_finished, evict, clear, __init__ again, the target, get. They
-act where clear() and __init__ release (in vLLM's order: rule 6; nested
-calls, a nested __init__ and writes to the list being released included)
-and where any other call's drops are released, after it returns (the
-oracle holds what vLLM's call drops and lets go of it after, in vLLM's
-order: Oracle item 7). What each saw (list sizes, capacity, target) and
-what its action returned or raised are compared per step (G.mlog).
+act where a call's drops are released, after it returns (rule 6; clear()
+and __init__ again release every entry at once, a nested clear() or
+__init__ and writes to the emptied lists included): the oracle holds what
+vLLM's call drops and lets go of it after, in the core's order (Oracle
+items 6 and 7). What each saw (list sizes, capacity, target) and what its
+action returned or raised are compared per step (G.mlog).
 
 --mode chaos (per compiled class, no oracle) adds contract-breaking keys,
 mutating __del__ and gc-hook actions, non-chunk objects, bad n and targets,
@@ -355,13 +355,9 @@ def do_read(p, name: str, kind: str) -> None:
         if name in ("iter", "items") and G.in_call and kind not in ("del_key", "del_chunk", "gc"):
             G.counts["view_iter_in_call"] += 1
     except RuntimeError:
-        G.counts["read_error"] += 1  # a list changed under a read (mid-clear)
+        G.counts["read_error"] += 1  # a list changed under a read
     except KeyError:
-        # vLLM's OrderedDict mid-clear: the dict is empty, its order list
-        # not yet (a read from a __del__ that clear() runs)
-        if G.pname != "vllm":
-            G.failures.append(f"{G.pname}: read {name} from {kind} raised KeyError")
-        G.counts["read_error"] += 1
+        G.failures.append(f"{G.pname}: read {name} from {kind} raised KeyError")
     except ALLOWED as exc:
         if G.mode == "agree":
             G.failures.append(f"{G.pname}: read {name} from {kind} raised {exc!r}")
@@ -874,18 +870,15 @@ class Oracle:
        and a key already in t1 or t2 (ValueError, MSG_DUPLICATE).
     5. The target setter validates with check_target; __init__ called again
        validates with check_capacity (both under the guard).
-    6. clear() checks the guard, then runs unguarded, and takes each list
-       out whole before it releases it (vLLM's clear() empties the
-       OrderedDict in place): a write while a list is released lands in
-       the new list, where vLLM's half-cleared OrderedDict keeps it in its
-       dict but in no order, and a read sees an empty list, where vLLM's
-       iteration raises KeyError (documented: arc_cy's clear(), as its
-       __init__ again and vLLM's __init__, replaces the list). The lists
-       are released as vLLM's clear() releases them: each in turn, the
-       values in insertion order then the keys in list order
-       (OrderedDict.clear), each looked up when its turn comes (an
-       __init__ that a __del__ runs replaces the later ones). __init__
-       called again is vLLM's, unguarded once the capacity is checked.
+    6. clear() and __init__ called again (vLLM's, once the guard and the
+       capacity are checked) take every list out whole, and reset the
+       target (and the capacity), before they release anything, and
+       release it after, unguarded, as the core does: the lists in turn,
+       each from its LRU end, a key then its chunk (_hold's order). So a
+       __del__ finds every list empty and the target reset (vLLM's
+       clear() empties each OrderedDict in place, in turn, then resets the
+       target), and its write lands in a new list, where vLLM's
+       half-cleared OrderedDict keeps it in its dict but in no order.
     7. What any other call drops arc_cy releases after it returns, busy
        clear; vLLM at once. The oracle holds every key and chunk of the
        lists over the call (_hold) and lets go of them after it (_drop),
@@ -912,7 +905,10 @@ class Oracle:
         finally:
             self._busy = None
         if again:
+            held, target = self._hold(), self._v.target_t1_size
             self._v.__init__(capacity)
+            self._drop(held)
+            del target
         else:
             self._v = VLLM_ARC(capacity)
             self._views = [ListView(self, i) for i in range(4)]
@@ -1152,9 +1148,12 @@ class Oracle:
     def clear(self):
         self._enter("clear")
         v = self._v
+        held = self._hold()
         for name in ("t1", "t2", "b1", "b2"):
-            _take_out_and_clear(v, name)
-        v.target_t1_size = 0.0
+            v.__dict__[name] = OrderedDict()
+        target, v.target_t1_size = v.target_t1_size, 0.0
+        self._drop(held)
+        del target
 
     def mark_evictable(self, key):
         return None
@@ -1164,13 +1163,6 @@ class Oracle:
 
     def _check_invariants(self):
         assert self._busy is None
-
-
-def _take_out_and_clear(v, name):
-    """vLLM's `v.<name>.clear()`, the list taken out whole first (item 6)."""
-    old = v.__dict__[name]
-    v.__dict__[name] = OrderedDict()
-    old.clear()
 
 
 # --- the machine's strategies ---------------------------------------------
@@ -1680,7 +1672,7 @@ class HostileMachine(RuleBasedStateMachine):
     @rule(how=st.sampled_from(["clear", "__init__"]), cap=st.integers(0, 8), go=st.integers(0, 3))
     def reset(self, how, cap, go):
         """clear() or __init__ again, with plain arguments: where arc_cy
-        releases in vLLM's order (acting copies act there)."""
+        releases every entry at once (acting copies act there)."""
         if go:
             return
         if how == "clear":

@@ -13,9 +13,9 @@ Modes:
              the second compares keys (a fixed interleaving, with events)
   threads    two threads drive one policy, with keys whose __eq__ and
              __hash__ are Python code, under sys.setswitchinterval(1e-6)
-  overtaken  while clear() releases t1, a key's __del__ starts a thread
-             whose evict() waits inside protected.__contains__ on a t2
-             entry; clear() then goes on to t2 (a fixed interleaving)
+  overtaken  while clear() releases t1's key, its __del__ starts a thread
+             whose evict() would wait inside protected.__contains__ on a
+             t2 entry; clear() then goes on to t2 (a fixed interleaving)
 """
 
 from __future__ import annotations
@@ -286,8 +286,8 @@ def overtaken():
 
     class Starter:
         def __del__(self):
-            # here t1 is empty and t2 not yet: the other thread's evict()
-            # starts, and scans t2 while this one is held up
+            # here the other thread's evict() starts, and would scan t2
+            # (were it still there) while this one is held up
             thread.start()
             while thread.is_alive() and not gate.asked.is_set():
                 thread.join(0.001)

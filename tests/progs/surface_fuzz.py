@@ -48,8 +48,8 @@ calling every mutator (clear() and __init__ again included) and read;
 counts the calls that overlapped another thread's call. A quarter of the
 keys and of the inserted chunks have a __del__ that calls into the policy
 (a mutator, clear() and __init__ included, or a read) from whichever thread
-releases them: nested in that thread's clear() or __init__ (their
-releasing, rule 6) its mutators are accepted; elsewhere they may be refused.
+releases them, once the call that dropped them has returned (rule 6): its
+mutators are accepted, unless another thread's call refuses them.
 Every exception must be one the rules document (re-entry or a thread
 refused: the MSG_* texts of arc_cy._messages that speak of a call running
 or of a thread; a list changed during iteration; KeyError from a view's
@@ -65,9 +65,10 @@ again on the live policy included. In three steps out of ten the hooks
 also fire inside the finally clauses of arc_cy's Python code that the core
 runs (and what they call); otherwise they skip them. Half the inserted keys are
 the policy's own and have a __del__ (Python code: hooks fire in it, and
-raise there too) that makes a call that changes nothing: run nested in a
-clear()'s or __init__'s release, or after a call returns, its mutator is
-accepted (refused only where a collection finalizes it inside a call).
+raise there too) that makes a call that changes nothing: run where a call
+releases what it dropped (clear()'s and __init__'s included), once busy is
+given back, its mutator is accepted (refused only where a collection
+finalizes it inside a call).
 After every step the policy must not be
 busy, must pass _check_invariants(), must work (a mutator accepted; what
 insert() puts in, get() and the t1 view find), and must equal a reference
@@ -276,16 +277,12 @@ def populated(policy_cls, capacity: int = 6, keys: int = 10, hostile_chunks: boo
 
 def busy_now(p) -> bool | None:
     """Whether p runs a call that a mutator must be refused by (True), runs
-    none (False), or cannot tell (None: a release, whose own thread's calls
-    nest)."""
+    none (False), or cannot tell (None)."""
     if isinstance(p, core_mod.ARCCore):
         try:
             p._check_invariants()  # asserts "not busy" before anything else
         except AssertionError as exc:
-            text = str(exc)
-            if not text.endswith("did not finish"):
-                return None
-            return None if text.startswith(("clear(", "__init__(")) else True
+            return True if str(exc).endswith("did not finish") else None
         except Exception:
             return None
         return False
@@ -1255,10 +1252,10 @@ class SlowKey(Key):
 class Dels:
     """What the threads' keys' and chunks' __del__ methods call: a mutator
     or a read on the policy, from whichever thread releases them, while
-    the other threads call. A __del__ that runs nested in its own
-    thread's clear() or __init__ (their releasing) has its mutators
-    accepted (rule 6); elsewhere they may be refused by another thread's
-    call (rule 10). Its exceptions are those expected_thread_error allows."""
+    the other threads call. It runs once the call that dropped it gave
+    busy back (rule 6), so its mutators are refused only by another
+    thread's call (rule 10). Its exceptions are those expected_thread_error
+    allows."""
 
     policy = None
     impl = ""
@@ -1266,8 +1263,8 @@ class Dels:
     capacity = 40
     errors: list[str] = []
     # per thread: depth (of __del__ calls), releasing (a clear() or __init__
-    # runs), collecting (a collection runs: it finalizes garbage cycles in
-    # whatever call allocated)
+    # runs: counted), collecting (a collection runs: it finalizes garbage
+    # cycles in whatever call allocated)
     local = threading.local()
     rng = random.Random(0)
 
@@ -1288,13 +1285,7 @@ class Dels:
         try:
             thread_op(p, op, cls.rng, cls.universe, plain=True)
         except BaseException as exc:
-            if releasing and is_refusal(exc):
-                if len(cls.errors) < 20:
-                    cls.errors.append(
-                        f"{op} from a {what}'s __del__ run by its thread's clear() or "
-                        f"__init__ was refused: {exc}"
-                    )
-            elif expected_thread_error(exc, op):
+            if expected_thread_error(exc, op):
                 COUNTS["del_refused" if is_refusal(exc) else "del_exc_" + type(exc).__name__] += 1
             elif len(cls.errors) < 20:
                 cls.errors.append(f"{op} from a {what}'s __del__: {type(exc).__name__}: {exc}")
@@ -1302,7 +1293,7 @@ class Dels:
             if op in DEL_MUTATORS:
                 COUNTS["del_mutator_accepted"] += 1
                 if releasing:
-                    COUNTS["del_nested_in_release"] += 1
+                    COUNTS["del_accepted_in_release"] += 1
             else:
                 COUNTS["del_read"] += 1
         finally:
@@ -1384,7 +1375,7 @@ def thread_op(p, op: str, rng: random.Random, universe: int, plain: bool = False
             c.ref_cnt = rng.choice([0, 0, 1])
         return p.insert(k, c, None)
     if op in ("clear", "__init__"):
-        # its releasing runs the __del__ of what it drops, nested, in this thread
+        # its release runs the __del__ of what it drops, in this thread
         tl = Dels.local
         tl.releasing = getattr(tl, "releasing", 0) + 1
         try:
@@ -1472,7 +1463,7 @@ def run_threads(args, rng: random.Random) -> None:
         p._check_invariants()
         p.insert(SlowKey(10**6), ready(0), None)
         p.evict(1, set())
-        p.clear()  # (its releasing runs the __del__ of the keys left: nested, accepted)
+        p.clear()  # (its release runs the __del__ of the keys left: accepted)
         p._check_invariants()
         p.insert(SlowKey(10**6), ready(0), None)
         p._check_invariants()
@@ -1507,9 +1498,9 @@ FINALLY = {path: _finally_lines(path) for path in IMPL_PATHS}
 
 
 class DelKey(Key):
-    """A Key whose __del__ is Python code that calls the policy back: a
-    clear() or __init__ that releases it runs it nested in the release
-    (rule 6), any other call after it returns. Hooks fire in it."""
+    """A Key whose __del__ is Python code that calls the policy back: the
+    call that releases it runs it once busy is given back (rule 6). Hooks
+    fire in it."""
 
     def __del__(self) -> None:
         Hooks.del_point()
@@ -1605,8 +1596,7 @@ class Hooks:
     def del_point(cls) -> None:
         """A DelKey's __del__: a call that changes nothing (a mutator or a
         read), which hooks may cut short. A policy releases what it drops
-        once busy is given back, or nested in its clear()'s or __init__'s
-        release: the mutator is accepted."""
+        once busy is given back: the mutator is accepted."""
         p = cls.policy
         if not cls.on or cls.in_action or cls.in_del or p is None:
             return
@@ -1830,7 +1820,7 @@ class HookRun:
                 return self.evict_op(1)
             return kind, True, lambda p: p.clear()
         if kind == "__init__":
-            # called again on a live policy: its releasing runs key's __del__
+            # called again on a live policy: its release runs key's __del__
             cap = rng.choice([self.CAPACITY] * 3 + [4, 8])
             return kind, True, lambda p: p.__init__(cap)
         k = Key(rng.randrange(u))
