@@ -34,6 +34,4 @@ MSG_PLUS_NO_TARGET = (
 # Python's own texts, which the compiled core's interface gives too.
 MSG_NO_ACCESSOR = "property {!r} of {!r} object has no {}"
 MSG_MISSING = "ARCCachePolicy.{}() missing {} required positional argument{}: {}"
-MSG_NO_COPY = (
-    "{} (arc_cy's compiled core) cannot be copied or pickled; arc_cy._twin.arc.ARCCachePolicy can"
-)
+MSG_NO_COPY = "{} (arc_cy's compiled core) cannot be copied or pickled; arc_cy._twin.{} can"

@@ -23,6 +23,7 @@ from packaging.requirements import Requirement
 
 from arc_cy import _vllm
 from arc_cy._flags import env_flag
+from arc_cy._messages import MSG_NO_COPY
 from arc_cy._policy import HOOKS
 from arc_cy._vllm import ChunkStatus
 
@@ -338,6 +339,13 @@ def twin(cls: type) -> type:
     """The twin of a policy class: ARC's, or ARC+'s for an ARCPlusCachePolicy."""
     plus = cls.__name__ == "ARCPlusCachePolicy"
     return load_plus_class("python") if plus else load_policy_class("python")
+
+
+def no_copy(cls: type) -> str:
+    """The compiled core's refusal to be copied (MSG_NO_COPY): it names the
+    twin of its policy, which copies."""
+    t = twin(cls)
+    return MSG_NO_COPY.format(cls.__qualname__, f"{t.__module__.split('.')[-1]}.{t.__qualname__}")
 
 
 def oracle(cls: type) -> type:

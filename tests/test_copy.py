@@ -9,16 +9,12 @@ import copy
 
 import pytest
 
-from arc_cy import _messages
-from helpers import CTX, K, VllmARC, keysnap, load_policy_class, ready
+from helpers import CTX, K, VllmARC, keysnap, load_policy_class, no_copy, ready
 from hostile import hostile, populated, with_ghosts
 
 pytestmark = [pytest.mark.gc_stress, pytest.mark.both_policies]
 
 
-# arc_only until the core's MSG_NO_COPY names ARC+'s twin for ARC+ (it names
-# arc_cy._twin.arc.ARCCachePolicy): a defect of the core, to fix there.
-@pytest.mark.arc_only
 @pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
 def test_copy_and_pickle(policy_cls, how):
     """Documented: the compiled core refuses to be copied or
@@ -34,7 +30,7 @@ def test_copy_and_pickle(policy_cls, how):
     if policy_cls.__module__.startswith("arc_cy._core."):
         with pytest.raises(TypeError) as info:
             do(policy)
-        assert str(info.value) == _messages.MSG_NO_COPY.format("ARCCachePolicy")
+        assert str(info.value) == no_copy(policy_cls)
     else:
         twin = do(policy)
         assert keysnap(twin)[:4] == keysnap(policy)[:4]
@@ -77,7 +73,6 @@ def test_the_twin_copies_as_vllms_class_does(how):
 
 
 @pytest.mark.core_only
-@pytest.mark.arc_only  # as test_copy_and_pickle: MSG_NO_COPY on ARC+
 @pytest.mark.parametrize("how", [copy.copy, copy.deepcopy], ids=["copy", "deepcopy"])
 def test_a_copy_made_during_a_call_is_refused(policy_cls, how):
     """From a callback too (the twin once copied busy, so that a copy made
@@ -93,4 +88,4 @@ def test_a_copy_made_during_a_call_is_refused(policy_cls, how):
 
     policy = with_ghosts(policy_cls)
     assert len(policy.evict(1, hostile(set, __contains__=copy_once)())) == 1
-    assert made == [_messages.MSG_NO_COPY.format("ARCCachePolicy")]
+    assert made == [no_copy(policy_cls)]

@@ -219,9 +219,7 @@ def test_entry_limit(policy_cls):
         policy._max_entries = arguments.MAX_ENTRIES + 1
 
 
-# 10**30 on ARC+: the compiled ARC+ raises OverflowError (its twin returns
-# None), a defect of the core to fix: arc_only until then.
-@pytest.mark.parametrize("n", [pytest.param(10**30, marks=pytest.mark.arc_only), 2**40, 5])
+@pytest.mark.parametrize("n", [10**30, 2**40, 5])
 def test_evict_more_than_held_returns_none(policy_cls, n):
     """n above the resident count is None at once, with no scratch sized
     by n (a mutant without the core's early exit once survived)."""

@@ -109,16 +109,8 @@ NO_OP_MOVES = {
 }
 
 
-# The compiled ARC+ counts these no-op moves as changes (its twin does not):
-# a defect of the core, to fix there; arc_only until then.
-PLUS_RAISES = {"touch t2's MRU", "reused t2's MRU", "inserted-only t1's MRU"}
-
-
 @pytest.mark.needs_vllm
-@pytest.mark.parametrize(
-    "case",
-    [pytest.param(c, marks=[pytest.mark.arc_only] * (c in PLUS_RAISES)) for c in NO_OP_MOVES],
-)
+@pytest.mark.parametrize("case", NO_OP_MOVES)
 def test_iterator_survives_moves_that_change_nothing(policy_cls, case):
     """The core counted moving an entry to the end it already sits
     at as a change; OrderedDict's move_to_end does not."""

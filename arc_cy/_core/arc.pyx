@@ -96,6 +96,7 @@ from arc_cy._core.nodes cimport (
     Walk,
     list_link,
     list_move,
+    list_renew,
     list_to_end,
     list_unlink,
     node_fill,
@@ -600,9 +601,9 @@ cdef class ARCCore:
     # Each is called by the API method of its name, busy, after that
     # method's checks and (but for evict) its lookups. ARC+ orders t1 and
     # t2 by the stamps list_link gives: every move of a resident entry is
-    # a list_move (a new stamp), never list_to_end, so that each resident
-    # list is in stamp order and the least recent entry of the two is the
-    # head with the smaller stamp.
+    # a list_move or a list_renew (a new stamp), never list_to_end, so that
+    # each resident list is in stamp order and the least recent entry of
+    # the two is the head with the smaller stamp.
 
     cdef inline void _forget_fates(self) noexcept:
         cdef int f
@@ -655,7 +656,7 @@ cdef class ARCCore:
                 self._set_key(i, self.work.refs[j])
                 list_move(&self.store, i, T1 if ref_cnts[j] < 0 else T2)
             elif w == T2:
-                list_move(&self.store, i, T2)
+                list_renew(&self.store, i, T2)
             else:
                 self._plus_returned(i)
 
@@ -714,11 +715,12 @@ cdef class ARCCore:
                 self._set_key(i, self.work.refs[j])
                 list_move(&self.store, i, B2)
             elif kinds[j] == INSERTED_ONLY:  # a store: recency only
-                list_move(&self.store, i, w)
-            elif kinds[j] == REUSED:  # popped from t1 (stored in t2), or refreshed
-                if w == T1:
-                    self._set_key(i, self.work.refs[j])
+                list_renew(&self.store, i, w)
+            elif kinds[j] == REUSED and w == T1:  # popped from t1, stored in t2
+                self._set_key(i, self.work.refs[j])
                 list_move(&self.store, i, T2)
+            elif kinds[j] == REUSED:  # refreshed
+                list_renew(&self.store, i, T2)
         self._plus_trim(drop1, drop2)
         return 0
 
@@ -845,7 +847,8 @@ cdef class ARCCore:
                 pass
 
     def __reduce__(self):
-        raise TypeError(MSG_NO_COPY.format(type(self).__qualname__))
+        twin = "plus.ARCPlusCachePolicy" if self.plus else "arc.ARCCachePolicy"
+        raise TypeError(MSG_NO_COPY.format(type(self).__qualname__, twin))
 
     # Python's own errors for a property without a setter or deleter (a
     # Python class's), where Cython's would name ARCCore or say
@@ -1167,8 +1170,8 @@ cdef class ARCCore:
             n = check_evict_n(n)
             if n == 0:
                 return []
-            if self.plus:
-                return self._plus_evict(n, protected)
+            if self.plus:  # more than is resident: fails as the twin's does
+                return self._plus_evict(n if n <= resident else resident + 1, protected)
             # More than is resident: the scan runs as vLLM's does (asking
             # protected, taking int(target)) and ends at the step that
             # finds no victim, at the latest the one after every resident.

@@ -245,6 +245,16 @@ cdef inline void list_to_end(NodeStore *s, int32_t i, uint8_t w) noexcept nogil:
         list_move(s, i, w)
 
 
+cdef inline void list_renew(NodeStore *s, int32_t i, uint8_t w) noexcept nogil:
+    """ARC+'s move_to_end with a new stamp: node i, in list w, goes to its
+    MRU end; already there, only its stamp changes (iterators go on)."""
+    if s.tail[w] != i:
+        list_move(s, i, w)
+    else:
+        set_stamp(&s.nodes[i], s.stamps)
+        s.stamps += 1
+
+
 # --- walks ----------------------------------------------------------------
 
 cdef inline void walk_start(Walk *walk, const NodeStore *s, uint8_t w) noexcept nogil:

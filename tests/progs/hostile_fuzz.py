@@ -107,7 +107,7 @@ from hypothesis.stateful import (
 from arc_cy._core.arguments import check_capacity, check_evict_n, check_target
 from arc_cy._core.chunks import chunk_ref_offset
 from arc_cy._core.views import ListView
-from arc_cy._messages import MSG_DUPLICATE, MSG_MUTATED, MSG_NO_COPY, MSG_REENTRANT
+from arc_cy._messages import MSG_DUPLICATE, MSG_MUTATED, MSG_REENTRANT
 from arc_cy._vllm import order_request_keys
 from helpers import (
     HAVE_VLLM,
@@ -117,6 +117,7 @@ from helpers import (
     VllmARC,
     has_null_item,
     load_policy_class,
+    no_copy,
     ready,
 )
 from hostile import HostileError, hooked
@@ -372,9 +373,7 @@ def do_copy(p, kind: str) -> None:
     try:
         c = copy.deepcopy(p)
     except TypeError as exc:
-        if type(p) in (CPolicy, PlusPolicy) and str(exc) == MSG_NO_COPY.format(
-            type(p).__qualname__
-        ):
+        if type(p) in (CPolicy, PlusPolicy) and str(exc) == no_copy(type(p)):
             G.counts["copy_refused"] += 1  # documented: the core cannot be copied
             return
         G.failures.append(f"{G.pname}: deepcopy from {kind}: {exc!r}")

@@ -257,11 +257,12 @@ def threads():
     return stats
 
 
-class Gate:
-    """protected for the other thread's evict(): its first question waits
-    until clear() has returned (or 10 s)."""
+class Gate(set):
+    """protected for the other thread's evict() (a set: ARC+ reads its keys
+    first): its first question waits until clear() has returned (or 10 s)."""
 
     def __init__(self):
+        super().__init__()
         self.asked = threading.Event()
         self.go = threading.Event()
 
