@@ -10,7 +10,7 @@
 # in a list owns a key (t1 and t2's own a chunk too). `version[w]` moves
 # on every change to list w (iterators check it); `epoch` on every change
 # to a node or the array (a probe that ran __eq__ checks it); `stamps`
-# counts the insertions into a list (ARC+'s recency order).
+# counts the moves to a list's MRU end (ARC+'s recency order).
 # Only the functions here write a node or the store: a node's record (key,
 # hash, chunk) through node_fill, node_set_key and node_take_chunk, its
 # links through the list functions; nodes_check asserts the invariant.
