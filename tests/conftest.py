@@ -150,7 +150,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     ):
         return
     names = ALL_IMPLEMENTATIONS
-    if metafunc.definition.get_closest_marker("both_policies") is not None:
+    # Not in GC stress and the sanitizers (CORE_LEGS): there the fuzzers drive
+    # ARC+'s compiled steps, and these cases would add about 400 tests to each
+    # of CI's two longest legs (tests/test_fuzz_*.py; docs/development.md, "CI").
+    if metafunc.definition.get_closest_marker("both_policies") is not None and not CORE_LEGS:
         names += PLUS_IMPLEMENTATIONS
     metafunc.parametrize("impl", names, indirect=True)
 
