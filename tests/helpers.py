@@ -82,7 +82,6 @@ __all__ = [
     "PLUS_MODULES",
     "ORACLE_HOOKS",
     "ORACLE_TOUCHES",
-    "MANAGER_TOUCHES",
     "reuse",
     "REGISTERED",
     "ghost_hits",
@@ -370,11 +369,9 @@ def _oracle_hooks() -> frozenset[str]:
 
 if HAVE_VLLM:  # what vLLM's ARC has: a module that imports it needs vLLM
     ORACLE_HOOKS = _oracle_hooks()
-
-    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager as _Manager
-
-    MANAGER_TOUCHES = hasattr(_Manager, "touch")
-    """Whether vLLM's manager has touch() (0.30 to 0.33)."""
+# Not vLLM's manager module: it imports vllm.config, seconds of CPU in each
+# child process that imports these helpers (reuse and ghost_hits ask the
+# manager they are given).
 
 
 # What the plugin's log line names: ARC+ ("arc_cy_plus") too where the
@@ -391,7 +388,7 @@ def reuse(manager: Any, keys: list[Any], req_id: str = "reuse") -> None:
     learns of them: touch() until 0.33; from 0.34, a load of the keys in a
     request that finishes (0.34.0's own tests' reuse_keys)."""
     ctx = ReqContext(req_id=req_id)
-    if MANAGER_TOUCHES:
+    if hasattr(manager, "touch"):  # vLLM 0.30 to 0.33
         manager.touch(keys, ctx)
     else:
         manager.prepare_load(keys, ctx)
@@ -404,7 +401,7 @@ def ghost_hits(manager: Any, keys: list[Any]) -> None:
     hands them to the policy: touch() until 0.33 (0.30 has no
     on_store_miss); from 0.34, on_store_miss (0.34.0's own tests)."""
     ctx = ReqContext(req_id="miss")
-    if MANAGER_TOUCHES:
+    if hasattr(manager, "touch"):  # vLLM 0.30 to 0.33
         manager.touch(keys, ctx)
     else:
         manager._policy.on_store_miss(keys, ctx)

@@ -22,7 +22,6 @@ from arc_cy_harness.traffic import Lockstep, PolicyTraffic
 from helpers import (
     IMPLEMENTATIONS,
     KEY_POSITIONS,
-    MANAGER_TOUCHES,
     MODULES,
     ORACLE_HOOKS,
     ReqContext,
@@ -261,7 +260,7 @@ def test_random_manager_traffic(seed):
             job_done(ctx)
         elif op < 0.97:
             batch = rng.choice(conversations) if conversations else []
-            if MANAGER_TOUCHES:  # 0.30 to 0.33: a request's hits, by touch
+            if hasattr(managers[0], "touch"):  # 0.30 to 0.33: a request's hits, by touch
                 ctx = ReqContext(req_id="t")
                 for m in managers:
                     m.touch(batch, ctx)
