@@ -438,6 +438,7 @@ def recording_alone(
     manager alike, and hid most of recording's cost. So here each pass also
     counts the wait for its writer to write what is queued at its end."""
     alone: dict[str, list[float]] = {"arc_cy": [], RECORDING: []}
+    _record._flush_all()  # the lockstep's recordings, before any pass is timed
     for rep in range(reps):
         for name in ("arc_cy", RECORDING) if rep % 2 == 0 else (RECORDING, "arc_cy"):
             r = replayer(name, victims)
